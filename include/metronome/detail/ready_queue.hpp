@@ -1,0 +1,150 @@
+#ifndef METRONOME_DETAIL_READY_QUEUE_HPP
+#define METRONOME_DETAIL_READY_QUEUE_HPP
+
+#include <metronome/detail/task.hpp>
+
+#include <atomic>
+#include <cstdint>
+#include <thread>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
+namespace metronome::detail {
+
+inline void cpu_relax() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_pause();
+#else
+  std::this_thread::yield();
+#endif
+}
+
+// Intrusive FIFO of task nodes: Vyukov's MPSC queue (producers are wait-free: one
+// exchange on tail_ and one release store of the link) made multi-consumer by a
+// consumer spinlock held only for the few loads of one pop.
+//
+// Memory ordering: push publishes the node's contents with the release store of
+// prev->next_; pop reads next_ with acquire, so a popped node's fields (and
+// everything the producer wrote before push) are visible to the consumer. Between
+// a producer's exchange and its link the chain is briefly broken: pop then reports
+// `busy` rather than empty, and callers never park on `busy`.
+//
+// pushed_/popped_ count nodes; their difference is the queue length. They are
+// seq_cst so that the pool's sleep/wake handshake (sleepers_ vs. these counters) is
+// a Dekker pair: a parking worker and a pushing producer cannot both miss each other.
+class ready_queue {
+public:
+  ready_queue() noexcept : stub_(nullptr), head_(&stub_), tail_(&stub_) {}
+  ready_queue(const ready_queue&) = delete;
+  ready_queue& operator=(const ready_queue&) = delete;
+
+  void push(task_base* t) noexcept { push_chain(t, t, 1); }
+
+  // Pushes the already linked chain first..last (last->next_ must be null).
+  void push_chain(task_base* first, task_base* last, std::uint64_t count) noexcept {
+    last->next_.store(nullptr, std::memory_order_relaxed);
+    task_base* prev = tail_.exchange(last, std::memory_order_acq_rel);
+    prev->next_.store(first, std::memory_order_release);
+    pushed_.fetch_add(count, std::memory_order_seq_cst);
+  }
+
+  std::uint64_t size() const noexcept {
+    auto pushed = pushed_.load(std::memory_order_seq_cst);
+    auto popped = popped_.load(std::memory_order_seq_cst);
+    return pushed > popped ? pushed - popped : 0;
+  }
+  bool empty() const noexcept { return size() == 0; }
+
+  // Pops the oldest node, or nullptr when empty or momentarily busy.
+  task_base* try_pop() noexcept {
+    if (empty()) return nullptr;
+    if (!lock_.try_lock()) return nullptr;
+    task_base* t = pop_locked();
+    lock_.unlock();
+    return t;
+  }
+
+  // Pops with the consumer lock held, waiting out a producer between exchange and
+  // link. Returns nullptr only when empty.
+  task_base* pop_wait() noexcept {
+    for (;;) {
+      if (empty()) return nullptr;
+      lock_.lock();
+      task_base* t = pop_locked();
+      lock_.unlock();
+      if (t) return t;
+      std::this_thread::yield();
+    }
+  }
+
+  struct spin_lock {
+    std::atomic<bool> locked_{false};
+    bool try_lock() noexcept {
+      return !locked_.load(std::memory_order_relaxed) &&
+             !locked_.exchange(true, std::memory_order_acquire);
+    }
+    void lock() noexcept {
+      for (int spins = 0; !try_lock(); ++spins) {
+        if (spins < 64)
+          cpu_relax();
+        else
+          std::this_thread::yield();
+      }
+    }
+    void unlock() noexcept { locked_.store(false, std::memory_order_release); }
+  };
+
+  spin_lock& consumer_lock() noexcept { return lock_; }
+
+  // Caller holds consumer_lock().
+  task_base* pop_locked() noexcept {
+    task_base* head = head_;
+    task_base* next = head->next_.load(std::memory_order_acquire);
+    if (head == &stub_) {
+      if (!next) return nullptr;
+      head_ = next;
+      head = next;
+      next = next->next_.load(std::memory_order_acquire);
+    }
+    if (next) {
+      head_ = next;
+      return taken(head);
+    }
+    if (head != tail_.load(std::memory_order_acquire)) return nullptr; // busy
+    push_stub();
+    next = head->next_.load(std::memory_order_acquire);
+    if (next) {
+      head_ = next;
+      return taken(head);
+    }
+    return nullptr; // busy: a producer is linking behind the stub
+  }
+
+private:
+  task_base* taken(task_base* t) noexcept {
+    popped_.store(popped_.load(std::memory_order_relaxed) + 1, std::memory_order_seq_cst);
+    return t;
+  }
+
+  void push_stub() noexcept {
+    stub_.next_.store(nullptr, std::memory_order_relaxed);
+    task_base* prev = tail_.exchange(&stub_, std::memory_order_acq_rel);
+    prev->next_.store(&stub_, std::memory_order_release);
+  }
+
+  task_base stub_;
+  // Consumer side.
+  alignas(64) task_base* head_;
+  spin_lock lock_;
+  std::atomic<std::uint64_t> popped_{0};
+  // Producer side.
+  alignas(64) std::atomic<task_base*> tail_;
+  std::atomic<std::uint64_t> pushed_{0};
+  char pad_[64 - sizeof(std::atomic<task_base*>) - sizeof(std::atomic<std::uint64_t>)];
+};
+
+} // namespace metronome::detail
+
+#endif

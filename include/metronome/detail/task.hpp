@@ -1,0 +1,102 @@
+#ifndef METRONOME_DETAIL_TASK_HPP
+#define METRONOME_DETAIL_TASK_HPP
+
+#include <metronome/options.hpp>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <limits>
+
+namespace metronome::detail {
+
+class pool_core;
+
+// op: fire-and-forget executor work; one_shot/periodic: scheduled_task_base;
+// wait: an async_delay.
+enum class task_kind : std::uint8_t { op, one_shot, periodic, wait };
+
+// A node in the ready queue. `complete(run=true)` invokes and frees it;
+// `complete(run=false)` frees it without invoking (shutdown_now, dispose).
+// Exceptions of the invocation propagate to the caller (the worker reports them).
+struct task_base {
+  using complete_fn = void (*)(task_base*, bool run);
+
+  explicit task_base(complete_fn fn) noexcept : complete_(fn) {}
+  task_base(const task_base&) = delete;
+  task_base& operator=(const task_base&) = delete;
+
+  void complete(bool run) { complete_(this, run); }
+
+  bool is_scheduled() const noexcept {
+    return kind_ == task_kind::one_shot || kind_ == task_kind::periodic;
+  }
+
+  std::atomic<task_base*> next_{nullptr};
+  complete_fn complete_;
+  task_kind kind_ = task_kind::op;
+};
+
+inline constexpr std::size_t not_in_heap = std::numeric_limits<std::size_t>::max();
+
+// A node that can sit in the delay heap: ordered by (due, seq).
+struct timed_node : task_base {
+  using task_base::task_base;
+
+  clock::time_point due() const noexcept {
+    return clock::time_point(clock::duration(due_.load(std::memory_order_relaxed)));
+  }
+  void set_due(clock::time_point t) noexcept {
+    due_.store(t.time_since_epoch().count(), std::memory_order_relaxed);
+  }
+
+  // Written under the pool mutex; read by handles (delay()) without it.
+  std::atomic<clock::rep> due_{0};
+  std::uint64_t seq_ = 0;
+  std::size_t heap_index_ = not_in_heap;
+};
+
+inline bool due_before(const timed_node* a, const timed_node* b) noexcept {
+  auto da = a->due_.load(std::memory_order_relaxed);
+  auto db = b->due_.load(std::memory_order_relaxed);
+  return da < db || (da == db && a->seq_ < b->seq_);
+}
+
+// Saturating now + d: never wraps past time_point::max().
+template <class Rep, class Period>
+clock::time_point saturating_add(clock::time_point now, std::chrono::duration<Rep, Period> d) noexcept {
+  using src = std::chrono::duration<Rep, Period>;
+  if (d <= src::zero()) return now;
+  constexpr auto cap = std::chrono::duration_cast<src>(clock::duration::max());
+  if (d >= cap) return clock::time_point::max();
+  auto ns = std::chrono::duration_cast<clock::duration>(d);
+  if (ns >= clock::time_point::max() - now) return clock::time_point::max();
+  return now + ns;
+}
+
+template <class Rep, class Period>
+clock::duration saturating_duration(std::chrono::duration<Rep, Period> d) noexcept {
+  using src = std::chrono::duration<Rep, Period>;
+  constexpr auto cap = std::chrono::duration_cast<src>(clock::duration::max());
+  constexpr auto floor = std::chrono::duration_cast<src>(clock::duration::min());
+  if (d >= cap) return clock::duration::max();
+  if (d <= floor) return clock::duration::min();
+  return std::chrono::duration_cast<clock::duration>(d);
+}
+
+// True when a callable is observably empty (null pointer, empty std::function…).
+template <class F>
+bool is_empty_callable(const F& f) noexcept {
+  if constexpr (std::is_pointer_v<F> || std::is_member_pointer_v<F>) {
+    return f == nullptr;
+  } else if constexpr (requires { static_cast<bool>(f == nullptr); }) {
+    return static_cast<bool>(f == nullptr);
+  } else {
+    return false;
+  }
+}
+
+} // namespace metronome::detail
+
+#endif

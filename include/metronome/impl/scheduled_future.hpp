@@ -1,0 +1,97 @@
+#ifndef METRONOME_IMPL_SCHEDULED_FUTURE_HPP
+#define METRONOME_IMPL_SCHEDULED_FUTURE_HPP
+
+#include <boost/asio/associated_executor.hpp>
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/post.hpp>
+
+#include <exception>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+namespace metronome {
+namespace detail {
+
+template <class R>
+using wait_signature =
+    std::conditional_t<std::is_void_v<R>, void(std::exception_ptr), void(std::exception_ptr, R)>;
+
+// Holds the handler of one async_wait until the task ends, then hands the result to
+// the handler's associated executor.
+template <class R, class Handler>
+class wait_hook final : public completion_hook {
+public:
+  wait_hook(Handler&& h, scheduled_task_base* task)
+      : handler_(std::move(h)), task_(task),
+        work_(boost::asio::get_associated_executor(handler_)) {
+    task_->add_ref();
+  }
+
+  void on_complete() noexcept override { deliver(false); }
+
+  // `immediate`: the task had already ended at initiation; never run the handler
+  // inside the initiating function.
+  void deliver(bool immediate) noexcept {
+    std::exception_ptr e = task_->failure();
+    auto ex = work_.get_executor();
+    Handler h(std::move(handler_));
+    auto run = [h = std::move(h), e, args = result(e)]() mutable {
+      std::apply([&](auto&&... a) { std::move(h)(e, std::move(a)...); }, std::move(args));
+    };
+    task_->release();
+    delete this;
+    if (immediate)
+      boost::asio::post(ex, std::move(run));
+    else
+      boost::asio::dispatch(ex, std::move(run));
+  }
+
+private:
+  auto result(const std::exception_ptr& e) {
+    if constexpr (std::is_void_v<R>) {
+      return std::tuple<>();
+    } else {
+      auto& v = static_cast<scheduled_result<R>&>(*task_).value_;
+      if (e || !v) return std::tuple<R>(R{});
+      if constexpr (std::is_copy_constructible_v<R>)
+        return std::tuple<R>(*v);
+      else
+        return std::tuple<R>(std::move(*v));
+    }
+  }
+
+  Handler handler_;
+  scheduled_task_base* task_;
+  boost::asio::executor_work_guard<boost::asio::associated_executor_t<Handler>> work_;
+};
+
+} // namespace detail
+
+/**
+ * Completes with `void(std::exception_ptr)` (R = void) or `void(std::exception_ptr, R)`
+ * when the task ends: a null pointer and the value; the task's exception; or a
+ * `cancelled_error`. So `co_await f.async_wait(boost::asio::use_awaitable)` returns
+ * the value or rethrows. The handler runs on its associated executor (inline on the
+ * completing pool thread when it has none). Any number of waits may be pending.
+ * For a periodic task it completes when the task stops.
+ */
+template <class R>
+template <class CompletionToken>
+auto scheduled_future<R>::async_wait(CompletionToken&& token) {
+  checked();
+  // The initiation holds its own handle: with `deferred` it may launch later.
+  return boost::asio::async_initiate<CompletionToken, detail::wait_signature<R>>(
+      [](auto handler, scheduled_future self) {
+        using H = std::decay_t<decltype(handler)>;
+        auto* hook = new detail::wait_hook<R, H>(std::move(handler), self.task_);
+        if (!self.task_->add_hook(hook)) hook->deliver(true);
+      },
+      token, *this);
+}
+
+} // namespace metronome
+
+#endif

@@ -1,0 +1,80 @@
+#ifndef METRONOME_IMPL_SCHEDULED_THREAD_POOL_HPP
+#define METRONOME_IMPL_SCHEDULED_THREAD_POOL_HPP
+
+#include <functional>
+#include <stdexcept>
+#include <type_traits>
+#include <utility>
+
+namespace metronome {
+
+template <class R, class F>
+detail::scheduled_task_base* scheduled_thread_pool::make_task(F&& f, detail::task_kind kind) {
+  static_assert(std::is_invocable_v<std::decay_t<F>&>, "metronome: the task must be callable with no arguments");
+  if (detail::is_empty_callable(f)) throw std::invalid_argument("metronome: empty function");
+  auto* t = new detail::scheduled_task<R, std::decay_t<F>>(core_.get(), std::forward<F>(f));
+  t->kind_ = kind;
+  return t;
+}
+
+template <class R>
+scheduled_future<R> scheduled_thread_pool::enqueue(detail::scheduled_task_base* t, clock::time_point due) {
+  scheduled_future<R> handle(t);
+  t->add_ref(); // the pool's reference; submit_scheduled takes it over
+  core_->submit_scheduled(t, due);
+  return handle;
+}
+
+template <class F>
+auto scheduled_thread_pool::submit(F&& f) {
+  using R = std::invoke_result_t<std::decay_t<F>&>;
+  auto* t = make_task<R>(std::forward<F>(f), detail::task_kind::one_shot);
+  return enqueue<R>(t, clock::time_point::min());
+}
+
+template <class F, class Rep, class Period>
+auto scheduled_thread_pool::schedule(F&& f, std::chrono::duration<Rep, Period> delay) {
+  using R = std::invoke_result_t<std::decay_t<F>&>;
+  auto* t = make_task<R>(std::forward<F>(f), detail::task_kind::one_shot);
+  return enqueue<R>(t, detail::saturating_add(core_->now(), delay));
+}
+
+template <class F, class Duration>
+auto scheduled_thread_pool::schedule_at(F&& f, std::chrono::time_point<clock, Duration> when) {
+  using R = std::invoke_result_t<std::decay_t<F>&>;
+  auto* t = make_task<R>(std::forward<F>(f), detail::task_kind::one_shot);
+  auto since = detail::saturating_duration(when.time_since_epoch());
+  return enqueue<R>(t, clock::time_point(since));
+}
+
+template <class F, class Rep1, class Period1, class Rep2, class Period2>
+scheduled_future<void> scheduled_thread_pool::periodic(F&& f, std::chrono::duration<Rep1, Period1> initial,
+                                                       std::chrono::duration<Rep2, Period2> period,
+                                                       bool fixed_delay, periodic_options options) {
+  if (period <= std::chrono::duration<Rep2, Period2>::zero())
+    throw std::invalid_argument("metronome: period must be positive");
+  auto* t = make_task<void>(std::forward<F>(f), detail::task_kind::periodic);
+  t->period_ = detail::saturating_duration(period);
+  if (t->period_ <= clock::duration::zero()) t->period_ = clock::duration(1);
+  t->fixed_delay_ = fixed_delay;
+  t->periodic_ = options;
+  return enqueue<void>(t, detail::saturating_add(core_->now(), initial));
+}
+
+template <class F, class Rep1, class Period1, class Rep2, class Period2>
+scheduled_future<void> scheduled_thread_pool::schedule_at_fixed_rate(F&& f, std::chrono::duration<Rep1, Period1> initial_delay,
+                                                                     std::chrono::duration<Rep2, Period2> period,
+                                                                     periodic_options options) {
+  return periodic(std::forward<F>(f), initial_delay, period, false, options);
+}
+
+template <class F, class Rep1, class Period1, class Rep2, class Period2>
+scheduled_future<void> scheduled_thread_pool::schedule_with_fixed_delay(F&& f, std::chrono::duration<Rep1, Period1> initial_delay,
+                                                                        std::chrono::duration<Rep2, Period2> delay,
+                                                                        periodic_options options) {
+  return periodic(std::forward<F>(f), initial_delay, delay, true, options);
+}
+
+} // namespace metronome
+
+#endif

@@ -1,0 +1,10 @@
+#ifndef METRONOME_METRONOME_HPP
+#define METRONOME_METRONOME_HPP
+
+#include <metronome/errors.hpp>
+#include <metronome/manual_clock.hpp>
+#include <metronome/options.hpp>
+#include <metronome/scheduled_future.hpp>
+#include <metronome/scheduled_thread_pool.hpp>
+
+#endif

@@ -1,0 +1,140 @@
+#ifndef METRONOME_SCHEDULED_FUTURE_HPP
+#define METRONOME_SCHEDULED_FUTURE_HPP
+
+#include <metronome/detail/scheduled_task.hpp>
+#include <metronome/errors.hpp>
+#include <metronome/options.hpp>
+
+#include <chrono>
+#include <future>
+#include <stdexcept>
+#include <type_traits>
+#include <utility>
+
+namespace metronome {
+
+class scheduled_thread_pool;
+
+/// A handle to a task submitted to a `scheduled_thread_pool`.
+/**
+ * Handles are cheap (one pointer and a reference count), copyable and movable, and
+ * safe to drop from any thread. Dropping or destroying a handle never cancels its
+ * task.
+ *
+ * A one-shot task's handle becomes done when the task returns (value), throws
+ * (exception) or is cancelled. A periodic task's handle (`scheduled_future<void>`)
+ * becomes done only when the task stops: cancelled, rejected, or stopped by an
+ * exception under `on_exception::stop`.
+ *
+ * @par Thread Safety
+ * Distinct handle objects: safe. One handle object: const members safe.
+ */
+template <class R>
+class scheduled_future {
+public:
+  using value_type = R;
+
+  /// An empty handle (`valid() == false`).
+  scheduled_future() noexcept = default;
+  scheduled_future(const scheduled_future& o) noexcept : task_(o.task_) {
+    if (task_) task_->add_ref();
+  }
+  scheduled_future(scheduled_future&& o) noexcept : task_(std::exchange(o.task_, nullptr)) {}
+  scheduled_future& operator=(scheduled_future o) noexcept {
+    std::swap(task_, o.task_);
+    return *this;
+  }
+  ~scheduled_future() {
+    if (task_) task_->release();
+  }
+
+  /// Whether this handle refers to a task.
+  bool valid() const noexcept { return task_ != nullptr; }
+
+  /// Cancels the task if it has not started (one-shot) or prevents further runs (periodic).
+  /**
+   * @returns true iff this call prevented the run (one-shot) or further runs
+   * (periodic; a run in progress completes). false if the task already started,
+   * finished, or was cancelled before.
+   * A cancelled task leaves the delay queue at once and its callable is destroyed
+   * (for a periodic run in progress: when that run returns). Wakes no worker.
+   */
+  bool cancel() noexcept { return task_ && task_->cancel(); }
+
+  /// Whether the task ended by cancellation (including discard by a rejection policy).
+  bool is_cancelled() const noexcept {
+    return task_ && task_->phase() == detail::scheduled_task_base::cancelled;
+  }
+
+  /// Whether the task has ended: returned, threw, or was cancelled.
+  bool is_done() const noexcept { return task_ && task_->is_terminal(); }
+
+  /// Blocks until done.
+  void wait() const { checked().wait(); }
+
+  /// Blocks until done or `timeout` of real time passed.
+  template <class Rep, class Period>
+  std::future_status wait_for(std::chrono::duration<Rep, Period> timeout) const {
+    return wait_until(clock::now() + detail::saturating_duration(timeout));
+  }
+
+  /// Blocks until done or the real clock reaches `deadline`.
+  template <class Duration>
+  std::future_status wait_until(std::chrono::time_point<clock, Duration> deadline) const {
+    return checked().wait_until(std::chrono::time_point_cast<clock::duration>(deadline))
+               ? std::future_status::ready
+               : std::future_status::timeout;
+  }
+
+  /// Waits, then returns the result.
+  /**
+   * @throws cancelled_error if the task was cancelled; the task's own exception if
+   * it threw. For a move-only `R` the value is moved out (call once).
+   */
+  R get() const {
+    auto& t = checked();
+    t.wait();
+    t.rethrow_if_failed();
+    if constexpr (!std::is_void_v<R>) {
+      auto& v = static_cast<detail::scheduled_result<R>&>(t).value_;
+      if constexpr (std::is_copy_constructible_v<R>)
+        return *v;
+      else
+        return std::move(*v);
+    }
+  }
+
+  /// Time left until the task is due (negative when overdue), read from the pool's clock.
+  clock::duration delay() const noexcept { return task_ ? task_->delay() : clock::duration::zero(); }
+
+  /// Whether this is a periodic task's handle.
+  bool is_periodic() const noexcept { return task_ && task_->is_periodic(); }
+
+  /// Asynchronously waits for the result; see impl/scheduled_future.hpp.
+  template <class CompletionToken>
+  auto async_wait(CompletionToken&& token);
+
+  friend bool operator==(const scheduled_future& a, const scheduled_future& b) noexcept {
+    return a.task_ == b.task_;
+  }
+
+private:
+  friend class scheduled_thread_pool;
+  template <class>
+  friend class scheduled_future;
+
+  explicit scheduled_future(detail::scheduled_task_base* t) noexcept : task_(t) {}
+
+  detail::scheduled_task_base& checked() const {
+    if (!task_) throw std::logic_error("metronome: scheduled_future has no task");
+    return *task_;
+  }
+
+  detail::scheduled_task_base* task_ = nullptr;
+};
+
+} // namespace metronome
+
+#include <metronome/impl/scheduled_future.hpp>
+
+#endif

@@ -1,0 +1,164 @@
+#ifndef METRONOME_SCHEDULED_THREAD_POOL_HPP
+#define METRONOME_SCHEDULED_THREAD_POOL_HPP
+
+#include <metronome/detail/pool_core.hpp>
+#include <metronome/errors.hpp>
+#include <metronome/options.hpp>
+#include <metronome/scheduled_future.hpp>
+
+#include <boost/asio/execution.hpp>
+#include <boost/asio/execution_context.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <type_traits>
+#include <vector>
+
+namespace metronome {
+
+/// A task that `shutdown_now()` took out of the pool before it ran.
+/**
+ * Move-only and invocable once: calling it runs the task on the calling thread
+ * (completing its handle, if it has one; a periodic task runs once and its handle
+ * completes). Destroying it unrun cancels the task's handle (executor-path work is
+ * simply destroyed).
+ */
+class pending_task {
+public:
+  pending_task() noexcept = default;
+  pending_task(pending_task&& o) noexcept : task_(std::exchange(o.task_, nullptr)) {}
+  pending_task& operator=(pending_task&& o) noexcept;
+  ~pending_task();
+
+  /// Runs the task. @throws std::logic_error if already run or empty; an executor-path
+  /// task's own exception propagates.
+  void operator()();
+
+  explicit operator bool() const noexcept { return task_ != nullptr; }
+  /// Whether this came from `submit`/`schedule…` (it has a handle) rather than the executor path.
+  bool has_handle() const noexcept { return task_ && task_->is_scheduled(); }
+  bool is_periodic() const noexcept { return task_ && task_->kind_ == detail::task_kind::periodic; }
+
+private:
+  friend class detail::pool_core;
+  explicit pending_task(detail::task_base* t) noexcept : task_(t) {}
+  detail::task_base* task_ = nullptr;
+};
+
+/// A thread pool that runs immediate, delayed and periodic work: Java's
+/// ScheduledThreadPoolExecutor as an Asio execution context.
+/**
+ * Immediate work goes through a lock-free ready queue; delayed work waits in a
+ * 4-ary heap with O(log n) removal, driven by the pool's own workers
+ * (leader-follower: at most one timed wait). See README.md for the rules on order,
+ * periodic runs, cancellation, rejection and shutdown.
+ *
+ * @par Thread Safety
+ * All members are safe to call concurrently from any thread.
+ */
+class scheduled_thread_pool : public boost::asio::execution_context {
+public:
+  template <class Allocator, unsigned Bits>
+  class basic_executor_type;
+
+  /// The pool's Asio executor: blocking.possibly, relationship.fork,
+  /// outstanding_work.untracked, std::allocator.
+  using executor_type = basic_executor_type<std::allocator<void>, 0>;
+
+  /// A fixed pool of `threads` workers. @throws std::invalid_argument if 0.
+  explicit scheduled_thread_pool(std::size_t threads);
+  /// A pool built from `options`. @throws std::invalid_argument on bad options.
+  explicit scheduled_thread_pool(pool_options options);
+
+  /// Runs what is ready, cancels delayed and periodic work not yet due (handles
+  /// cancelled) and joins. On one of the pool's own threads it joins the others and
+  /// detaches that one.
+  ~scheduled_thread_pool();
+
+  executor_type get_executor() noexcept;
+  executor_type executor() noexcept;
+
+  /// The pool's current time (its manual clock when it has one).
+  clock::time_point now() const noexcept { return core_->now(); }
+
+  /// Runs `f` as soon as a worker is free.
+  /**
+   * @returns a handle to `f`'s result.
+   * @throws std::invalid_argument if `f` is empty; rejected_execution per policy.
+   */
+  template <class F>
+  auto submit(F&& f);
+
+  /// Runs `f` after `delay` (<= 0: now; too large: saturates, never wraps).
+  template <class F, class Rep, class Period>
+  auto schedule(F&& f, std::chrono::duration<Rep, Period> delay);
+
+  /// Runs `f` at `when` (in the past: now).
+  template <class F, class Duration>
+  auto schedule_at(F&& f, std::chrono::time_point<clock, Duration> when);
+
+  /// Runs `f` after `initial_delay`, then every `period` on a fixed grid.
+  /**
+   * Next due = previous due + period; runs never overlap; missed ticks follow
+   * `options.missed`. @throws std::invalid_argument if `period` <= 0 or `f` is empty.
+   */
+  template <class F, class Rep1, class Period1, class Rep2, class Period2>
+  scheduled_future<void> schedule_at_fixed_rate(F&& f, std::chrono::duration<Rep1, Period1> initial_delay,
+                                                std::chrono::duration<Rep2, Period2> period,
+                                                periodic_options options = {});
+
+  /// Runs `f` after `initial_delay`, then `delay` after the end of each run.
+  /** @throws std::invalid_argument if `delay` <= 0 or `f` is empty. */
+  template <class F, class Rep1, class Period1, class Rep2, class Period2>
+  scheduled_future<void> schedule_with_fixed_delay(F&& f, std::chrono::duration<Rep1, Period1> initial_delay,
+                                                   std::chrono::duration<Rep2, Period2> delay,
+                                                   periodic_options options = {});
+
+  /// Stops accepting work; ready work still runs; delayed and periodic work per options.
+  void shutdown();
+
+  /// Stops accepting work and starts nothing more; returns every task that never ran.
+  /** Tasks a worker had already taken when this is called still run. */
+  std::vector<pending_task> shutdown_now();
+
+  /// Waits until the pool has terminated. Without shutdown(), waits until no
+  /// outstanding work (ready, delayed, tracked) is left, then the pool terminates.
+  /** @throws std::logic_error when called from one of the pool's threads. */
+  void join();
+
+  /// Waits up to `timeout` for termination; returns whether the pool terminated.
+  template <class Rep, class Period>
+  bool await_termination(std::chrono::duration<Rep, Period> timeout) {
+    return core_->await_termination(detail::saturating_duration(timeout));
+  }
+
+  bool is_shutdown() const noexcept { return core_->is_shutdown(); }
+  bool is_terminated() const noexcept { return core_->is_terminated(); }
+
+  /// A snapshot of the pool's counters.
+  pool_stats stats() const { return core_->stats(); }
+
+  /// @cond internal
+  detail::pool_core& core() noexcept { return *core_; }
+  /// @endcond
+
+private:
+  template <class R, class F>
+  detail::scheduled_task_base* make_task(F&& f, detail::task_kind kind);
+  template <class R>
+  scheduled_future<R> enqueue(detail::scheduled_task_base* t, clock::time_point due);
+  template <class F, class Rep1, class Period1, class Rep2, class Period2>
+  scheduled_future<void> periodic(F&& f, std::chrono::duration<Rep1, Period1> initial,
+                                  std::chrono::duration<Rep2, Period2> period, bool fixed_delay,
+                                  periodic_options options);
+
+  std::unique_ptr<detail::pool_core> core_;
+};
+
+} // namespace metronome
+
+#include <metronome/impl/scheduled_thread_pool.hpp>
+#include <metronome/impl/pool_executor.hpp>
+
+#endif

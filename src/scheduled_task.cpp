@@ -1,0 +1,166 @@
+#include <metronome/detail/pool_core.hpp>
+#include <metronome/detail/scheduled_task.hpp>
+#include <metronome/errors.hpp>
+
+#include <array>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+
+namespace metronome::detail {
+
+namespace {
+
+// Threads blocked in get()/wait() park on one of a few striped mutex/condvar pairs,
+// keyed by the task's address, so a task node carries no mutex of its own. A
+// completing task touches a stripe only when its has_waiters flag is set.
+struct parking_stripe {
+  std::mutex mtx;
+  std::condition_variable cv;
+};
+
+parking_stripe& stripe_for(const void* p) noexcept {
+  static std::array<parking_stripe, 64> stripes;
+  auto h = reinterpret_cast<std::uintptr_t>(p);
+  h ^= h >> 17;
+  h *= 0x9E3779B97F4A7C15ull;
+  return stripes[(h >> 58) & 63];
+}
+
+completion_hook* const hooks_closed = reinterpret_cast<completion_hook*>(alignof(completion_hook));
+
+} // namespace
+
+scheduled_task_base::scheduled_task_base(pool_core* pool) noexcept
+    : timed_node(&complete_thunk), pool_(pool) {}
+
+void scheduled_task_base::complete_thunk(task_base* t, bool run) {
+  auto* self = static_cast<scheduled_task_base*>(t);
+  if (run) {
+    pool_core::run_detached(self);
+  } else {
+    self->finish_cancelled();
+    self->release();
+  }
+}
+
+bool scheduled_task_base::try_start() noexcept {
+  std::uint32_t s = state_.load(std::memory_order_acquire);
+  while ((s & phase_mask) == pending) {
+    if (state_.compare_exchange_weak(s, (s & ~phase_mask) | running, std::memory_order_acq_rel))
+      return true;
+  }
+  return false;
+}
+
+void scheduled_task_base::finish() noexcept {
+  std::uint32_t old = state_.load(std::memory_order_relaxed);
+  while (!state_.compare_exchange_weak(old, (old & has_waiters) | done, std::memory_order_acq_rel)) {
+  }
+  notify_terminal(old);
+}
+
+bool scheduled_task_base::finish_cancelled() noexcept {
+  std::uint32_t old = state_.load(std::memory_order_acquire);
+  for (;;) {
+    if ((old & phase_mask) >= done) return false;
+    if (state_.compare_exchange_weak(old, (old & has_waiters) | cancelled, std::memory_order_acq_rel)) break;
+  }
+  destroy_callable();
+  notify_terminal(old);
+  return true;
+}
+
+bool scheduled_task_base::try_rearm() noexcept {
+  std::uint32_t s = state_.load(std::memory_order_acquire);
+  for (;;) {
+    if ((s & phase_mask) != running || (s & cancel_requested)) return false;
+    if (state_.compare_exchange_weak(s, (s & has_waiters) | pending, std::memory_order_acq_rel)) return true;
+  }
+}
+
+bool scheduled_task_base::cancel() noexcept {
+  std::uint32_t s = state_.load(std::memory_order_acquire);
+  for (;;) {
+    const std::uint32_t phase = s & phase_mask;
+    if (phase == pending) {
+      if (state_.compare_exchange_weak(s, (s & has_waiters) | cancelled, std::memory_order_acq_rel)) {
+        // We own the callable now: no worker can start it.
+        pool_->on_cancelled(this);
+        destroy_callable();
+        notify_terminal(s);
+        return true;
+      }
+    } else if (phase == running && kind_ == task_kind::periodic && !(s & cancel_requested)) {
+      if (state_.compare_exchange_weak(s, s | cancel_requested, std::memory_order_acq_rel)) return true;
+    } else {
+      return false;
+    }
+  }
+}
+
+void scheduled_task_base::notify_terminal(std::uint32_t old_state) noexcept {
+  if (old_state & has_waiters) {
+    auto& st = stripe_for(this);
+    { std::lock_guard lk(st.mtx); }
+    st.cv.notify_all();
+  }
+  completion_hook* h = hooks_.exchange(hooks_closed, std::memory_order_acq_rel);
+  while (h && h != hooks_closed) {
+    completion_hook* next = h->next_;
+    h->on_complete();
+    h = next;
+  }
+}
+
+bool scheduled_task_base::add_hook(completion_hook* h) noexcept {
+  completion_hook* head = hooks_.load(std::memory_order_acquire);
+  do {
+    if (head == hooks_closed) return false;
+    h->next_ = head;
+  } while (!hooks_.compare_exchange_weak(head, h, std::memory_order_acq_rel));
+  return true;
+}
+
+void scheduled_task_base::wait() const {
+  if (is_terminal()) return;
+  auto& st = stripe_for(this);
+  std::unique_lock lk(st.mtx);
+  std::uint32_t s = state_.fetch_or(has_waiters, std::memory_order_acq_rel);
+  while ((s & phase_mask) < done) {
+    st.cv.wait(lk);
+    s = state_.load(std::memory_order_acquire);
+  }
+}
+
+bool scheduled_task_base::wait_until(clock::time_point deadline) const {
+  if (is_terminal()) return true;
+  auto& st = stripe_for(this);
+  std::unique_lock lk(st.mtx);
+  std::uint32_t s = state_.fetch_or(has_waiters, std::memory_order_acq_rel);
+  while ((s & phase_mask) < done) {
+    if (st.cv.wait_until(lk, deadline) == std::cv_status::timeout)
+      return is_terminal();
+    s = state_.load(std::memory_order_acquire);
+  }
+  return true;
+}
+
+clock::duration scheduled_task_base::delay() const noexcept {
+  if (is_terminal()) return clock::duration::zero(); // the pool may be gone
+  return due() - pool_->now();
+}
+
+std::exception_ptr scheduled_task_base::failure() const {
+  const std::uint32_t phase = this->phase();
+  if (phase == cancelled) return std::make_exception_ptr(cancelled_error());
+  if (phase == done) return error_;
+  return nullptr;
+}
+
+void scheduled_task_base::rethrow_if_failed() const {
+  if (auto e = failure()) std::rethrow_exception(e);
+}
+
+} // namespace metronome::detail
