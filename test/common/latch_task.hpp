@@ -1,0 +1,53 @@
+#ifndef METRONOME_TEST_LATCH_TASK_HPP
+#define METRONOME_TEST_LATCH_TASK_HPP
+
+#include <condition_variable>
+#include <mutex>
+
+namespace metronome::test {
+
+// A gate a task can block on until the test opens it, and a signal that the task
+// got there: deterministic "worker is busy" set-ups without sleeps.
+class gate {
+public:
+  void open() {
+    { std::lock_guard lk(m_); open_ = true; }
+    cv_.notify_all();
+  }
+  void wait() {
+    std::unique_lock lk(m_);
+    cv_.wait(lk, [&] { return open_; });
+  }
+
+private:
+  std::mutex m_;
+  std::condition_variable cv_;
+  bool open_ = false;
+};
+
+// Counts events and lets a test wait for a number of them.
+class counter {
+public:
+  void add(int n = 1) {
+    { std::lock_guard lk(m_); value_ += n; }
+    cv_.notify_all();
+  }
+  int value() {
+    std::lock_guard lk(m_);
+    return value_;
+  }
+  // Waits (up to 20 s of real time) until the count reaches n.
+  bool wait_for_at_least(int n) {
+    std::unique_lock lk(m_);
+    return cv_.wait_for(lk, std::chrono::seconds(20), [&] { return value_ >= n; });
+  }
+
+private:
+  std::mutex m_;
+  std::condition_variable cv_;
+  int value_ = 0;
+};
+
+} // namespace metronome::test
+
+#endif

@@ -1,0 +1,385 @@
+#include <metronome/scheduled_thread_pool.hpp>
+
+#include <metronome/manual_clock.hpp>
+
+#include "common/latch_task.hpp"
+#include "common/poll_until.hpp"
+
+#include <boost/asio/post.hpp>
+#include <boost/test/unit_test.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <dirent.h>
+#include <fstream>
+#include <memory>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+using namespace std::chrono_literals;
+using metronome::manual_clock;
+using metronome::pool_options;
+using metronome::rejection_policy;
+using metronome::scheduled_thread_pool;
+using metronome::test::poll_until;
+
+namespace {
+pool_options on_clock(manual_clock& c, std::size_t threads = 1) {
+  pool_options o;
+  o.threads = threads;
+  o.time_source = &c;
+  return o;
+}
+
+std::set<std::string> thread_names() {
+  std::set<std::string> names;
+  if (DIR* d = ::opendir("/proc/self/task")) {
+    while (dirent* e = ::readdir(d)) {
+      if (e->d_name[0] == '.') continue;
+      std::ifstream in(std::string("/proc/self/task/") + e->d_name + "/comm");
+      std::string n;
+      std::getline(in, n);
+      names.insert(n);
+    }
+    ::closedir(d);
+  }
+  return names;
+}
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(pool_lifecycle)
+
+BOOST_AUTO_TEST_CASE(shutdown_rejects_new_work_and_runs_queued_work) {
+  scheduled_thread_pool pool(1);
+  metronome::test::gate g;
+  pool.submit([&] { g.wait(); });
+  std::atomic<int> ran{0};
+  std::vector<metronome::scheduled_future<void>> hs;
+  for (int i = 0; i < 100; ++i) hs.push_back(pool.submit([&] { ++ran; }));
+  pool.shutdown();
+  BOOST_TEST(pool.is_shutdown());
+  BOOST_CHECK_THROW(pool.submit([] {}), metronome::rejected_execution);
+  BOOST_CHECK_THROW(pool.schedule([] {}, 1s), metronome::rejected_execution);
+  BOOST_TEST(pool.stats().rejected == 2u);
+  g.open();
+  pool.join();
+  BOOST_TEST(ran.load() == 100);
+  BOOST_TEST(pool.is_terminated());
+}
+
+BOOST_AUTO_TEST_CASE(delayed_one_shots_run_after_shutdown_by_default) {
+  manual_clock c;
+  scheduled_thread_pool pool(on_clock(c));
+  auto f = pool.schedule([] { return 4; }, 50ms);
+  auto p = pool.schedule_at_fixed_rate([] {}, 10ms, 10ms);
+  pool.shutdown();
+  BOOST_TEST(p.is_cancelled()); // periodic stops at shutdown by default
+  BOOST_TEST(!pool.is_terminated());
+  BOOST_TEST(!pool.await_termination(20ms)); // still waiting for the delayed task
+  c.advance(50ms);
+  BOOST_TEST(f.get() == 4);
+  pool.join();
+  BOOST_TEST(pool.is_terminated());
+}
+
+BOOST_AUTO_TEST_CASE(delayed_one_shots_can_be_dropped_at_shutdown) {
+  manual_clock c;
+  auto o = on_clock(c);
+  o.run_delayed_after_shutdown = false;
+  scheduled_thread_pool pool(o);
+  auto f = pool.schedule([] { return 4; }, 50ms);
+  pool.shutdown();
+  BOOST_TEST(f.is_cancelled());
+  pool.join();
+  BOOST_TEST(pool.stats().delayed_queued == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(periodic_tasks_can_continue_after_shutdown) {
+  manual_clock c;
+  auto o = on_clock(c);
+  o.continue_periodic_after_shutdown = true;
+  scheduled_thread_pool pool(o);
+  metronome::test::counter runs;
+  auto p = pool.schedule_at_fixed_rate([&] { runs.add(); }, 10ms, 10ms);
+  pool.shutdown();
+  for (int i = 1; i <= 3; ++i) {
+    c.advance(10ms);
+    BOOST_REQUIRE(runs.wait_for_at_least(i));
+  }
+  BOOST_TEST(!pool.is_terminated());
+  BOOST_TEST(p.cancel());
+  pool.join();
+  BOOST_TEST(pool.is_terminated());
+}
+
+BOOST_AUTO_TEST_CASE(shutdown_now_returns_every_task_that_never_ran) {
+  manual_clock c;
+  scheduled_thread_pool pool(on_clock(c));
+  metronome::test::gate started, release;
+  auto blocker = pool.submit([&] { started.open(); release.wait(); });
+  started.wait();
+  std::vector<metronome::scheduled_future<int>> ready, delayed;
+  for (int i = 0; i < 5; ++i) ready.push_back(pool.submit([i] { return i; }));
+  for (int i = 0; i < 10; ++i) delayed.push_back(pool.schedule([i] { return 100 + i; }, std::chrono::seconds(1 + i)));
+  auto periodic = pool.schedule_at_fixed_rate([] {}, 1s, 1s);
+  std::atomic<int> posted{0};
+  boost::asio::post(pool, [&] { ++posted; });
+  auto cancelled = pool.schedule([] { return -1; }, 1s);
+  cancelled.cancel();
+
+  auto pending = pool.shutdown_now();
+  release.open();
+  BOOST_TEST(pending.size() == 5u + 10u + 1u + 1u);
+  BOOST_TEST(pool.stats().delayed_queued == 0u);
+  BOOST_CHECK_THROW(pool.submit([] { return 0; }), metronome::rejected_execution);
+  pool.join();
+  BOOST_TEST(blocker.is_done());
+  // Nothing ran: the handles are still pending until we decide.
+  for (auto& f : ready) BOOST_TEST(!f.is_done());
+  // Run the first (a ready one), drop the rest: they become cancelled.
+  BOOST_TEST(pending.front().has_handle());
+  pending.front()();
+  BOOST_TEST(ready[0].get() == 0);
+  BOOST_CHECK_THROW(pending.front()(), std::logic_error);
+  std::size_t plain = 0;
+  for (auto& p : pending) plain += p && !p.has_handle();
+  BOOST_TEST(plain == 1u); // the posted function
+  pending.clear();
+  for (std::size_t i = 1; i < ready.size(); ++i) BOOST_TEST(ready[i].is_cancelled());
+  for (auto& f : delayed) BOOST_TEST(f.is_cancelled());
+  BOOST_TEST(periodic.is_cancelled());
+  BOOST_TEST(posted.load() == 0);
+}
+
+BOOST_AUTO_TEST_CASE(caller_runs_runs_on_the_submitting_thread_after_shutdown) {
+  pool_options o;
+  o.rejection = rejection_policy::caller_runs;
+  scheduled_thread_pool pool(o);
+  pool.shutdown();
+  auto f = pool.submit([] { return std::this_thread::get_id(); });
+  BOOST_TEST(f.is_done()); // ran before submit returned
+  BOOST_TEST((f.get() == std::this_thread::get_id()));
+  BOOST_TEST(pool.stats().rejected == 1u);
+}
+
+BOOST_AUTO_TEST_CASE(discard_cancels_the_handle) {
+  pool_options o;
+  o.rejection = rejection_policy::discard;
+  scheduled_thread_pool pool(o);
+  pool.shutdown();
+  auto f = pool.schedule([] { return 1; }, 1ms);
+  BOOST_TEST(f.is_cancelled());
+  BOOST_TEST(pool.stats().rejected == 1u);
+}
+
+BOOST_AUTO_TEST_CASE(max_queued_with_abort_throws) {
+  pool_options o;
+  o.max_queued = 2;
+  scheduled_thread_pool pool(o);
+  metronome::test::gate started, release;
+  pool.submit([&] { started.open(); release.wait(); });
+  started.wait();
+  auto a = pool.submit([] { return 1; });
+  auto b = pool.submit([] { return 2; });
+  BOOST_CHECK_THROW(pool.submit([] { return 3; }), metronome::rejected_execution);
+  release.open();
+  BOOST_TEST(a.get() + b.get() == 3);
+  BOOST_TEST(pool.stats().rejected == 1u);
+}
+
+BOOST_AUTO_TEST_CASE(discard_oldest_makes_room) {
+  pool_options o;
+  o.max_queued = 2;
+  o.rejection = rejection_policy::discard_oldest;
+  scheduled_thread_pool pool(o);
+  metronome::test::gate started, release;
+  pool.submit([&] { started.open(); release.wait(); });
+  started.wait();
+  auto a = pool.submit([] { return 1; });
+  auto b = pool.submit([] { return 2; });
+  auto c = pool.submit([] { return 3; });
+  release.open();
+  BOOST_TEST(b.get() + c.get() == 5);
+  BOOST_TEST(a.is_cancelled());
+  BOOST_TEST(pool.stats().rejected == 1u);
+}
+
+BOOST_AUTO_TEST_CASE(executor_path_drops_outside_work_after_shutdown_and_reports_it) {
+  std::atomic<int> rejected_reports{0};
+  pool_options o;
+  o.exception_handler = [&](std::exception_ptr e) {
+    try {
+      std::rethrow_exception(e);
+    } catch (const metronome::rejected_execution&) {
+      ++rejected_reports;
+    } catch (...) {
+    }
+  };
+  scheduled_thread_pool pool(o);
+  pool.shutdown();
+  std::atomic<int> ran{0};
+  boost::asio::post(pool, [&] { ++ran; }); // does not throw
+  pool.join();
+  BOOST_TEST(ran.load() == 0);
+  BOOST_TEST(rejected_reports.load() == 1);
+  BOOST_TEST(pool.stats().rejected == 1u);
+}
+
+BOOST_AUTO_TEST_CASE(work_from_pool_threads_is_accepted_while_shutting_down) {
+  scheduled_thread_pool pool(2);
+  std::atomic<int> chain{0};
+  metronome::test::gate g;
+  std::function<void()> step = [&] {
+    if (++chain < 100) boost::asio::post(pool, step);
+  };
+  boost::asio::post(pool, [&] { g.wait(); step(); });
+  pool.shutdown();
+  g.open();
+  pool.join();
+  BOOST_TEST(chain.load() == 100);
+}
+
+// Submitters race shutdown_now: every task ran, was returned, or was rejected.
+BOOST_AUTO_TEST_CASE(shutdown_now_races_lose_nothing) {
+  for (int round = 0; round < 5; ++round) {
+    scheduled_thread_pool pool(2);
+    std::atomic<int> ran{0}, rejected{0};
+    std::atomic<bool> go{false};
+    std::vector<std::vector<metronome::scheduled_future<void>>> handles(3);
+    std::vector<std::thread> submitters;
+    for (int t = 0; t < 3; ++t) {
+      submitters.emplace_back([&, t] {
+        while (!go) std::this_thread::yield();
+        for (int i = 0; i < 20000; ++i) {
+          try {
+            auto delay = std::chrono::microseconds(i % 3 == 0 ? 500 : 0);
+            handles[t].push_back(pool.schedule([&] { ++ran; }, delay));
+          } catch (const metronome::rejected_execution&) {
+            ++rejected;
+          }
+        }
+      });
+    }
+    go = true;
+    while (pool.stats().completed < 2000) std::this_thread::yield();
+    auto pending = pool.shutdown_now();
+    for (auto& s : submitters) s.join();
+    pool.join();
+    const int returned = static_cast<int>(pending.size());
+    pending.clear(); // cancels their handles
+    int done_ran = 0, cancelled = 0, lost = 0;
+    for (auto& hs : handles)
+      for (auto& h : hs) {
+        if (!h.is_done()) ++lost;
+        else if (h.is_cancelled()) ++cancelled;
+        else ++done_ran;
+      }
+    BOOST_TEST(lost == 0);
+    BOOST_TEST(done_ran == ran.load());
+    BOOST_TEST(ran.load() + returned + rejected.load() + (cancelled - returned) == 60000);
+    BOOST_TEST(cancelled >= returned);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(join_without_shutdown_waits_for_outstanding_work) {
+  scheduled_thread_pool pool(2);
+  std::atomic<int> ran{0};
+  pool.schedule([&] { ++ran; }, 30ms);
+  for (int i = 0; i < 100; ++i) boost::asio::post(pool, [&] { ++ran; });
+  pool.join();
+  BOOST_TEST(ran.load() == 101);
+  BOOST_TEST(pool.is_terminated());
+}
+
+BOOST_AUTO_TEST_CASE(await_termination_before_shutdown_times_out) {
+  scheduled_thread_pool pool(1);
+  auto start = std::chrono::steady_clock::now();
+  BOOST_TEST(!pool.await_termination(30ms));
+  BOOST_TEST((std::chrono::steady_clock::now() - start >= 30ms));
+  pool.shutdown();
+  BOOST_TEST(pool.await_termination(20s));
+}
+
+BOOST_AUTO_TEST_CASE(join_from_a_pool_thread_is_a_logic_error) {
+  scheduled_thread_pool pool(1);
+  auto f = pool.submit([&] { pool.join(); });
+  BOOST_CHECK_THROW(f.get(), std::logic_error);
+}
+
+BOOST_AUTO_TEST_CASE(destructor_cancels_far_future_work_and_runs_ready_work) {
+  std::vector<metronome::scheduled_future<int>> far;
+  std::atomic<int> ran{0};
+  metronome::scheduled_future<void> periodic;
+  auto start = std::chrono::steady_clock::now();
+  {
+    scheduled_thread_pool pool(1);
+    metronome::test::gate g;
+    pool.submit([&] { g.wait(); });
+    for (int i = 0; i < 50; ++i) boost::asio::post(pool, [&] { ++ran; });
+    for (int i = 0; i < 10; ++i) far.push_back(pool.schedule([] { return 1; }, 1h));
+    periodic = pool.schedule_at_fixed_rate([] {}, 1h, 1h);
+    g.open();
+  }
+  BOOST_TEST((std::chrono::steady_clock::now() - start < 30s)); // never waits for the hour
+  BOOST_TEST(ran.load() == 50);
+  for (auto& f : far) BOOST_TEST(f.is_cancelled());
+  BOOST_TEST(periodic.is_cancelled());
+}
+
+BOOST_AUTO_TEST_CASE(destroying_the_pool_from_its_own_thread_detaches_it) {
+  auto pool = std::make_unique<scheduled_thread_pool>(2);
+  std::promise<void> destroyed;
+  auto* raw = pool.release();
+  boost::asio::post(*raw, [raw, &destroyed] {
+    delete raw;
+    destroyed.set_value();
+  });
+  BOOST_TEST((destroyed.get_future().wait_for(20s) == std::future_status::ready));
+}
+
+BOOST_AUTO_TEST_CASE(threads_are_named_with_the_prefix) {
+  pool_options o = pool_options::fixed(2);
+  o.thread_name_prefix = "mtrtest";
+  scheduled_thread_pool pool(o);
+  BOOST_TEST(poll_until([] {
+    auto n = thread_names();
+    return n.count("mtrtest-1") && n.count("mtrtest-2");
+  }));
+}
+
+BOOST_AUTO_TEST_CASE(elastic_pool_grows_under_load_and_shrinks_when_idle) {
+  scheduled_thread_pool pool(pool_options::cached(1, 4, 50ms));
+  metronome::test::gate release;
+  metronome::test::counter started;
+  std::vector<metronome::scheduled_future<void>> hs;
+  for (int i = 0; i < 4; ++i) {
+    hs.push_back(pool.submit([&] { started.add(); release.wait(); }));
+  }
+  BOOST_TEST(started.wait_for_at_least(4)); // four tasks run at once: the pool grew
+  BOOST_TEST(pool.stats().threads == 4u);
+  BOOST_TEST(pool.stats().active == 4u);
+  BOOST_TEST(pool.stats().largest_pool_size == 4u);
+  release.open();
+  for (auto& h : hs) h.get();
+  BOOST_TEST(poll_until([&] { return pool.stats().threads == 1u; }));
+  BOOST_TEST(pool.submit([] { return 1; }).get() == 1);
+}
+
+BOOST_AUTO_TEST_CASE(stats_count_completed_and_queues) {
+  manual_clock c;
+  scheduled_thread_pool pool(on_clock(c, 2));
+  std::vector<metronome::scheduled_future<void>> hs;
+  for (int i = 0; i < 10; ++i) hs.push_back(pool.submit([] {}));
+  for (auto& h : hs) h.get();
+  BOOST_TEST(poll_until([&] { return pool.stats().completed == 10u; }));
+  pool.schedule([] {}, 1s);
+  auto s = pool.stats();
+  BOOST_TEST(s.delayed_queued == 1u);
+  BOOST_TEST(s.threads == 2u);
+  BOOST_TEST(s.largest_pool_size == 2u);
+  BOOST_TEST(s.rejected == 0u);
+}
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -1,0 +1,147 @@
+#include <metronome/scheduled_future.hpp>
+
+#include <metronome/manual_clock.hpp>
+#include <metronome/scheduled_thread_pool.hpp>
+
+#include "common/latch_task.hpp"
+
+#include <boost/test/unit_test.hpp>
+
+#include <chrono>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+using namespace std::chrono_literals;
+using metronome::scheduled_future;
+
+namespace {
+struct manual_pool {
+  metronome::manual_clock clock;
+  metronome::scheduled_thread_pool pool{[this] {
+    metronome::pool_options o;
+    o.threads = 1;
+    o.time_source = &clock;
+    return o;
+  }()};
+};
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(scheduled_future_suite)
+
+BOOST_AUTO_TEST_CASE(empty_handle_is_invalid_and_throws_on_get) {
+  scheduled_future<int> f;
+  BOOST_TEST(!f.valid());
+  BOOST_TEST(!f.cancel());
+  BOOST_TEST(!f.is_done());
+  BOOST_CHECK_THROW(f.get(), std::logic_error);
+}
+
+BOOST_AUTO_TEST_CASE(get_returns_value_to_every_copy) {
+  metronome::scheduled_thread_pool pool(1);
+  auto f = pool.submit([] { return std::string("hello"); });
+  auto g = f;
+  BOOST_TEST(f.get() == "hello");
+  BOOST_TEST(g.get() == "hello");
+  BOOST_TEST(f.is_done());
+  BOOST_TEST(!f.is_cancelled());
+  BOOST_TEST((f == g));
+}
+
+BOOST_AUTO_TEST_CASE(get_rethrows_the_task_exception) {
+  metronome::scheduled_thread_pool pool(1);
+  auto f = pool.submit([]() -> int { throw std::runtime_error("boom"); });
+  BOOST_CHECK_EXCEPTION(f.get(), std::runtime_error, [](const auto& e) { return std::string(e.what()) == "boom"; });
+  BOOST_TEST(f.is_done());
+}
+
+BOOST_AUTO_TEST_CASE(move_only_results_are_moved_out) {
+  metronome::scheduled_thread_pool pool(1);
+  auto f = pool.submit([] { return std::make_unique<int>(5); });
+  auto p = f.get();
+  BOOST_TEST(*p == 5);
+}
+
+BOOST_AUTO_TEST_CASE(cancel_wins_only_before_start) {
+  manual_pool mp;
+  auto f = mp.pool.schedule([] { return 1; }, 10ms);
+  BOOST_TEST(f.cancel());
+  BOOST_TEST(!f.cancel()); // a second cancel does not claim a win
+  BOOST_TEST(f.is_cancelled());
+  BOOST_TEST(f.is_done());
+  BOOST_CHECK_THROW(f.get(), metronome::cancelled_error);
+  BOOST_TEST(mp.pool.stats().delayed_queued == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(cancel_of_a_running_or_finished_task_returns_false) {
+  metronome::scheduled_thread_pool pool(1);
+  metronome::test::gate started, release;
+  auto f = pool.submit([&] {
+    started.open();
+    release.wait();
+    return 3;
+  });
+  started.wait();
+  BOOST_TEST(!f.cancel()); // already running: the cancel must not claim it stopped it
+  release.open();
+  BOOST_TEST(f.get() == 3);
+  BOOST_TEST(!f.cancel());
+  BOOST_TEST(!f.is_cancelled());
+}
+
+BOOST_AUTO_TEST_CASE(cancel_destroys_the_callable_at_once) {
+  manual_pool mp;
+  auto token = std::make_shared<int>(1);
+  auto f = mp.pool.schedule([token] { return *token; }, 1h);
+  BOOST_TEST(token.use_count() == 2);
+  BOOST_TEST(f.cancel());
+  BOOST_TEST(token.use_count() == 1);
+}
+
+BOOST_AUTO_TEST_CASE(finished_task_releases_its_callable) {
+  metronome::scheduled_thread_pool pool(1);
+  auto token = std::make_shared<int>(1);
+  auto f = pool.submit([token] { return *token; });
+  BOOST_TEST(f.get() == 1);
+  BOOST_TEST(token.use_count() == 1); // the handle keeps only the result
+}
+
+BOOST_AUTO_TEST_CASE(dropping_the_handle_never_cancels) {
+  manual_pool mp;
+  metronome::test::counter ran;
+  { auto f = mp.pool.schedule([&] { ran.add(); }, 5ms); }
+  mp.clock.advance(5ms);
+  BOOST_TEST(ran.wait_for_at_least(1));
+}
+
+BOOST_AUTO_TEST_CASE(wait_for_times_out_then_succeeds) {
+  manual_pool mp;
+  auto f = mp.pool.schedule([] { return 2; }, 1s);
+  BOOST_TEST((f.wait_for(10ms) == std::future_status::timeout));
+  mp.clock.advance(1s);
+  BOOST_TEST((f.wait_for(20s) == std::future_status::ready));
+  BOOST_TEST(f.get() == 2);
+}
+
+BOOST_AUTO_TEST_CASE(delay_reports_time_left_on_the_pool_clock) {
+  manual_pool mp;
+  auto f = mp.pool.schedule([] {}, 100ms);
+  BOOST_TEST((f.delay() == std::chrono::nanoseconds(100ms)));
+  mp.clock.advance(40ms);
+  BOOST_TEST((f.delay() == std::chrono::nanoseconds(60ms)));
+  f.cancel();
+}
+
+BOOST_AUTO_TEST_CASE(waiters_on_other_threads_are_all_woken) {
+  manual_pool mp;
+  auto f = mp.pool.schedule([] { return 9; }, 1s);
+  std::atomic<int> sum{0};
+  std::vector<std::thread> waiters;
+  for (int i = 0; i < 4; ++i) waiters.emplace_back([f, &sum] { sum += f.get(); });
+  mp.clock.advance(1s);
+  for (auto& t : waiters) t.join();
+  BOOST_TEST(sum.load() == 36);
+}
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -1,0 +1,384 @@
+#include <metronome/scheduled_thread_pool.hpp>
+
+#include <metronome/manual_clock.hpp>
+
+#include "common/latch_task.hpp"
+#include "common/poll_until.hpp"
+
+#include <boost/test/unit_test.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <mutex>
+#include <random>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+using namespace std::chrono_literals;
+using mclock = metronome::clock;
+using metronome::manual_clock;
+using metronome::pool_options;
+using metronome::scheduled_thread_pool;
+using metronome::test::poll_until;
+
+namespace {
+
+pool_options on_clock(manual_clock& c, std::size_t threads = 1) {
+  pool_options o;
+  o.threads = threads;
+  o.time_source = &c;
+  return o;
+}
+
+struct manual_fixture {
+  manual_clock clock;
+  std::mutex m;
+  std::vector<std::exception_ptr> reported;
+  scheduled_thread_pool pool{[this] {
+    auto o = on_clock(clock);
+    o.exception_handler = [this](std::exception_ptr e) {
+      std::lock_guard lk(m);
+      reported.push_back(e);
+    };
+    return o;
+  }()};
+  std::size_t reported_count() {
+    std::lock_guard lk(m);
+    return reported.size();
+  }
+  // The periodic task is back in the delay queue (not running, not ready).
+  bool parked_in_heap() {
+    return poll_until([&] { auto s = pool.stats(); return s.delayed_queued == 1 && s.ready_queued == 0 && s.active == 0; });
+  }
+};
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(scheduled_thread_pool_suite)
+
+// ---- bad input
+
+BOOST_AUTO_TEST_CASE(rejects_zero_threads) {
+  BOOST_CHECK_THROW(scheduled_thread_pool(0), std::invalid_argument);
+}
+
+BOOST_AUTO_TEST_CASE(empty_functions_are_invalid_arguments) {
+  scheduled_thread_pool pool(1);
+  std::function<int()> empty;
+  void (*null_fn)() = nullptr;
+  BOOST_CHECK_THROW(pool.submit(empty), std::invalid_argument);
+  BOOST_CHECK_THROW(pool.schedule(null_fn, 1ms), std::invalid_argument);
+  BOOST_CHECK_THROW(pool.schedule_at_fixed_rate(std::function<void()>(), 1ms, 1ms), std::invalid_argument);
+  BOOST_CHECK_THROW(pool.schedule_with_fixed_delay(null_fn, 1ms, 1ms), std::invalid_argument);
+  BOOST_TEST(pool.stats().rejected == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(non_positive_periods_are_invalid_arguments) {
+  scheduled_thread_pool pool(1);
+  BOOST_CHECK_THROW(pool.schedule_at_fixed_rate([] {}, 1ms, 0ms), std::invalid_argument);
+  BOOST_CHECK_THROW(pool.schedule_at_fixed_rate([] {}, 1ms, -5ms), std::invalid_argument);
+  BOOST_CHECK_THROW(pool.schedule_with_fixed_delay([] {}, 1ms, 0s), std::invalid_argument);
+  BOOST_TEST(pool.stats().delayed_queued == 0u);
+}
+
+// ---- due times
+
+BOOST_AUTO_TEST_CASE(non_positive_delay_runs_now_without_the_heap) {
+  manual_clock c;
+  scheduled_thread_pool pool(on_clock(c));
+  auto a = pool.schedule([] { return 1; }, 0ms);
+  auto b = pool.schedule([] { return 2; }, -5s);
+  auto d = pool.schedule_at([] { return 3; }, c.now() - 1h);
+  BOOST_TEST(a.get() + b.get() + d.get() == 6); // the clock never moved
+}
+
+BOOST_AUTO_TEST_CASE(huge_delays_saturate_instead_of_wrapping) {
+  manual_clock c;
+  scheduled_thread_pool pool(on_clock(c));
+  auto a = pool.schedule([] {}, std::chrono::nanoseconds::max());
+  auto b = pool.schedule([] {}, std::chrono::hours::max());
+  auto d = pool.schedule_at([] {}, mclock::time_point::max());
+  c.advance(24h * 365 * 100);
+  BOOST_TEST(pool.stats().delayed_queued == 3u);
+  BOOST_TEST(!a.is_done());
+  BOOST_TEST((a.delay() > 24h * 365 * 100));
+  BOOST_TEST(a.cancel());
+  BOOST_TEST(b.cancel());
+  BOOST_TEST(d.cancel());
+  BOOST_TEST(pool.stats().delayed_queued == 0u);
+}
+
+// 10,000 tasks with random delays (many ties) run in (due, submission) order.
+BOOST_AUTO_TEST_CASE(runs_in_due_order_ties_fifo) {
+  manual_clock c;
+  scheduled_thread_pool pool(on_clock(c));
+  std::mt19937 rng(42);
+  struct rec {
+    long long due;
+    int seq;
+  };
+  std::vector<rec> order;
+  order.reserve(10000);
+  std::vector<metronome::scheduled_future<void>> handles;
+  for (int i = 0; i < 10000; ++i) {
+    long long due = rng() % 500;
+    handles.push_back(pool.schedule([&order, due, i] { order.push_back({due, i}); }, std::chrono::milliseconds(due)));
+  }
+  for (int step = 0; step < 50; ++step) c.advance(10ms); // release in batches
+  for (auto& h : handles) h.get();
+  BOOST_REQUIRE(order.size() == 10000u);
+  bool sorted = std::is_sorted(order.begin(), order.end(), [](const rec& a, const rec& b) {
+    return a.due < b.due || (a.due == b.due && a.seq < b.seq);
+  });
+  BOOST_TEST(sorted);
+}
+
+BOOST_AUTO_TEST_CASE(ready_work_is_fifo_on_one_thread) {
+  scheduled_thread_pool pool(1);
+  metronome::test::gate g;
+  pool.submit([&] { g.wait(); });
+  std::vector<int> order;
+  std::vector<metronome::scheduled_future<void>> hs;
+  for (int i = 0; i < 1000; ++i) hs.push_back(pool.submit([&order, i] { order.push_back(i); }));
+  g.open();
+  for (auto& h : hs) h.get();
+  BOOST_TEST(std::is_sorted(order.begin(), order.end()));
+  BOOST_TEST(order.size() == 1000u);
+}
+
+// ---- cancellation
+
+BOOST_AUTO_TEST_CASE(cancelling_100k_pending_tasks_empties_the_delay_queue) {
+  manual_clock c;
+  scheduled_thread_pool pool(on_clock(c, 2));
+  std::vector<metronome::scheduled_future<void>> hs;
+  hs.reserve(100000);
+  std::atomic<int> ran{0};
+  for (int i = 0; i < 100000; ++i) hs.push_back(pool.schedule([&] { ++ran; }, std::chrono::milliseconds(1 + i % 1000)));
+  BOOST_TEST(pool.stats().delayed_queued == 100000u);
+  int won = 0;
+  for (auto& h : hs) won += h.cancel();
+  BOOST_TEST(won == 100000);
+  BOOST_TEST(pool.stats().delayed_queued == 0u);
+  c.advance(1h);
+  pool.shutdown();
+  pool.join();
+  BOOST_TEST(ran.load() == 0);
+}
+
+// ---- fixed rate
+
+BOOST_AUTO_TEST_CASE(fixed_rate_has_no_drift_over_200_periods) {
+  manual_fixture f;
+  const auto t0 = f.clock.now();
+  std::vector<mclock::time_point> runs;
+  std::mutex m;
+  metronome::test::counter count;
+  auto h = f.pool.schedule_at_fixed_rate([&] {
+    { std::lock_guard lk(m); runs.push_back(f.clock.now()); }
+    count.add();
+  }, 10ms, 10ms);
+  for (int i = 1; i <= 200; ++i) {
+    f.clock.advance(10ms);
+    BOOST_REQUIRE(count.wait_for_at_least(i));
+  }
+  BOOST_TEST(h.cancel());
+  std::lock_guard lk(m);
+  BOOST_REQUIRE(runs.size() == 200u);
+  for (std::size_t i = 0; i < runs.size(); ++i) BOOST_TEST((runs[i] == t0 + 10ms * (i + 1)));
+}
+
+BOOST_AUTO_TEST_CASE(fixed_rate_on_the_real_clock_stays_on_its_grid) {
+  scheduled_thread_pool pool(2);
+  std::vector<mclock::time_point> runs;
+  std::mutex m;
+  metronome::test::counter count;
+  const auto period = 2ms;
+  const auto first_due = mclock::now() + period;
+  auto h = pool.schedule_at_fixed_rate([&] {
+    { std::lock_guard lk(m); runs.push_back(mclock::now()); }
+    count.add();
+  }, period, period);
+  BOOST_REQUIRE(count.wait_for_at_least(200));
+  h.cancel();
+  std::lock_guard lk(m);
+  // Never early, and lateness does not accumulate: run 200 is late by less than a
+  // generous bound, not by 200 times a per-run error.
+  for (std::size_t i = 0; i < 200; ++i) BOOST_TEST((runs[i] >= first_due + period * i - 1ms));
+  BOOST_TEST((runs[199] - (first_due + period * 199) < 100ms));
+}
+
+BOOST_AUTO_TEST_CASE(periodic_runs_never_overlap) {
+  scheduled_thread_pool pool(4);
+  std::atomic<int> inside{0}, max_inside{0};
+  metronome::test::counter runs;
+  auto body = [&] {
+    int now = ++inside;
+    int prev = max_inside.load();
+    while (now > prev && !max_inside.compare_exchange_weak(prev, now)) {
+    }
+    std::this_thread::sleep_for(3ms); // longer than the period: the work itself
+    --inside;
+    runs.add();
+  };
+  auto a = pool.schedule_at_fixed_rate(body, 0ms, 1ms);
+  BOOST_REQUIRE(runs.wait_for_at_least(20));
+  a.cancel();
+  BOOST_TEST(max_inside.load() == 1);
+}
+
+BOOST_AUTO_TEST_CASE(on_time_runs_get_the_same_next_due_under_every_policy) {
+  for (auto policy : {metronome::missed_tick::burst, metronome::missed_tick::delay, metronome::missed_tick::skip}) {
+    manual_fixture f;
+    metronome::test::counter runs;
+    auto h = f.pool.schedule_at_fixed_rate([&] { runs.add(); }, 10ms, 10ms, {policy});
+    f.clock.advance(10ms);
+    BOOST_REQUIRE(runs.wait_for_at_least(1));
+    BOOST_REQUIRE(f.parked_in_heap());
+    BOOST_TEST((h.delay() == std::chrono::nanoseconds(10ms)));
+    h.cancel();
+  }
+}
+
+BOOST_AUTO_TEST_CASE(missed_ticks_burst_catches_up) {
+  manual_fixture f;
+  const auto t0 = f.clock.now();
+  metronome::test::counter runs;
+  auto h = f.pool.schedule_at_fixed_rate([&] { runs.add(); }, 10ms, 10ms, {metronome::missed_tick::burst});
+  f.clock.advance(35ms); // due at 10; 20 and 30 are missed too
+  BOOST_REQUIRE(runs.wait_for_at_least(3));
+  BOOST_REQUIRE(f.parked_in_heap());
+  BOOST_TEST(runs.value() == 3);
+  BOOST_TEST((f.clock.now() + h.delay() == t0 + 40ms));
+  h.cancel();
+}
+
+BOOST_AUTO_TEST_CASE(missed_ticks_delay_shifts_the_grid) {
+  manual_fixture f;
+  const auto t0 = f.clock.now();
+  metronome::test::counter runs;
+  auto h = f.pool.schedule_at_fixed_rate([&] { runs.add(); }, 10ms, 10ms, {metronome::missed_tick::delay});
+  f.clock.advance(35ms); // the run starts at 35: next = 45
+  BOOST_REQUIRE(runs.wait_for_at_least(1));
+  BOOST_REQUIRE(f.parked_in_heap());
+  BOOST_TEST(runs.value() == 1);
+  BOOST_TEST((f.clock.now() + h.delay() == t0 + 45ms));
+  f.clock.advance(10ms);
+  BOOST_REQUIRE(runs.wait_for_at_least(2));
+  BOOST_REQUIRE(f.parked_in_heap());
+  BOOST_TEST((f.clock.now() + h.delay() == t0 + 55ms));
+  h.cancel();
+}
+
+BOOST_AUTO_TEST_CASE(missed_ticks_skip_jumps_to_the_next_grid_point) {
+  manual_fixture f;
+  const auto t0 = f.clock.now();
+  metronome::test::counter runs;
+  auto h = f.pool.schedule_at_fixed_rate([&] { runs.add(); }, 10ms, 10ms, {metronome::missed_tick::skip});
+  f.clock.advance(35ms); // next grid point after 35 is 40
+  BOOST_REQUIRE(runs.wait_for_at_least(1));
+  BOOST_REQUIRE(f.parked_in_heap());
+  BOOST_TEST(runs.value() == 1);
+  BOOST_TEST((f.clock.now() + h.delay() == t0 + 40ms));
+  f.clock.advance(40ms); // now 75: one run, next 80
+  BOOST_REQUIRE(runs.wait_for_at_least(2));
+  BOOST_REQUIRE(f.parked_in_heap());
+  BOOST_TEST(runs.value() == 2);
+  BOOST_TEST((f.clock.now() + h.delay() == t0 + 80ms));
+  h.cancel();
+}
+
+BOOST_AUTO_TEST_CASE(fixed_delay_counts_from_the_end_of_the_run) {
+  manual_fixture f;
+  const auto t0 = f.clock.now();
+  metronome::test::counter runs;
+  // The body "takes" 5 ms of manual time.
+  auto h = f.pool.schedule_with_fixed_delay([&] { f.clock.advance(5ms); runs.add(); }, 10ms, 10ms);
+  f.clock.advance(10ms);
+  BOOST_REQUIRE(runs.wait_for_at_least(1));
+  BOOST_REQUIRE(f.parked_in_heap());
+  BOOST_TEST((f.clock.now() == t0 + 15ms));
+  BOOST_TEST((f.clock.now() + h.delay() == t0 + 25ms));
+  h.cancel();
+}
+
+BOOST_AUTO_TEST_CASE(fixed_rate_ignores_the_run_length) {
+  manual_fixture f;
+  const auto t0 = f.clock.now();
+  metronome::test::counter runs;
+  auto h = f.pool.schedule_at_fixed_rate([&] { f.clock.advance(5ms); runs.add(); }, 10ms, 10ms);
+  f.clock.advance(10ms);
+  BOOST_REQUIRE(runs.wait_for_at_least(1));
+  BOOST_REQUIRE(f.parked_in_heap());
+  BOOST_TEST((f.clock.now() + h.delay() == t0 + 20ms));
+  h.cancel();
+}
+
+// ---- periodic cancel and exceptions
+
+BOOST_AUTO_TEST_CASE(cancel_during_a_periodic_run_prevents_further_runs) {
+  scheduled_thread_pool pool(1);
+  metronome::test::gate started, release;
+  metronome::test::counter runs;
+  auto h = pool.schedule_at_fixed_rate([&] { runs.add(); started.open(); release.wait(); }, 0ms, 1ms);
+  started.wait();
+  BOOST_TEST(h.cancel());  // prevents further runs; this run completes
+  BOOST_TEST(!h.cancel()); // only once
+  release.open();
+  h.wait();
+  BOOST_TEST(h.is_cancelled());
+  BOOST_CHECK_THROW(h.get(), metronome::cancelled_error);
+  BOOST_TEST(runs.value() == 1);
+}
+
+BOOST_AUTO_TEST_CASE(throwing_periodic_task_stops_and_reports) {
+  manual_fixture f;
+  int runs = 0;
+  auto h = f.pool.schedule_at_fixed_rate([&] {
+    if (++runs == 3) throw std::runtime_error("third");
+  }, 10ms, 10ms);
+  for (int i = 0; i < 5; ++i) f.clock.advance(10ms);
+  BOOST_CHECK_EXCEPTION(h.get(), std::runtime_error, [](const auto& e) { return std::string(e.what()) == "third"; });
+  BOOST_TEST(runs == 3);
+  BOOST_TEST(f.reported_count() == 1u);
+  BOOST_TEST(!h.is_cancelled());
+  BOOST_TEST(f.pool.stats().delayed_queued == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(throwing_periodic_task_may_continue) {
+  manual_fixture f;
+  metronome::test::counter runs;
+  auto h = f.pool.schedule_at_fixed_rate([&] { runs.add(); throw std::runtime_error("again"); }, 10ms, 10ms,
+                                         {metronome::missed_tick::burst, metronome::on_exception::continue_});
+  for (int i = 1; i <= 4; ++i) {
+    f.clock.advance(10ms);
+    BOOST_REQUIRE(runs.wait_for_at_least(i));
+  }
+  BOOST_REQUIRE(f.parked_in_heap());
+  BOOST_TEST(f.reported_count() == 4u);
+  BOOST_TEST(!h.is_done());
+  BOOST_TEST(h.cancel());
+}
+
+BOOST_AUTO_TEST_CASE(one_shot_exceptions_go_to_the_handle_only) {
+  manual_fixture f;
+  auto h = f.pool.submit([]() -> int { throw std::logic_error("x"); });
+  BOOST_CHECK_THROW(h.get(), std::logic_error);
+  BOOST_TEST(f.reported_count() == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(single_thread_survives_throwing_tasks) {
+  std::atomic<int> reported{0};
+  pool_options o = pool_options::single_thread();
+  o.exception_handler = [&](std::exception_ptr) { ++reported; };
+  scheduled_thread_pool pool(o);
+  for (int i = 0; i < 10; ++i) boost::asio::post(pool, [] { throw std::runtime_error("fire and forget"); });
+  BOOST_TEST(pool.submit([] { return 5; }).get() == 5);
+  BOOST_TEST(poll_until([&] { return reported.load() == 10; }));
+  BOOST_TEST(pool.stats().threads == 1u);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
