@@ -164,7 +164,10 @@ task_base* pool_core::next_task(worker& w) {
     clock::rep nd = next_due_.load(std::memory_order_relaxed);
     if (nd != no_due && !manual_ && now().time_since_epoch().count() >= nd) promote_due();
 
-    if (task_base* t = ready_.try_pop()) return t;
+    if (task_base* t = ready_.try_pop()) {
+      if (!ready_.empty()) maybe_wake_after_push(); // more queued: get help
+      return t;
+    }
     if (w.local_head) return pop_local(w);
 
     // Spin briefly: a producer that sees a spinning worker does not wake anybody.
@@ -173,9 +176,8 @@ task_base* pool_core::next_task(worker& w) {
       if (!ready_.empty()) {
         if (task_base* t = ready_.try_pop()) {
           // The last spinner found work: if more is queued, get another worker going.
-          if (spinning_.fetch_sub(1, std::memory_order_seq_cst) == 1 && !ready_.empty() &&
-              sleepers_.load(std::memory_order_seq_cst) > 0)
-            wake_one();
+          spinning_.fetch_sub(1, std::memory_order_seq_cst);
+          if (!ready_.empty()) maybe_wake_after_push();
           return t;
         }
       }

@@ -11,7 +11,8 @@ namespace metronome::test {
 class gate {
 public:
   void open() {
-    { std::lock_guard lk(m_); open_ = true; }
+    std::lock_guard lk(m_); // notify under the lock: the waiter may destroy us next
+    open_ = true;
     cv_.notify_all();
   }
   void wait() {
@@ -29,7 +30,8 @@ private:
 class counter {
 public:
   void add(int n = 1) {
-    { std::lock_guard lk(m_); value_ += n; }
+    std::lock_guard lk(m_);
+    value_ += n;
     cv_.notify_all();
   }
   int value() {

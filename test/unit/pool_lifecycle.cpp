@@ -331,12 +331,18 @@ BOOST_AUTO_TEST_CASE(destructor_cancels_far_future_work_and_runs_ready_work) {
 BOOST_AUTO_TEST_CASE(destroying_the_pool_from_its_own_thread_detaches_it) {
   auto pool = std::make_unique<scheduled_thread_pool>(2);
   std::promise<void> destroyed;
+  metronome::test::gate posted;
+  std::atomic<int> ready_ran{0};
   auto* raw = pool.release();
-  boost::asio::post(*raw, [raw, &destroyed] {
+  boost::asio::post(*raw, [raw, &destroyed, &posted] {
+    posted.wait(); // the main thread is done touching the pool
     delete raw;
     destroyed.set_value();
   });
+  for (int i = 0; i < 10; ++i) boost::asio::post(*raw, [&] { ++ready_ran; });
+  posted.open();
   BOOST_TEST((destroyed.get_future().wait_for(20s) == std::future_status::ready));
+  BOOST_TEST(ready_ran.load() == 10); // ready work ran before the pool went away
 }
 
 BOOST_AUTO_TEST_CASE(threads_are_named_with_the_prefix) {

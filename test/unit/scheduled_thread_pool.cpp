@@ -204,6 +204,7 @@ BOOST_AUTO_TEST_CASE(fixed_rate_on_the_real_clock_stays_on_its_grid) {
   }, period, period);
   BOOST_REQUIRE(count.wait_for_at_least(200));
   h.cancel();
+  h.wait(); // a run in progress completes first
   std::lock_guard lk(m);
   // Never early, and lateness does not accumulate: run 200 is late by less than a
   // generous bound, not by 200 times a per-run error.
@@ -226,7 +227,9 @@ BOOST_AUTO_TEST_CASE(periodic_runs_never_overlap) {
   };
   auto a = pool.schedule_at_fixed_rate(body, 0ms, 1ms);
   BOOST_REQUIRE(runs.wait_for_at_least(20));
-  a.cancel();
+  BOOST_TEST(a.cancel());
+  a.wait();
+  BOOST_TEST(a.is_cancelled());
   BOOST_TEST(max_inside.load() == 1);
 }
 
@@ -239,7 +242,7 @@ BOOST_AUTO_TEST_CASE(on_time_runs_get_the_same_next_due_under_every_policy) {
     BOOST_REQUIRE(runs.wait_for_at_least(1));
     BOOST_REQUIRE(f.parked_in_heap());
     BOOST_TEST((h.delay() == std::chrono::nanoseconds(10ms)));
-    h.cancel();
+    BOOST_TEST(h.cancel());
   }
 }
 
@@ -253,7 +256,7 @@ BOOST_AUTO_TEST_CASE(missed_ticks_burst_catches_up) {
   BOOST_REQUIRE(f.parked_in_heap());
   BOOST_TEST(runs.value() == 3);
   BOOST_TEST((f.clock.now() + h.delay() == t0 + 40ms));
-  h.cancel();
+  BOOST_TEST(h.cancel());
 }
 
 BOOST_AUTO_TEST_CASE(missed_ticks_delay_shifts_the_grid) {
@@ -270,7 +273,7 @@ BOOST_AUTO_TEST_CASE(missed_ticks_delay_shifts_the_grid) {
   BOOST_REQUIRE(runs.wait_for_at_least(2));
   BOOST_REQUIRE(f.parked_in_heap());
   BOOST_TEST((f.clock.now() + h.delay() == t0 + 55ms));
-  h.cancel();
+  BOOST_TEST(h.cancel());
 }
 
 BOOST_AUTO_TEST_CASE(missed_ticks_skip_jumps_to_the_next_grid_point) {
@@ -288,7 +291,7 @@ BOOST_AUTO_TEST_CASE(missed_ticks_skip_jumps_to_the_next_grid_point) {
   BOOST_REQUIRE(f.parked_in_heap());
   BOOST_TEST(runs.value() == 2);
   BOOST_TEST((f.clock.now() + h.delay() == t0 + 80ms));
-  h.cancel();
+  BOOST_TEST(h.cancel());
 }
 
 BOOST_AUTO_TEST_CASE(fixed_delay_counts_from_the_end_of_the_run) {
@@ -302,7 +305,7 @@ BOOST_AUTO_TEST_CASE(fixed_delay_counts_from_the_end_of_the_run) {
   BOOST_REQUIRE(f.parked_in_heap());
   BOOST_TEST((f.clock.now() == t0 + 15ms));
   BOOST_TEST((f.clock.now() + h.delay() == t0 + 25ms));
-  h.cancel();
+  BOOST_TEST(h.cancel());
 }
 
 BOOST_AUTO_TEST_CASE(fixed_rate_ignores_the_run_length) {
@@ -314,7 +317,7 @@ BOOST_AUTO_TEST_CASE(fixed_rate_ignores_the_run_length) {
   BOOST_REQUIRE(runs.wait_for_at_least(1));
   BOOST_REQUIRE(f.parked_in_heap());
   BOOST_TEST((f.clock.now() + h.delay() == t0 + 20ms));
-  h.cancel();
+  BOOST_TEST(h.cancel());
 }
 
 // ---- periodic cancel and exceptions

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Installs what metronome needs on Debian 12 when it is missing: a C++20 compiler,
+# CMake, Ninja, Boost 1.81 (Asio, Boost.Test). Safe to run again; needs root or sudo
+# only when something is missing.
+set -euo pipefail
+need=()
+for pkg in g++ cmake ninja-build libboost1.81-dev libboost-test1.81-dev; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
+done
+if [ ${#need[@]} -gt 0 ]; then
+  echo "metronome: installing ${need[*]}"
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
