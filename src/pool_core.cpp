@@ -591,29 +591,33 @@ void pool_core::on_cancelled(scheduled_task_base* t) noexcept {
   if (heap_.empty() && (shutdown_.load() || joining_)) wake_all_locked();
 }
 
-bool pool_core::add_wait(timed_node* n, clock::time_point due) {
+bool pool_core::add_wait(wait_node* n, clock::time_point due) {
   n->set_due(due);
-  std::lock_guard lk(mtx_);
-  if (shutdown_.load() || terminated_.load()) return false;
-  if (due <= now()) {
-    ready_.push(n);
-    // Accepted work while the pool runs: terminated_ is false under mtx_.
-    if (sleepers_.load() > 0 && spinning_.load() == 0) wake_some_locked(1);
-    return true;
+  {
+    std::lock_guard lk(mtx_);
+    if (terminated_.load()) return false;
+    if (shutdown_.load())
+      n->aborted_ = true;
+    else if (due > now()) {
+      heap_push_locked(n);
+      return true;
+    }
   }
-  heap_push_locked(n);
+  push_ready(n);
   return true;
 }
 
-bool pool_core::remove_wait(timed_node* n) noexcept {
-  std::lock_guard lk(mtx_);
-  if (n->heap_index_ == not_in_heap) return false;
-  const bool was_head = n->heap_index_ == 0;
-  heap_.remove(n);
-  delayed_count_.store(heap_.size(), std::memory_order_relaxed);
-  if (was_head) update_next_due_locked();
-  if (heap_.empty() && (shutdown_.load() || joining_)) wake_all_locked();
-  return true;
+void pool_core::cancel_wait(wait_node* n) noexcept {
+  {
+    std::lock_guard lk(mtx_);
+    if (n->heap_index_ == not_in_heap) return; // already fired or aborted
+    const bool was_head = n->heap_index_ == 0;
+    heap_.remove(n);
+    delayed_count_.store(heap_.size(), std::memory_order_relaxed);
+    if (was_head) update_next_due_locked();
+    n->aborted_ = true;
+  }
+  push_ready(n);
 }
 
 void pool_core::work_finished() noexcept {
@@ -642,7 +646,18 @@ void pool_core::shutdown() {
     update_next_due_locked();
     wake_all_locked();
   }
-  for (timed_node* n : gone) discard_task(n);
+  for (timed_node* n : gone) abort_timed(n);
+}
+
+void pool_core::abort_timed(timed_node* n) noexcept {
+  if (n->kind_ == task_kind::wait) {
+    // Completes with operation_aborted on a pool thread, so a coroutine waiting on it
+    // resumes where its continuations are still accepted.
+    static_cast<wait_node*>(n)->aborted_ = true;
+    push_ready(n);
+  } else {
+    discard_task(n);
+  }
 }
 
 std::vector<pending_task> pool_core::shutdown_now() {
@@ -701,7 +716,7 @@ void pool_core::close() {
       update_next_due_locked();
       wake_all_locked();
     }
-    for (timed_node* n : gone) discard_task(n);
+    for (timed_node* n : gone) abort_timed(n);
   }
   if (running_in_this_thread()) {
     // Destroyed from one of our own tasks: help run what is ready, then let the

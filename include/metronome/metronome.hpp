@@ -1,6 +1,7 @@
 #ifndef METRONOME_METRONOME_HPP
 #define METRONOME_METRONOME_HPP
 
+#include <metronome/async_delay.hpp>
 #include <metronome/errors.hpp>
 #include <metronome/manual_clock.hpp>
 #include <metronome/options.hpp>

@@ -57,11 +57,13 @@ public:
   // (abort policy). Returns normally when the task was accepted, discarded or run.
   void submit_scheduled(scheduled_task_base* t, clock::time_point due);
 
-  // A delay wait (async_delay). Returns false when the pool is shut down (the caller
-  // completes the wait with operation_aborted).
-  bool add_wait(timed_node* n, clock::time_point due);
-  // Removes a wait from the heap if it is still there; true if it was removed.
-  bool remove_wait(timed_node* n) noexcept;
+  // A delay wait (async_delay). After shutdown() it is queued already aborted.
+  // Returns false only when the pool has terminated (the caller completes the wait
+  // with operation_aborted itself).
+  bool add_wait(wait_node* n, clock::time_point due);
+  // Per-operation cancellation: if the wait is still in the delay queue, takes it out
+  // and queues it aborted. A wait that already fell due completes normally.
+  void cancel_wait(wait_node* n) noexcept;
 
   // Cancel support: removes t from the heap if it is there (drops the heap's ref).
   void on_cancelled(scheduled_task_base* t) noexcept;
@@ -111,7 +113,7 @@ private:
   void reject_scheduled(scheduled_task_base* t);
   void drop_outside(task_base* t) noexcept;
   void discard_task(task_base* t) noexcept;
-  void abort_wait(timed_node* n) noexcept;
+  void abort_timed(timed_node* n) noexcept;
   void cancel_heap_on_shutdown_locked(bool everything);
   bool idle_for_termination_locked(int awake_expected) const noexcept;
   void terminate_locked() noexcept;

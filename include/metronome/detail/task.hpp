@@ -57,6 +57,13 @@ struct timed_node : task_base {
   std::size_t heap_index_ = not_in_heap;
 };
 
+// A pending async_delay: completes with success when due, or operation_aborted when
+// aborted_ is set (per-operation cancellation, pool shutdown).
+struct wait_node : timed_node {
+  explicit wait_node(complete_fn fn) noexcept : timed_node(fn) { kind_ = task_kind::wait; }
+  bool aborted_ = false;
+};
+
 inline bool due_before(const timed_node* a, const timed_node* b) noexcept {
   auto da = a->due_.load(std::memory_order_relaxed);
   auto db = b->due_.load(std::memory_order_relaxed);

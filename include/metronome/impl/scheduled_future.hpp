@@ -16,8 +16,15 @@ namespace metronome {
 namespace detail {
 
 template <class R>
-using wait_signature =
-    std::conditional_t<std::is_void_v<R>, void(std::exception_ptr), void(std::exception_ptr, R)>;
+struct wait_signature_of {
+  using type = void(std::exception_ptr, R);
+};
+template <>
+struct wait_signature_of<void> {
+  using type = void(std::exception_ptr);
+};
+template <class R>
+using wait_signature = typename wait_signature_of<R>::type;
 
 // Holds the handler of one async_wait until the task ends, then hands the result to
 // the handler's associated executor.
@@ -36,7 +43,8 @@ public:
   // inside the initiating function.
   void deliver(bool immediate) noexcept {
     std::exception_ptr e = task_->failure();
-    auto ex = work_.get_executor();
+    auto work(std::move(work_)); // outlives the dispatch below: the context keeps running
+    auto ex = work.get_executor();
     Handler h(std::move(handler_));
     auto run = [h = std::move(h), e, args = result(e)]() mutable {
       std::apply([&](auto&&... a) { std::move(h)(e, std::move(a)...); }, std::move(args));

@@ -1,0 +1,163 @@
+#ifndef METRONOME_ASYNC_DELAY_HPP
+#define METRONOME_ASYNC_DELAY_HPP
+
+#include <metronome/detail/pool_core.hpp>
+#include <metronome/options.hpp>
+#include <metronome/scheduled_thread_pool.hpp>
+
+#include <boost/asio/associated_allocator.hpp>
+#include <boost/asio/associated_cancellation_slot.hpp>
+#include <boost/asio/associated_executor.hpp>
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/append.hpp>
+#include <boost/asio/cancellation_type.hpp>
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/error.hpp>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/query.hpp>
+#include <boost/system/error_code.hpp>
+
+#include <chrono>
+#include <memory>
+#include <type_traits>
+#include <utility>
+
+namespace metronome {
+namespace detail {
+
+template <class Executor>
+pool_core& pool_core_of(const Executor& ex) {
+  decltype(auto) ctx = boost::asio::query(ex, boost::asio::execution::context);
+  static_assert(std::is_convertible_v<decltype(ctx), scheduled_thread_pool&>,
+                "metronome::async_delay needs a metronome executor (a pool's, or a serial_executor over one)");
+  return static_cast<scheduled_thread_pool&>(ctx).core();
+}
+
+// One pending delay: a node in the pool's delay queue that owns the handler. The
+// node is allocated with the handler's associated allocator and freed before the
+// handler runs.
+template <class Handler, class IoExecutor>
+class delay_op final : public wait_node {
+  using handler_executor = boost::asio::associated_executor_t<Handler, IoExecutor>;
+  using alloc_traits = typename std::allocator_traits<
+      boost::asio::associated_allocator_t<Handler>>::template rebind_traits<delay_op>;
+
+  struct cancel_handler {
+    delay_op* op;
+    pool_core* core;
+    void operator()(boost::asio::cancellation_type_t type) const {
+      if (type != boost::asio::cancellation_type::none) core->cancel_wait(op);
+    }
+  };
+
+public:
+  static void start(Handler&& h, const IoExecutor& io_ex, pool_core& core, clock::time_point due) {
+    typename alloc_traits::allocator_type a(boost::asio::get_associated_allocator(h));
+    delay_op* op = alloc_traits::allocate(a, 1);
+    try {
+      alloc_traits::construct(a, op, std::move(h), io_ex);
+    } catch (...) {
+      alloc_traits::deallocate(a, op, 1);
+      throw;
+    }
+    auto slot = boost::asio::get_associated_cancellation_slot(op->handler_);
+    if (slot.is_connected()) {
+      op->slot_connected_ = true;
+      slot.template emplace<cancel_handler>(cancel_handler{op, &core});
+    }
+    if (!core.add_wait(op, due)) {
+      // The pool has terminated: complete aborted through the handler's executor.
+      op->aborted_ = true;
+      do_complete(op, false);
+    }
+  }
+
+  delay_op(Handler&& h, const IoExecutor& io_ex)
+      : wait_node(&do_complete), handler_(std::move(h)),
+        work_(boost::asio::get_associated_executor(handler_, io_ex)) {}
+
+private:
+  // run: a worker fires it (dispatch: inline when the handler's executor is this
+  // pool); !run: never ran (shutdown_now / terminated): post from here.
+  static void do_complete(task_base* b, bool run) {
+    auto* op = static_cast<delay_op*>(b);
+    const boost::system::error_code ec =
+        (run && !op->aborted_) ? boost::system::error_code() : boost::asio::error::operation_aborted;
+    if (op->slot_connected_) boost::asio::get_associated_cancellation_slot(op->handler_).clear();
+    Handler handler(std::move(op->handler_));
+    auto work(std::move(op->work_));
+    typename alloc_traits::allocator_type a(boost::asio::get_associated_allocator(handler));
+    alloc_traits::destroy(a, op);
+    alloc_traits::deallocate(a, op, 1);
+    handler_executor ex = work.get_executor();
+    if (run)
+      boost::asio::dispatch(ex, boost::asio::append(std::move(handler), ec));
+    else
+      boost::asio::post(ex, boost::asio::append(std::move(handler), ec));
+  }
+
+  Handler handler_;
+  boost::asio::executor_work_guard<handler_executor> work_;
+  bool slot_connected_ = false;
+};
+
+template <class Executor>
+class initiate_delay {
+public:
+  using executor_type = Executor;
+  explicit initiate_delay(const Executor& ex) : ex_(ex) {}
+  executor_type get_executor() const noexcept { return ex_; }
+
+  // relative: the delay counts from launch (matters for `deferred`).
+  template <class Handler>
+  void operator()(Handler&& handler, clock::duration amount, bool relative) const {
+    pool_core& core = pool_core_of(ex_);
+    const clock::time_point due =
+        relative ? saturating_add(core.now(), amount) : clock::time_point(amount);
+    delay_op<std::decay_t<Handler>, Executor>::start(std::forward<Handler>(handler), ex_, core, due);
+  }
+
+private:
+  Executor ex_;
+};
+
+} // namespace detail
+
+/// Waits for `delay` on a metronome pool's delay queue, as an Asio asynchronous operation.
+/**
+ * @param ex a metronome executor: a `scheduled_thread_pool`'s, or a `serial_executor`
+ * over one. The wait is one node in that pool's delay queue (no timer object).
+ * @param delay <= 0 completes as soon as a worker takes it (never inside this call);
+ * too large saturates. With `deferred`, the delay counts from the launch.
+ * @param token any completion token; signature `void(boost::system::error_code)`.
+ *
+ * The handler runs through its associated executor (default: `ex`) — inline on the
+ * firing pool thread when that is the pool itself — and the node is allocated with
+ * its associated allocator. Per-operation cancellation (any type: terminal, partial,
+ * total) through the associated cancellation slot takes the wait out of the delay
+ * queue and completes it with `asio::error::operation_aborted`; a wait that already
+ * fell due completes normally. Waits pending at `shutdown()`, and waits started after
+ * it, complete with `operation_aborted`. As for any Asio slot, emit the cancellation
+ * signal from the handler's executor context.
+ */
+template <class Executor, class Rep, class Period,
+          class CompletionToken = boost::asio::default_completion_token_t<Executor>>
+auto async_delay(const Executor& ex, std::chrono::duration<Rep, Period> delay,
+                 CompletionToken&& token = boost::asio::default_completion_token_t<Executor>()) {
+  return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code)>(
+      detail::initiate_delay<Executor>(ex), token, detail::saturating_duration(delay), true);
+}
+
+/// Waits until `when` on a metronome pool's delay queue; see async_delay.
+template <class Executor, class Duration,
+          class CompletionToken = boost::asio::default_completion_token_t<Executor>>
+auto async_delay_until(const Executor& ex, std::chrono::time_point<clock, Duration> when,
+                       CompletionToken&& token = boost::asio::default_completion_token_t<Executor>()) {
+  return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code)>(
+      detail::initiate_delay<Executor>(ex), token, detail::saturating_duration(when.time_since_epoch()), false);
+}
+
+} // namespace metronome
+
+#endif
