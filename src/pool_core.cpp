@@ -314,7 +314,11 @@ void pool_core::run_task(worker& w, task_base* t) noexcept {
   }
   w.busy.store(true, std::memory_order_relaxed);
   if (t->is_scheduled()) {
-    run_scheduled(static_cast<scheduled_task_base*>(t));
+    auto* st = static_cast<scheduled_task_base*>(t);
+    if (st->sink_)
+      st->sink_->accept(st); // due: it joins its serial executor's queue
+    else
+      run_scheduled(st);
   } else {
     try {
       t->complete(true);

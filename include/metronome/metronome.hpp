@@ -7,5 +7,6 @@
 #include <metronome/options.hpp>
 #include <metronome/scheduled_future.hpp>
 #include <metronome/scheduled_thread_pool.hpp>
+#include <metronome/serial_executor.hpp>
 
 #endif

@@ -14,6 +14,8 @@
 namespace metronome {
 
 class scheduled_thread_pool;
+template <class>
+class serial_executor;
 
 /// A handle to a task submitted to a `scheduled_thread_pool`.
 /**
@@ -120,6 +122,8 @@ public:
 
 private:
   friend class scheduled_thread_pool;
+  template <class>
+  friend class serial_executor;
   template <class>
   friend class scheduled_future;
 

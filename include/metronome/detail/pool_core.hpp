@@ -70,6 +70,11 @@ public:
 
   // Runs a scheduled task once on the calling thread (caller_runs, pending_task).
   static void run_detached(scheduled_task_base* t) noexcept;
+  // Runs a scheduled task here and then completes, reports or reschedules it, as a
+  // worker does (serial executors drain their tasks through this).
+  void run_scheduled(scheduled_task_base* t) noexcept;
+  // Queues ready work on this pool (internal: also after shutdown).
+  void push_ready(task_base* t) noexcept;
 
   // ---- Lifecycle.
   void shutdown();
@@ -96,9 +101,7 @@ private:
   task_base* next_task(worker& w);
   task_base* park(worker& w, std::unique_lock<std::mutex>& lk);
   void run_task(worker& w, task_base* t) noexcept;
-  void run_scheduled(scheduled_task_base* t) noexcept;
   void reschedule(scheduled_task_base* t, clock::time_point started);
-  void push_ready(task_base* t) noexcept;
   void wake_one() noexcept;
   void wake_some_locked(std::size_t n) noexcept;
   void wake_all_locked() noexcept;

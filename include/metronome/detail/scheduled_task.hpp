@@ -8,8 +8,10 @@
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <new>
 #include <optional>
+#include <stdexcept>
 #include <type_traits>
 #include <utility>
 
@@ -22,6 +24,20 @@ struct completion_hook {
 
 protected:
   ~completion_hook() = default;
+};
+
+class scheduled_task_base;
+
+// Where a due scheduled task goes instead of running on the pool that timed it: a
+// serial executor's queue. accept() takes over the pool's reference.
+class task_sink {
+public:
+  virtual void accept(scheduled_task_base* t) noexcept = 0;
+  // The task is being destroyed: drop it from any registry.
+  virtual void forget(scheduled_task_base* t) noexcept = 0;
+
+protected:
+  ~task_sink() = default;
 };
 
 // The state shared by a scheduled task and its handles. One allocation holds the
@@ -39,7 +55,17 @@ public:
 
   void add_ref() noexcept { refs_.fetch_add(1, std::memory_order_relaxed); }
   void release() noexcept {
-    if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
+    if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      if (sink_) sink_->forget(this);
+      delete this;
+    }
+  }
+  // Adds a reference unless the task is already being destroyed.
+  bool try_add_ref() noexcept {
+    std::uint32_t n = refs_.load(std::memory_order_relaxed);
+    while (n != 0)
+      if (refs_.compare_exchange_weak(n, n + 1, std::memory_order_relaxed)) return true;
+    return false;
   }
 
   std::uint32_t phase() const noexcept { return state_.load(std::memory_order_acquire) & phase_mask; }
@@ -67,6 +93,9 @@ public:
   virtual void destroy_callable() noexcept = 0;
 
   pool_core* pool_;
+  std::shared_ptr<task_sink> sink_; // set for tasks of a serial executor
+  scheduled_task_base* reg_prev_ = nullptr; // the serial executor's registry (for dispose)
+  scheduled_task_base* reg_next_ = nullptr;
   clock::duration period_{0};
   bool fixed_delay_ = false;
   periodic_options periodic_;
@@ -134,6 +163,23 @@ private:
   alignas(F) unsigned char storage_[sizeof(F)];
   bool alive_ = false;
 };
+
+template <class R, class F>
+scheduled_task_base* make_scheduled_task(pool_core* pool, F&& f, task_kind kind) {
+  static_assert(std::is_invocable_v<std::decay_t<F>&>, "metronome: the task must be callable with no arguments");
+  if (is_empty_callable(f)) throw std::invalid_argument("metronome: empty function");
+  auto* t = new scheduled_task<R, std::decay_t<F>>(pool, std::forward<F>(f));
+  t->kind_ = kind;
+  return t;
+}
+
+template <class Rep, class Period>
+clock::duration checked_period(std::chrono::duration<Rep, Period> period) {
+  if (period <= std::chrono::duration<Rep, Period>::zero())
+    throw std::invalid_argument("metronome: period must be positive");
+  auto p = saturating_duration(period);
+  return p <= clock::duration::zero() ? clock::duration(1) : p;
+}
 
 } // namespace metronome::detail
 

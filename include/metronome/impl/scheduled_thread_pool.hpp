@@ -10,11 +10,7 @@ namespace metronome {
 
 template <class R, class F>
 detail::scheduled_task_base* scheduled_thread_pool::make_task(F&& f, detail::task_kind kind) {
-  static_assert(std::is_invocable_v<std::decay_t<F>&>, "metronome: the task must be callable with no arguments");
-  if (detail::is_empty_callable(f)) throw std::invalid_argument("metronome: empty function");
-  auto* t = new detail::scheduled_task<R, std::decay_t<F>>(core_.get(), std::forward<F>(f));
-  t->kind_ = kind;
-  return t;
+  return detail::make_scheduled_task<R>(core_.get(), std::forward<F>(f), kind);
 }
 
 template <class R>
@@ -51,11 +47,9 @@ template <class F, class Rep1, class Period1, class Rep2, class Period2>
 scheduled_future<void> scheduled_thread_pool::periodic(F&& f, std::chrono::duration<Rep1, Period1> initial,
                                                        std::chrono::duration<Rep2, Period2> period,
                                                        bool fixed_delay, periodic_options options) {
-  if (period <= std::chrono::duration<Rep2, Period2>::zero())
-    throw std::invalid_argument("metronome: period must be positive");
+  const clock::duration p = detail::checked_period(period);
   auto* t = make_task<void>(std::forward<F>(f), detail::task_kind::periodic);
-  t->period_ = detail::saturating_duration(period);
-  if (t->period_ <= clock::duration::zero()) t->period_ = clock::duration(1);
+  t->period_ = p;
   t->fixed_delay_ = fixed_delay;
   t->periodic_ = options;
   return enqueue<void>(t, detail::saturating_add(core_->now(), initial));

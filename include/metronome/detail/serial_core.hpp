@@ -1,0 +1,80 @@
+#ifndef METRONOME_DETAIL_SERIAL_CORE_HPP
+#define METRONOME_DETAIL_SERIAL_CORE_HPP
+
+#include <metronome/detail/ready_queue.hpp>
+#include <metronome/detail/scheduled_task.hpp>
+
+#include <atomic>
+#include <cstddef>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+
+namespace metronome {
+
+/// Options of a `serial_executor`.
+struct serial_options {
+  /// Tasks run per drain turn before the drain re-posts itself to the underlying
+  /// executor, so one busy serial executor cannot starve others on the same pool. >= 1.
+  std::size_t batch = 64;
+  /// Receives exceptions thrown by fire-and-forget tasks. Default: the pool's handler
+  /// when the underlying executor is a metronome pool, else print to stderr.
+  std::function<void(std::exception_ptr)> exception_handler;
+};
+
+} // namespace metronome
+
+namespace metronome::detail {
+
+class pool_core;
+
+// A process-wide one-thread pool that times delayed work of serial executors whose
+// underlying executor is not a metronome pool.
+pool_core& default_timer_pool();
+
+// The queue drain (seed 004): an MPSC queue plus a count of pending tasks. The thread
+// that raises the count from 0 posts one drain to the underlying executor; the drain
+// runs tasks one at a time and lowers the count as it goes, so at most one drain is
+// active and each task happens-before the next (the count is read-modify-written with
+// acq_rel, and drain turns are handed on through the executor's post). After `batch`
+// tasks the drain re-posts itself instead of looping on.
+class serial_core : public task_sink, public std::enable_shared_from_this<serial_core> {
+public:
+  serial_core(serial_options opts, pool_core& timers, pool_core* owner_pool);
+  virtual ~serial_core();
+
+  // False when disposed (the caller rejects the task).
+  bool try_enqueue(task_base* t) noexcept;
+  void drain() noexcept;
+  void dispose() noexcept;
+  bool is_disposed() const noexcept { return disposed_.load(std::memory_order_acquire); }
+  bool running_in_this_thread() const noexcept;
+  pool_core& timers() const noexcept { return timers_; }
+  void report(std::exception_ptr e) noexcept;
+  void track(scheduled_task_base* t) noexcept;
+
+  void accept(scheduled_task_base* t) noexcept override;
+  void forget(scheduled_task_base* t) noexcept override;
+
+protected:
+  virtual void post_drain() noexcept = 0;
+
+private:
+  task_base* pop_one() noexcept;
+  void run_one(task_base* t) noexcept;
+  static void discard(task_base* t) noexcept;
+
+  ready_queue queue_;
+  alignas(64) std::atomic<std::size_t> pending_{0};
+  std::atomic<bool> disposed_{false};
+  serial_options opts_;
+  pool_core& timers_;
+  pool_core* owner_pool_; // the metronome pool underneath, if any (its exception handler)
+  std::mutex reg_mtx_;
+  scheduled_task_base* reg_head_ = nullptr;
+};
+
+} // namespace metronome::detail
+
+#endif

@@ -1,0 +1,313 @@
+#ifndef METRONOME_SERIAL_EXECUTOR_HPP
+#define METRONOME_SERIAL_EXECUTOR_HPP
+
+#include <metronome/detail/executor_op.hpp>
+#include <metronome/detail/serial_core.hpp>
+#include <metronome/errors.hpp>
+#include <metronome/scheduled_future.hpp>
+#include <metronome/scheduled_thread_pool.hpp>
+
+#include <boost/asio/execution.hpp>
+#include <boost/asio/execution_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/query.hpp>
+
+#include <memory>
+#include <stdexcept>
+#include <type_traits>
+#include <utility>
+
+namespace metronome {
+
+namespace detail {
+
+template <class Executor>
+pool_core* metronome_pool_of(const Executor& ex) noexcept {
+  if constexpr (requires { boost::asio::query(ex, boost::asio::execution::context); }) {
+    decltype(auto) ctx = boost::asio::query(ex, boost::asio::execution::context);
+    if constexpr (std::is_convertible_v<decltype(ctx), scheduled_thread_pool&>)
+      return &static_cast<scheduled_thread_pool&>(ctx).core();
+    else
+      return nullptr;
+  } else {
+    return nullptr;
+  }
+}
+
+template <class Executor>
+class serial_state final : public serial_core {
+public:
+  serial_state(const Executor& ex, serial_options opts, pool_core& timers, pool_core* owner)
+      : serial_core(std::move(opts), timers, owner), inner_(ex) {}
+  const Executor& inner() const noexcept { return inner_; }
+
+private:
+  void post_drain() noexcept override {
+    try {
+      boost::asio::post(inner_, [self = shared_from_this()] { self->drain(); });
+    } catch (...) {
+      report(std::current_exception());
+    }
+  }
+
+  Executor inner_;
+};
+
+} // namespace detail
+
+/// An ordered ("serial", strand-like) executor over any Asio executor: RxJava's
+/// ExecutorScheduler worker done the Asio way.
+/**
+ * Guarantees: tasks submitted from one thread run in submission order; at most one
+ * task of a serial executor runs at a time; each task happens-before the next. After
+ * `serial_options::batch` tasks in one turn the drain re-posts itself to the
+ * underlying executor, so many serial executors share a pool fairly.
+ *
+ * It is itself a standard Asio executor (and keeps the Networking-TS members), so
+ * `asio::post(serial, f)`, `co_spawn(serial, ...)` and `bind_executor(serial, h)` work.
+ * `execute` runs inline only with `blocking.possibly` from inside this serial
+ * executor's own drain (`running_in_this_thread()`); otherwise it queues.
+ *
+ * Delayed work (`schedule`, `schedule_at_fixed_rate`, `schedule_with_fixed_delay`)
+ * waits in the delay queue of the metronome pool underneath (or of a shared default
+ * timing pool for other executors) and joins this executor's queue when due.
+ *
+ * `dispose()` cancels everything this executor still holds — queued and delayed
+ * tasks, periodic tasks (a run in progress completes) — and rejects later work,
+ * without touching the underlying executor or other serial executors.
+ *
+ * Copies share state; equality is by state.
+ *
+ * @par Thread Safety
+ * All members are safe to call concurrently.
+ */
+template <class Executor>
+class serial_executor {
+public:
+  using inner_executor_type = Executor;
+
+  /// A serial executor over `ex`. @throws std::invalid_argument if `opts.batch` is 0.
+  explicit serial_executor(const Executor& ex, serial_options opts = {}) {
+    detail::pool_core* owner = detail::metronome_pool_of(ex);
+    detail::pool_core& timers = owner ? *owner : detail::default_timer_pool();
+    state_ = std::make_shared<detail::serial_state<Executor>>(ex, std::move(opts), timers, owner);
+  }
+
+  const Executor& get_inner_executor() const noexcept { return state_->inner(); }
+
+  /// Whether the calling thread is running a task of this serial executor.
+  bool running_in_this_thread() const noexcept { return state_->running_in_this_thread(); }
+
+  // ---- typed API (handles as on the pool)
+
+  /// Queues `f`; @returns its handle. @throws rejected_execution after dispose().
+  template <class F>
+  auto submit(F&& f) const {
+    using R = std::invoke_result_t<std::decay_t<F>&>;
+    auto* t = new_task<R>(std::forward<F>(f), detail::task_kind::one_shot);
+    scheduled_future<R> h(adopt(t));
+    t->set_due(state_->timers().now());
+    if (!state_->try_enqueue(t)) reject(t);
+    return h;
+  }
+
+  /// Runs `f` on this serial executor after `delay`. @throws rejected_execution after dispose().
+  template <class F, class Rep, class Period>
+  auto schedule(F&& f, std::chrono::duration<Rep, Period> delay) const {
+    using R = std::invoke_result_t<std::decay_t<F>&>;
+    auto* t = new_task<R>(std::forward<F>(f), detail::task_kind::one_shot);
+    return start<R>(t, detail::saturating_add(state_->timers().now(), delay));
+  }
+
+  /// Runs `f` on this serial executor at a fixed rate; see scheduled_thread_pool.
+  template <class F, class Rep1, class Period1, class Rep2, class Period2>
+  scheduled_future<void> schedule_at_fixed_rate(F&& f, std::chrono::duration<Rep1, Period1> initial_delay,
+                                                std::chrono::duration<Rep2, Period2> period,
+                                                periodic_options options = {}) const {
+    return periodic(std::forward<F>(f), initial_delay, period, false, options);
+  }
+
+  /// Runs `f` on this serial executor with a fixed delay between runs.
+  template <class F, class Rep1, class Period1, class Rep2, class Period2>
+  scheduled_future<void> schedule_with_fixed_delay(F&& f, std::chrono::duration<Rep1, Period1> initial_delay,
+                                                   std::chrono::duration<Rep2, Period2> delay,
+                                                   periodic_options options = {}) const {
+    return periodic(std::forward<F>(f), initial_delay, delay, true, options);
+  }
+
+  /// Cancels every task this executor holds and rejects later ones. Idempotent.
+  void dispose() const noexcept { state_->dispose(); }
+  bool is_disposed() const noexcept { return state_->is_disposed(); }
+
+  // ---- Asio executor
+  serial_executor require(boost::asio::execution::blocking_t::never_t) const noexcept {
+    serial_executor s(*this);
+    s.blocking_never_ = true;
+    return s;
+  }
+  serial_executor require(boost::asio::execution::blocking_t::possibly_t) const noexcept {
+    serial_executor s(*this);
+    s.blocking_never_ = false;
+    return s;
+  }
+  serial_executor prefer(boost::asio::execution::relationship_t::fork_t) const noexcept { return *this; }
+  serial_executor prefer(boost::asio::execution::relationship_t::continuation_t) const noexcept { return *this; }
+  serial_executor prefer(boost::asio::execution::outstanding_work_t::tracked_t) const noexcept { return *this; }
+  serial_executor prefer(boost::asio::execution::outstanding_work_t::untracked_t) const noexcept { return *this; }
+  template <class A>
+  serial_executor prefer(boost::asio::execution::allocator_t<A>) const noexcept {
+    return *this;
+  }
+
+  decltype(auto) query(boost::asio::execution::context_t) const noexcept {
+    return boost::asio::query(state_->inner(), boost::asio::execution::context);
+  }
+  boost::asio::execution::blocking_t query(boost::asio::execution::blocking_t) const noexcept {
+    return blocking_never_ ? boost::asio::execution::blocking_t(boost::asio::execution::blocking.never)
+                           : boost::asio::execution::blocking_t(boost::asio::execution::blocking.possibly);
+  }
+  static constexpr boost::asio::execution::relationship_t query(boost::asio::execution::relationship_t) noexcept {
+    return boost::asio::execution::relationship.fork;
+  }
+  static constexpr boost::asio::execution::outstanding_work_t
+  query(boost::asio::execution::outstanding_work_t) noexcept {
+    return boost::asio::execution::outstanding_work.untracked;
+  }
+  static constexpr std::allocator<void> query(boost::asio::execution::allocator_t<void>) noexcept { return {}; }
+
+  template <class Function>
+  void execute(Function&& f) const {
+    if (!blocking_never_ && state_->running_in_this_thread()) {
+      std::decay_t<Function> tmp(std::forward<Function>(f));
+      std::move(tmp)();
+      return;
+    }
+    enqueue_op(std::forward<Function>(f));
+  }
+
+  friend bool operator==(const serial_executor& a, const serial_executor& b) noexcept {
+    return a.state_ == b.state_;
+  }
+  friend bool operator!=(const serial_executor& a, const serial_executor& b) noexcept {
+    return a.state_ != b.state_;
+  }
+
+  // ---- Networking TS
+  auto& context() const noexcept { return query(boost::asio::execution::context); }
+  void on_work_started() const noexcept {}
+  void on_work_finished() const noexcept {}
+  template <class Function, class Allocator>
+  void dispatch(Function&& f, const Allocator&) const {
+    if (state_->running_in_this_thread()) {
+      std::decay_t<Function> tmp(std::forward<Function>(f));
+      std::move(tmp)();
+      return;
+    }
+    enqueue_op(std::forward<Function>(f));
+  }
+  template <class Function, class Allocator>
+  void post(Function&& f, const Allocator&) const {
+    enqueue_op(std::forward<Function>(f));
+  }
+  template <class Function, class Allocator>
+  void defer(Function&& f, const Allocator&) const {
+    enqueue_op(std::forward<Function>(f));
+  }
+
+private:
+  template <class R, class F>
+  detail::scheduled_task_base* new_task(F&& f, detail::task_kind kind) const {
+    if (state_->is_disposed()) throw rejected_execution("metronome: serial_executor is disposed");
+    auto* t = detail::make_scheduled_task<R>(&state_->timers(), std::forward<F>(f), kind);
+    t->sink_ = state_;
+    return t;
+  }
+
+  // The handle's reference; the node's own reference (refs_ = 1) stays with the queues.
+  static detail::scheduled_task_base* adopt(detail::scheduled_task_base* t) noexcept {
+    t->add_ref();
+    return t;
+  }
+
+  void reject(detail::scheduled_task_base* t) const {
+    t->finish_cancelled();
+    t->release();
+    throw rejected_execution("metronome: serial_executor is disposed");
+  }
+
+  template <class R>
+  scheduled_future<R> start(detail::scheduled_task_base* t, clock::time_point due) const {
+    scheduled_future<R> h(adopt(t));
+    if (due <= state_->timers().now()) {
+      t->set_due(state_->timers().now());
+      if (!state_->try_enqueue(t)) reject(t);
+      return h;
+    }
+    state_->track(t);
+    if (state_->is_disposed()) { // raced with dispose(): it may not have seen us
+      reject(t);
+    }
+    state_->timers().submit_scheduled(t, due);
+    return h;
+  }
+
+  template <class F, class Rep1, class Period1, class Rep2, class Period2>
+  scheduled_future<void> periodic(F&& f, std::chrono::duration<Rep1, Period1> initial,
+                                  std::chrono::duration<Rep2, Period2> period, bool fixed_delay,
+                                  periodic_options options) const {
+    const clock::duration p = detail::checked_period(period);
+    auto* t = new_task<void>(std::forward<F>(f), detail::task_kind::periodic);
+    t->period_ = p;
+    t->fixed_delay_ = fixed_delay;
+    t->periodic_ = options;
+    scheduled_future<void> h(adopt(t));
+    state_->track(t);
+    if (state_->is_disposed()) reject(t);
+    const clock::time_point now = state_->timers().now();
+    const clock::time_point due = detail::saturating_add(now, initial);
+    if (due <= now) {
+      t->set_due(now);
+      if (!state_->try_enqueue(t)) reject(t);
+      return h;
+    }
+    state_->timers().submit_scheduled(t, due);
+    return h;
+  }
+
+  template <class Function>
+  void enqueue_op(Function&& f) const {
+    using F = std::decay_t<Function>;
+    if (detail::is_empty_callable(f)) {
+      state_->report(std::make_exception_ptr(std::invalid_argument("metronome: empty function")));
+      return;
+    }
+    detail::task_base* op = detail::executor_op<F, std::allocator<void>>::create(std::forward<Function>(f), {});
+    if (!state_->try_enqueue(op)) {
+      op->complete(false);
+      state_->report(std::make_exception_ptr(rejected_execution("metronome: serial_executor is disposed")));
+    }
+  }
+
+  template <class>
+  friend class scheduled_future;
+
+  std::shared_ptr<detail::serial_state<Executor>> state_;
+  bool blocking_never_ = false;
+};
+
+/// A serial executor over `ex`.
+template <class Executor>
+serial_executor<Executor> make_serial_executor(const Executor& ex, serial_options opts = {}) {
+  return serial_executor<Executor>(ex, std::move(opts));
+}
+
+/// A serial executor over a pool's (or any execution context's) executor.
+template <class ExecutionContext>
+  requires std::is_convertible_v<ExecutionContext&, boost::asio::execution_context&>
+auto make_serial_executor(ExecutionContext& ctx, serial_options opts = {}) {
+  return make_serial_executor(ctx.get_executor(), std::move(opts));
+}
+
+} // namespace metronome
+
+#endif

@@ -1,0 +1,164 @@
+#include <metronome/detail/pool_core.hpp>
+#include <metronome/detail/serial_core.hpp>
+#include <metronome/errors.hpp>
+#include <metronome/scheduled_thread_pool.hpp>
+
+#include <cstdio>
+#include <vector>
+
+namespace metronome::detail {
+
+namespace {
+thread_local const serial_core* current_drain = nullptr;
+}
+
+pool_core& default_timer_pool() {
+  static scheduled_thread_pool pool([] {
+    pool_options o;
+    o.threads = 1;
+    o.thread_name_prefix = "mtr-timer";
+    return o;
+  }());
+  return pool.core();
+}
+
+serial_core::serial_core(serial_options opts, pool_core& timers, pool_core* owner_pool)
+    : opts_(std::move(opts)), timers_(timers), owner_pool_(owner_pool) {
+  if (opts_.batch == 0) throw std::invalid_argument("metronome: serial_options::batch must be at least 1");
+}
+
+serial_core::~serial_core() {
+  // Tasks a dropped drain never reached (the underlying executor shut down).
+  while (task_base* t = queue_.pop_locked()) discard(t);
+}
+
+bool serial_core::running_in_this_thread() const noexcept { return current_drain == this; }
+
+bool serial_core::try_enqueue(task_base* t) noexcept {
+  if (disposed_.load(std::memory_order_acquire)) return false;
+  queue_.push(t);
+  if (pending_.fetch_add(1, std::memory_order_acq_rel) == 0) post_drain();
+  return true;
+}
+
+task_base* serial_core::pop_one() noexcept {
+  // pending_ > 0 promises a node; a producer may still be linking it.
+  for (int spins = 0;; ++spins) {
+    if (task_base* t = queue_.pop_locked()) return t;
+    if (spins < 64)
+      cpu_relax();
+    else
+      std::this_thread::yield();
+  }
+}
+
+void serial_core::drain() noexcept {
+  const serial_core* outer = current_drain;
+  current_drain = this;
+  std::size_t ran = 0;
+  for (;;) {
+    task_base* t = pop_one();
+    if (disposed_.load(std::memory_order_acquire))
+      discard(t);
+    else
+      run_one(t);
+    ++ran;
+    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) break;
+    if (ran >= opts_.batch) {
+      current_drain = outer;
+      post_drain(); // let other work on the executor have a turn
+      return;
+    }
+  }
+  current_drain = outer;
+}
+
+void serial_core::run_one(task_base* t) noexcept {
+  if (t->is_scheduled()) {
+    auto* st = static_cast<scheduled_task_base*>(t);
+    st->pool_->run_scheduled(st);
+    return;
+  }
+  try {
+    t->complete(true);
+  } catch (...) {
+    report(std::current_exception());
+  }
+}
+
+void serial_core::discard(task_base* t) noexcept {
+  if (t->is_scheduled()) {
+    auto* st = static_cast<scheduled_task_base*>(t);
+    st->finish_cancelled();
+    st->release();
+    return;
+  }
+  try {
+    t->complete(false);
+  } catch (...) {
+  }
+}
+
+void serial_core::report(std::exception_ptr e) noexcept {
+  if (opts_.exception_handler) {
+    try {
+      opts_.exception_handler(e);
+    } catch (...) {
+    }
+  } else if (owner_pool_) {
+    owner_pool_->report(e);
+  } else {
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& ex) {
+      std::fprintf(stderr, "metronome: unhandled exception in serial task: %s\n", ex.what());
+    } catch (...) {
+      std::fprintf(stderr, "metronome: unhandled exception in serial task\n");
+    }
+  }
+}
+
+void serial_core::accept(scheduled_task_base* t) noexcept {
+  if (!try_enqueue(t)) {
+    t->finish_cancelled();
+    t->release();
+  }
+}
+
+void serial_core::track(scheduled_task_base* t) noexcept {
+  std::lock_guard lk(reg_mtx_);
+  t->reg_prev_ = nullptr;
+  t->reg_next_ = reg_head_;
+  if (reg_head_) reg_head_->reg_prev_ = t;
+  reg_head_ = t;
+}
+
+void serial_core::forget(scheduled_task_base* t) noexcept {
+  std::lock_guard lk(reg_mtx_);
+  if (t->reg_prev_)
+    t->reg_prev_->reg_next_ = t->reg_next_;
+  else if (reg_head_ == t)
+    reg_head_ = t->reg_next_;
+  else
+    return; // never tracked
+  if (t->reg_next_) t->reg_next_->reg_prev_ = t->reg_prev_;
+  t->reg_prev_ = t->reg_next_ = nullptr;
+}
+
+void serial_core::dispose() noexcept {
+  if (disposed_.exchange(true, std::memory_order_acq_rel)) return;
+  // Delayed and periodic tasks: cancel them where they wait (the timing pool's heap).
+  // Queued ones are discarded by the drain, which runs no user code once disposed.
+  std::vector<scheduled_task_base*> live;
+  {
+    std::lock_guard lk(reg_mtx_);
+    for (auto* t = reg_head_; t; t = t->reg_next_)
+      if (t->try_add_ref()) live.push_back(t);
+  }
+  for (auto* t : live) {
+    t->cancel();
+    t->release();
+  }
+}
+
+} // namespace metronome::detail

@@ -1,0 +1,318 @@
+#include <metronome/serial_executor.hpp>
+
+#include <metronome/async_delay.hpp>
+#include <metronome/manual_clock.hpp>
+#include <metronome/scheduled_thread_pool.hpp>
+
+#include "common/latch_task.hpp"
+#include "common/poll_until.hpp"
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/bind_executor.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/thread_pool.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/use_future.hpp>
+#include <boost/test/unit_test.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <thread>
+#include <vector>
+
+namespace asio = boost::asio;
+using namespace std::chrono_literals;
+using metronome::make_serial_executor;
+using metronome::scheduled_thread_pool;
+
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+constexpr int big = 100000; // sanitizers are ~10x slower; the property is the same
+#else
+constexpr int big = 1000000;
+#endif
+
+using pool_serial = metronome::serial_executor<scheduled_thread_pool::executor_type>;
+static_assert(asio::execution::executor<pool_serial>);
+static_assert(asio::is_executor<pool_serial>::value);
+static_assert(std::is_convertible_v<pool_serial, asio::any_io_executor>);
+
+namespace {
+
+// Two producers post `per_producer` tasks each; checks per-producer FIFO and that no
+// two tasks ever overlap. Plain (non-atomic) state touched only inside tasks: TSan
+// verifies each task happens-before the next.
+template <class Serial>
+void check_order_and_exclusion(Serial serial, int per_producer) {
+  struct shared_state {
+    int last[2] = {-1, -1};
+    long long count = 0;
+    bool order_ok = true;
+    std::atomic<int> inside{0};
+    std::atomic<bool> overlap{false};
+  };
+  auto st = std::make_shared<shared_state>();
+  std::promise<void> done;
+  auto producer = [&, st](int p) {
+    for (int i = 0; i < per_producer; ++i) {
+      asio::post(serial, [st, p, i, &done, per_producer] {
+        if (st->inside.fetch_add(1) != 0) st->overlap = true;
+        if (i != st->last[p] + 1) st->order_ok = false;
+        st->last[p] = i;
+        if (++st->count == 2LL * per_producer) done.set_value();
+        st->inside.fetch_sub(1);
+      });
+    }
+  };
+  std::thread a(producer, 0), b(producer, 1);
+  a.join();
+  b.join();
+  BOOST_TEST((done.get_future().wait_for(120s) == std::future_status::ready));
+  BOOST_TEST(st->order_ok);
+  BOOST_TEST(!st->overlap.load());
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(serial_executor_suite)
+
+BOOST_AUTO_TEST_CASE(order_and_exclusion_over_our_pool) {
+  scheduled_thread_pool pool(2);
+  check_order_and_exclusion(make_serial_executor(pool), big);
+}
+
+BOOST_AUTO_TEST_CASE(order_and_exclusion_over_asio_thread_pool) {
+  asio::thread_pool pool(2);
+  check_order_and_exclusion(make_serial_executor(pool.get_executor()), big / 10);
+  pool.join();
+}
+
+BOOST_AUTO_TEST_CASE(order_and_exclusion_over_an_io_context) {
+  asio::io_context io;
+  auto guard = asio::make_work_guard(io);
+  std::thread t1([&] { io.run(); }), t2([&] { io.run(); });
+  check_order_and_exclusion(make_serial_executor(io.get_executor()), big / 10);
+  guard.reset();
+  t1.join();
+  t2.join();
+}
+
+// Without the bounded batch, a flooded serial executor's drain never returns and
+// holds its thread. Two are flooded here, as many as the pool has threads, so the
+// other 62 progress only if the drains re-post themselves.
+BOOST_AUTO_TEST_CASE(flooded_serial_executors_do_not_starve_the_others) {
+  scheduled_thread_pool pool(2);
+  metronome::serial_options o;
+  o.batch = 64;
+  std::vector<pool_serial> serials;
+  for (int i = 0; i < 64; ++i) serials.push_back(make_serial_executor(pool, o));
+  std::atomic<bool> stop{false};
+  std::atomic<long> flood_ran{0};
+  std::function<void(int)> flood = [&](int s) {
+    ++flood_ran;
+    if (!stop) asio::post(serials[s], [&, s] { flood(s); }); // refills forever
+  };
+  for (int s = 0; s < 2; ++s)
+    for (int i = 0; i < 100; ++i) asio::post(serials[s], [&, s] { flood(s); });
+  metronome::test::counter others;
+  for (int s = 2; s < 64; ++s)
+    for (int i = 0; i < 100; ++i) asio::post(serials[s], [&] { others.add(); });
+  BOOST_TEST(others.wait_for_at_least(62 * 100)); // all of them finished...
+  const long at_finish = flood_ran.load();
+  BOOST_TEST(metronome::test::poll_until([&] { return flood_ran.load() > at_finish + 1000; })); // ...while the floods ran on
+  stop = true;
+  BOOST_TEST(metronome::test::poll_until([&] { return pool.stats().ready_queued == 0 && pool.stats().active == 0; }));
+}
+
+BOOST_AUTO_TEST_CASE(dispatch_is_inline_only_inside_the_serial_executor) {
+  scheduled_thread_pool pool(2);
+  auto serial = make_serial_executor(pool);
+  BOOST_TEST(!serial.running_in_this_thread());
+  std::promise<std::vector<int>> p;
+  asio::post(serial, [&] {
+    std::vector<int> order;
+    bool inside = serial.running_in_this_thread();
+    asio::dispatch(serial, [&] { order.push_back(1); }); // inline
+    order.push_back(2);
+    asio::post(serial, [&p, order, inside]() mutable {
+      order.push_back(inside ? 3 : -3);
+      p.set_value(order);
+    });
+  });
+  auto v = p.get_future().get();
+  BOOST_TEST((v == std::vector<int>{1, 2, 3}));
+}
+
+BOOST_AUTO_TEST_CASE(exceptions_are_reported_and_the_stream_goes_on) {
+  std::atomic<int> reported{0};
+  metronome::pool_options po;
+  po.threads = 2;
+  po.exception_handler = [&](std::exception_ptr) { ++reported; };
+  scheduled_thread_pool pool(po);
+  auto serial = make_serial_executor(pool);
+  std::vector<int> order;
+  std::promise<void> done;
+  for (int i = 0; i < 10; ++i) {
+    asio::post(serial, [&, i] {
+      order.push_back(i);
+      if (i == 9) done.set_value();
+      if (i % 3 == 0) throw std::runtime_error("bad task");
+    });
+  }
+  done.get_future().get();
+  BOOST_TEST(order.size() == 10u);
+  // Tasks 0, 3, 6 and 9 threw; each was reported and the drain went on.
+  BOOST_TEST(metronome::test::poll_until([&] { return reported.load() == 4; }));
+}
+
+BOOST_AUTO_TEST_CASE(delayed_and_immediate_work_interleave_in_order) {
+  metronome::manual_clock clock;
+  metronome::pool_options po;
+  po.threads = 2;
+  po.time_source = &clock;
+  scheduled_thread_pool pool(po);
+  auto serial = make_serial_executor(pool);
+  std::vector<std::string> order; // only touched by serial tasks
+  auto a = serial.schedule([&] { order.push_back("delayed 10"); }, 10ms);
+  auto b = serial.schedule([&] { order.push_back("delayed 5"); }, 5ms);
+  auto c = serial.submit([&] { order.push_back("now"); return 1; });
+  BOOST_TEST(c.get() == 1);
+  clock.advance(5ms);
+  b.get();
+  auto d = serial.submit([&] { order.push_back("after 5"); });
+  d.get();
+  clock.advance(5ms);
+  a.get();
+  BOOST_TEST((order == std::vector<std::string>{"now", "delayed 5", "after 5", "delayed 10"}));
+}
+
+BOOST_AUTO_TEST_CASE(delayed_work_runs_inside_the_serial_executor) {
+  scheduled_thread_pool pool(2);
+  auto serial = make_serial_executor(pool);
+  auto f = serial.schedule([&] { return serial.running_in_this_thread(); }, 1ms);
+  BOOST_TEST(f.get());
+  metronome::test::counter runs;
+  std::atomic<int> inside{0}, overlap{0};
+  auto p = serial.schedule_at_fixed_rate([&] {
+    if (++inside > 1) ++overlap;
+    runs.add();
+    --inside;
+  }, 0ms, 1ms);
+  for (int i = 0; i < 200; ++i) asio::post(serial, [&] { if (++inside > 1) ++overlap; --inside; });
+  BOOST_TEST(runs.wait_for_at_least(10));
+  BOOST_TEST(p.cancel());
+  p.wait();
+  BOOST_TEST(overlap.load() == 0);
+}
+
+BOOST_AUTO_TEST_CASE(delayed_work_over_a_non_metronome_executor_uses_the_default_timer) {
+  asio::io_context io;
+  auto serial = make_serial_executor(io.get_executor());
+  auto f = serial.schedule([&] { return serial.running_in_this_thread(); }, 2ms);
+  auto guard = asio::make_work_guard(io);
+  std::thread t([&] { io.run(); });
+  BOOST_TEST(f.get());
+  guard.reset();
+  t.join();
+}
+
+BOOST_AUTO_TEST_CASE(dispose_cancels_everything_it_holds) {
+  metronome::manual_clock clock;
+  metronome::pool_options po;
+  po.threads = 1;
+  po.time_source = &clock;
+  scheduled_thread_pool pool(po);
+  auto serial = make_serial_executor(pool);
+  auto other = make_serial_executor(pool);
+  metronome::test::gate started, release;
+  std::atomic<int> ran{0};
+  asio::post(serial, [&] { started.open(); release.wait(); });
+  started.wait(); // the drain is busy: what follows stays queued
+  std::vector<metronome::scheduled_future<void>> queued;
+  for (int i = 0; i < 10; ++i) queued.push_back(serial.submit([&] { ++ran; }));
+  for (int i = 0; i < 10; ++i) asio::post(serial, [&] { ++ran; });
+  auto delayed = serial.schedule([&] { ++ran; }, 1h);
+  auto periodic = serial.schedule_at_fixed_rate([&] { ++ran; }, 1h, 1h);
+  auto unrelated = other.schedule([] { return 5; }, 1h);
+  BOOST_TEST(pool.stats().delayed_queued == 3u);
+
+  serial.dispose();
+  BOOST_TEST(serial.is_disposed());
+  BOOST_TEST(delayed.is_cancelled());
+  BOOST_TEST(periodic.is_cancelled());
+  BOOST_TEST(pool.stats().delayed_queued == 1u); // only the other executor's task
+  BOOST_CHECK_THROW(serial.submit([] {}), metronome::rejected_execution);
+  BOOST_CHECK_THROW(serial.schedule([] {}, 1ms), metronome::rejected_execution);
+  release.open();
+  for (auto& q : queued) {
+    q.wait();
+    BOOST_TEST(q.is_cancelled());
+  }
+  BOOST_TEST(metronome::test::poll_until([&] { return pool.stats().ready_queued == 0 && pool.stats().active == 0; }));
+  BOOST_TEST(ran.load() == 0);
+  clock.advance(1h);
+  BOOST_TEST(unrelated.get() == 5); // other serial executors are untouched
+  BOOST_TEST(!other.is_disposed());
+}
+
+BOOST_AUTO_TEST_CASE(dispose_during_a_drain) {
+  scheduled_thread_pool pool(2);
+  auto serial = make_serial_executor(pool);
+  std::atomic<int> ran{0};
+  std::promise<void> disposed;
+  auto disposed_f = disposed.get_future().share();
+  for (int i = 0; i < 1000; ++i) {
+    asio::post(serial, [&, i] {
+      if (i == 10) {
+        serial.dispose(); // from inside the drain
+        disposed.set_value();
+      }
+      ++ran;
+    });
+  }
+  disposed_f.wait();
+  BOOST_TEST(metronome::test::poll_until([&] { return pool.stats().ready_queued == 0 && pool.stats().active == 0; }));
+  BOOST_TEST(ran.load() == 11); // tasks 0..10 ran, the rest were discarded
+}
+
+BOOST_AUTO_TEST_CASE(co_spawn_and_async_delay_on_a_serial_executor) {
+  scheduled_thread_pool pool(2);
+  auto serial = make_serial_executor(pool);
+  int shared = 0; // touched only by the coroutines, which are serialised
+  auto worker = [&]() -> asio::awaitable<void> {
+    for (int i = 0; i < 100; ++i) {
+      co_await metronome::async_delay(serial, 50us, asio::use_awaitable);
+      ++shared; // a data race (TSan) if the two coroutines ever ran at once
+    }
+  };
+  auto a = asio::co_spawn(serial, worker(), asio::use_future);
+  auto b = asio::co_spawn(serial, worker(), asio::use_future);
+  a.get();
+  b.get();
+  BOOST_TEST(shared == 200);
+}
+
+BOOST_AUTO_TEST_CASE(bind_executor_runs_handlers_in_order) {
+  scheduled_thread_pool pool(2);
+  auto serial = make_serial_executor(pool);
+  std::vector<int> order;
+  std::promise<void> done;
+  for (int i = 0; i < 100; ++i)
+    asio::post(pool, asio::bind_executor(serial, [&, i] {
+      order.push_back(i);
+      if (order.size() == 100) done.set_value();
+    }));
+  done.get_future().get();
+  BOOST_TEST(order.size() == 100u); // no lost or concurrent push_back (TSan checks)
+}
+
+BOOST_AUTO_TEST_CASE(zero_batch_is_invalid) {
+  scheduled_thread_pool pool(1);
+  metronome::serial_options o;
+  o.batch = 0;
+  BOOST_CHECK_THROW(make_serial_executor(pool, o), std::invalid_argument);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
