@@ -159,13 +159,13 @@ void pool_core::worker_main(worker& w) {
 
 task_base* pool_core::next_task(worker& w) {
   for (;;) {
-    if (w.local_head && ((++w.tick % 61) != 0 || ready_.empty())) return pop_local(w);
+    if (w.local_head && ((++w.tick % 61) != 0 || !ready_.maybe_nonempty())) return pop_local(w);
 
     clock::rep nd = next_due_.load(std::memory_order_relaxed);
     if (nd != no_due && !manual_ && now().time_since_epoch().count() >= nd) promote_due();
 
     if (task_base* t = ready_.try_pop()) {
-      if (!ready_.empty()) maybe_wake_after_push(); // more queued: get help
+      if (ready_.maybe_nonempty()) maybe_wake_after_push(); // more queued: get help
       return t;
     }
     if (w.local_head) return pop_local(w);
@@ -173,11 +173,11 @@ task_base* pool_core::next_task(worker& w) {
     // Spin briefly: a producer that sees a spinning worker does not wake anybody.
     spinning_.fetch_add(1, std::memory_order_seq_cst);
     for (int i = 0; i < spin_rounds; ++i) {
-      if (!ready_.empty()) {
+      if (ready_.maybe_nonempty()) {
         if (task_base* t = ready_.try_pop()) {
           // The last spinner found work: if more is queued, get another worker going.
           spinning_.fetch_sub(1, std::memory_order_seq_cst);
-          if (!ready_.empty()) maybe_wake_after_push();
+          if (ready_.maybe_nonempty()) maybe_wake_after_push();
           return t;
         }
       }

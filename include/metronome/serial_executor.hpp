@@ -2,6 +2,7 @@
 #define METRONOME_SERIAL_EXECUTOR_HPP
 
 #include <metronome/detail/executor_op.hpp>
+#include <metronome/detail/node_cache.hpp>
 #include <metronome/detail/serial_core.hpp>
 #include <metronome/errors.hpp>
 #include <metronome/scheduled_future.hpp>
@@ -281,7 +282,8 @@ private:
       state_->report(std::make_exception_ptr(std::invalid_argument("metronome: empty function")));
       return;
     }
-    detail::task_base* op = detail::executor_op<F, std::allocator<void>>::create(std::forward<Function>(f), {});
+    detail::task_base* op =
+        detail::executor_op<F, detail::recycling_allocator<void>>::create(std::forward<Function>(f), {});
     if (!state_->try_enqueue(op)) {
       op->complete(false);
       state_->report(std::make_exception_ptr(rejected_execution("metronome: serial_executor is disposed")));

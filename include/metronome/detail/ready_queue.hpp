@@ -37,6 +37,15 @@ inline void cpu_relax() noexcept {
 class ready_queue {
 public:
   ready_queue() noexcept : stub_(nullptr), head_(&stub_), tail_(&stub_) {}
+
+  // Consumer-side probe: true when a node is (or is about to be) poppable. Reads only
+  // the consumer's line and the head node's link, never the producers' counters, so
+  // spinning consumers do not steal the line producers write on every push. Not a
+  // substitute for empty() in the sleep/wake handshake.
+  bool maybe_nonempty() const noexcept {
+    const task_base* h = head_.load(std::memory_order_relaxed);
+    return h != &stub_ || stub_.next_.load(std::memory_order_acquire) != nullptr;
+  }
   ready_queue(const ready_queue&) = delete;
   ready_queue& operator=(const ready_queue&) = delete;
 
@@ -59,7 +68,7 @@ public:
 
   // Pops the oldest node, or nullptr when empty or momentarily busy.
   task_base* try_pop() noexcept {
-    if (empty()) return nullptr;
+    if (!maybe_nonempty()) return nullptr;
     if (!lock_.try_lock()) return nullptr;
     task_base* t = pop_locked();
     lock_.unlock();
@@ -100,23 +109,23 @@ public:
 
   // Caller holds consumer_lock().
   task_base* pop_locked() noexcept {
-    task_base* head = head_;
+    task_base* head = head_.load(std::memory_order_relaxed);
     task_base* next = head->next_.load(std::memory_order_acquire);
     if (head == &stub_) {
       if (!next) return nullptr;
-      head_ = next;
+      head_.store(next, std::memory_order_relaxed);
       head = next;
       next = next->next_.load(std::memory_order_acquire);
     }
     if (next) {
-      head_ = next;
+      head_.store(next, std::memory_order_relaxed);
       return taken(head);
     }
     if (head != tail_.load(std::memory_order_acquire)) return nullptr; // busy
     push_stub();
     next = head->next_.load(std::memory_order_acquire);
     if (next) {
-      head_ = next;
+      head_.store(next, std::memory_order_relaxed);
       return taken(head);
     }
     return nullptr; // busy: a producer is linking behind the stub
@@ -136,7 +145,7 @@ private:
 
   task_base stub_;
   // Consumer side.
-  alignas(64) task_base* head_;
+  alignas(64) std::atomic<task_base*> head_; // written under lock_, probed without
   spin_lock lock_;
   std::atomic<std::uint64_t> popped_{0};
   // Producer side.

@@ -2,6 +2,7 @@
 #define METRONOME_IMPL_POOL_EXECUTOR_HPP
 
 #include <metronome/detail/executor_op.hpp>
+#include <metronome/detail/node_cache.hpp>
 
 #include <boost/asio/execution.hpp>
 
@@ -198,7 +199,8 @@ private:
       core.report(std::make_exception_ptr(std::invalid_argument("metronome: empty function")));
       return;
     }
-    task_base_ptr op = detail::executor_op<F, OtherAllocator>::create(std::forward<Function>(f), a);
+    using node_alloc = detail::node_allocator_for<OtherAllocator>;
+    task_base_ptr op = detail::executor_op<F, typename node_alloc::type>::create(std::forward<Function>(f), node_alloc::get(a));
     core.post(op, continuation);
   }
   using task_base_ptr = detail::task_base*;
