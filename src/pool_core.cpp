@@ -37,8 +37,8 @@ thread_local bool this_thread_orphaned = false;
 task_base* const retry_marker = reinterpret_cast<task_base*>(alignof(task_base));
 
 constexpr clock::rep no_due = std::numeric_limits<clock::rep>::max();
-constexpr int spin_rounds = 64;
-constexpr int spin_pause_rounds = 48;
+constexpr int spin_rounds = 32;
+constexpr int spin_pause_rounds = 16;
 
 task_base* pop_local(worker& w) noexcept {
   task_base* t = w.local_head;

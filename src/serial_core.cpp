@@ -57,13 +57,23 @@ void serial_core::drain() noexcept {
   current_drain = this;
   std::size_t ran = 0;
   for (;;) {
-    task_base* t = pop_one();
-    if (disposed_.load(std::memory_order_acquire))
-      discard(t);
-    else
-      run_one(t);
-    ++ran;
-    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) break;
+    // Run the tasks already counted, up to the batch, and settle the count once per
+    // run rather than once per task (its line is shared with producers). Never pop
+    // more than was counted: a producer pushes before it counts, and an uncounted
+    // node taken here would make the count underflow.
+    const std::size_t counted = pending_.load(std::memory_order_acquire);
+    std::size_t consumed = 0;
+    while (ran < opts_.batch && consumed < counted) {
+      task_base* t = consumed == 0 ? pop_one() : queue_.pop_locked();
+      if (!t) break;
+      if (disposed_.load(std::memory_order_acquire))
+        discard(t);
+      else
+        run_one(t);
+      ++consumed;
+      ++ran;
+    }
+    if (pending_.fetch_sub(consumed, std::memory_order_acq_rel) == consumed) break; // drained
     if (ran >= opts_.batch) {
       current_drain = outer;
       post_drain(); // let other work on the executor have a turn
