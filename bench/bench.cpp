@@ -2,8 +2,9 @@
 // in this one program run, each in its own forked child (so peak RSS is per
 // workload), and prints a table (figures and ratios) plus JSON lines.
 //
-//   metronome_bench            all workloads
-//   metronome_bench post serial ...   a subset
+//   metronome_bench                    all workloads, median of 3 runs each
+//   metronome_bench post serial ...    a subset (name prefixes)
+//   metronome_bench --reps=5           more repetitions
 #include <metronome/metronome.hpp>
 
 #include <boost/asio/co_spawn.hpp>
@@ -444,6 +445,20 @@ void report(const workload& w, const metrics& a, const metrics& b) {
 
 } // namespace
 
+// Median of each metric over repeated runs (this kind of shared VM is noisy).
+metrics median_of(const std::vector<metrics>& runs) {
+  metrics out;
+  if (runs.empty()) return out;
+  for (auto& [key, _] : runs.front()) {
+    std::vector<double> v;
+    for (auto& r : runs)
+      if (auto it = r.find(key); it != r.end()) v.push_back(it->second);
+    std::sort(v.begin(), v.end());
+    out[key] = v[v.size() / 2];
+  }
+  return out;
+}
+
 int main(int argc, char** argv) {
   std::vector<workload> all = {
       {"post 1 producer", "asio::thread_pool", [] { return post_metronome(1); }, [] { return post_asio(1); }},
@@ -456,20 +471,33 @@ int main(int argc, char** argv) {
       {"periodic", "steady_timer", periodic_metronome, periodic_asio},
       {"coroutines", "steady_timer", coro_metronome, coro_asio},
   };
-  std::printf("metronome benchmark: 2 worker threads, fixed seeds; ratio = metronome / plain Asio\n");
+  std::printf("metronome benchmark: 2 worker threads, fixed seeds, median of --reps runs (default 3);\n"
+              "ratio = metronome / plain Asio\n");
   std::printf("(higher is better for rates and run counts; lower is better for ms, MiB and seconds)\n\n");
   std::printf("| %-22s | %-16s | %12s | %12s | %8s |\n", "workload", "metric", "metronome", "plain Asio", "ratio");
   std::printf("|%s|%s|%s|%s|%s|\n", std::string(24, '-').c_str(), std::string(18, '-').c_str(),
               std::string(14, '-').c_str(), std::string(14, '-').c_str(), std::string(10, '-').c_str());
+  int reps = 3;
+  std::vector<std::string> wanted;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg.rfind("--reps=", 0) == 0)
+      reps = std::max(1, std::stoi(arg.substr(7)));
+    else
+      wanted.push_back(arg);
+  }
   for (auto& w : all) {
-    if (argc > 1) {
-      bool wanted = false;
-      for (int i = 1; i < argc; ++i) wanted |= w.name.rfind(argv[i], 0) == 0;
-      if (!wanted) continue;
+    if (!wanted.empty()) {
+      bool match = false;
+      for (auto& name : wanted) match |= w.name.rfind(name, 0) == 0;
+      if (!match) continue;
     }
-    metrics a = isolated(w.ours);
-    metrics b = isolated(w.theirs);
-    report(w, a, b);
+    std::vector<metrics> ours, theirs;
+    for (int r = 0; r < reps; ++r) { // alternate, so drifts in machine load hit both
+      ours.push_back(isolated(w.ours));
+      theirs.push_back(isolated(w.theirs));
+    }
+    report(w, median_of(ours), median_of(theirs));
     std::fflush(stdout);
   }
 }

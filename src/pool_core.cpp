@@ -162,7 +162,10 @@ task_base* pool_core::next_task(worker& w) {
     if (w.local_head && ((++w.tick % 61) != 0 || !ready_.maybe_nonempty())) return pop_local(w);
 
     clock::rep nd = next_due_.load(std::memory_order_relaxed);
-    if (nd != no_due && !manual_ && now().time_since_epoch().count() >= nd) promote_due();
+    if (nd != no_due && !manual_) {
+      const clock::time_point current = clock::now();
+      if (current.time_since_epoch().count() >= nd) promote_due(current);
+    }
 
     if (task_base* t = ready_.try_pop()) {
       if (ready_.maybe_nonempty()) maybe_wake_after_push(); // more queued: get help
@@ -212,9 +215,12 @@ task_base* pool_core::park(worker& w, std::unique_lock<std::mutex>& lk) {
 
   for (;;) {
     if (!ready_.empty()) return retry_marker;
-    if (!heap_.empty() && heap_.top()->due() <= now()) {
-      if (promote_due_locked(now()) > 1) wake_some_locked(1);
-      return retry_marker;
+    if (!heap_.empty()) {
+      const clock::time_point current = now();
+      if (heap_.top()->due() <= current) {
+        if (promote_due_locked(current) > 1) wake_some_locked(1);
+        return retry_marker;
+      }
     }
     if (terminated_.load()) return nullptr;
     if ((shutdown_.load() || joining_) && idle_for_termination_locked(closer_in_pool_ ? 2 : 1)) {
@@ -496,7 +502,7 @@ void pool_core::heap_push_locked(timed_node* n) {
 }
 
 void pool_core::update_next_due_locked() noexcept {
-  next_due_.store(heap_.empty() ? no_due : heap_.top()->due_.load(std::memory_order_relaxed),
+  next_due_.store(heap_.empty() ? no_due : heap_.top_due(),
                   std::memory_order_relaxed);
 }
 
@@ -504,7 +510,8 @@ std::size_t pool_core::promote_due_locked(clock::time_point current) {
   task_base* first = nullptr;
   task_base* last = nullptr;
   std::size_t count = 0;
-  while (!heap_.empty() && heap_.top()->due() <= current) {
+  const clock::rep limit = current.time_since_epoch().count();
+  while (!heap_.empty() && heap_.top_due() <= limit) {
     timed_node* n = heap_.pop();
     n->next_.store(nullptr, std::memory_order_relaxed);
     if (last)
@@ -522,9 +529,12 @@ std::size_t pool_core::promote_due_locked(clock::time_point current) {
   return count;
 }
 
-void pool_core::promote_due() {
-  std::unique_lock lk(mtx_);
-  std::size_t n = promote_due_locked(now());
+void pool_core::promote_due(clock::time_point current) {
+  // Opportunistic: if the mutex is busy, someone else is probably promoting; the next
+  // pick, or park(), which promotes under the lock, catches up.
+  std::unique_lock lk(mtx_, std::try_to_lock);
+  if (!lk) return;
+  std::size_t n = promote_due_locked(current);
   // This worker takes one; wake others for the rest when nobody is spinning.
   if (n > 1 && spinning_.load() == 0) wake_some_locked(n - 1);
 }
@@ -595,14 +605,14 @@ void pool_core::on_cancelled(scheduled_task_base* t) noexcept {
   if (heap_.empty() && (shutdown_.load() || joining_)) wake_all_locked();
 }
 
-bool pool_core::add_wait(wait_node* n, clock::time_point due) {
+bool pool_core::add_wait(wait_node* n, clock::time_point due, clock::time_point current) {
   n->set_due(due);
   {
     std::lock_guard lk(mtx_);
     if (terminated_.load()) return false;
     if (shutdown_.load())
       n->aborted_ = true;
-    else if (due > now()) {
+    else if (due > current) {
       heap_push_locked(n);
       return true;
     }

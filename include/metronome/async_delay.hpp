@@ -52,7 +52,8 @@ class delay_op final : public wait_node {
   };
 
 public:
-  static void start(Handler&& h, const IoExecutor& io_ex, pool_core& core, clock::time_point due) {
+  static void start(Handler&& h, const IoExecutor& io_ex, pool_core& core, clock::time_point due,
+                    clock::time_point current) {
     typename alloc_traits::allocator_type a(boost::asio::get_associated_allocator(h));
     delay_op* op = alloc_traits::allocate(a, 1);
     try {
@@ -66,7 +67,7 @@ public:
       op->slot_connected_ = true;
       slot.template emplace<cancel_handler>(cancel_handler{op, &core});
     }
-    if (!core.add_wait(op, due)) {
+    if (!core.add_wait(op, due, current)) {
       // The pool has terminated: complete aborted through the handler's executor.
       op->aborted_ = true;
       do_complete(op, false);
@@ -113,9 +114,9 @@ public:
   template <class Handler>
   void operator()(Handler&& handler, clock::duration amount, bool relative) const {
     pool_core& core = pool_core_of(ex_);
-    const clock::time_point due =
-        relative ? saturating_add(core.now(), amount) : clock::time_point(amount);
-    delay_op<std::decay_t<Handler>, Executor>::start(std::forward<Handler>(handler), ex_, core, due);
+    const clock::time_point current = core.now();
+    const clock::time_point due = relative ? saturating_add(current, amount) : clock::time_point(amount);
+    delay_op<std::decay_t<Handler>, Executor>::start(std::forward<Handler>(handler), ex_, core, due, current);
   }
 
 private:

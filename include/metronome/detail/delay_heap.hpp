@@ -7,25 +7,27 @@
 
 namespace metronome::detail {
 
-// A 4-ary min-heap of timed nodes ordered by (due, seq). Every node records its slot
-// in heap_index_, so removal of any node (cancel) is O(log n). Not thread-safe: the
-// pool guards it with its mutex.
+// A 4-ary min-heap of timed nodes ordered by (due, seq). The key is stored inline
+// next to the node pointer, so sifting compares contiguous memory (the four children
+// of a slot share two cache lines) instead of chasing every child's node. Each node
+// records its slot in heap_index_, so removal of any node (cancel) is O(log n). Not
+// thread-safe: the pool guards it with its mutex.
 class delay_heap {
 public:
-  bool empty() const noexcept { return nodes_.empty(); }
-  std::size_t size() const noexcept { return nodes_.size(); }
-  timed_node* top() const noexcept { return nodes_.front(); }
+  bool empty() const noexcept { return entries_.empty(); }
+  std::size_t size() const noexcept { return entries_.size(); }
+  timed_node* top() const noexcept { return entries_.front().node; }
+  clock::rep top_due() const noexcept { return entries_.front().due; }
 
   // Returns true when `n` became the head.
   bool push(timed_node* n) {
-    nodes_.push_back(n);
-    n->heap_index_ = nodes_.size() - 1;
-    sift_up(nodes_.size() - 1);
+    entries_.push_back(entry{n->due_.load(std::memory_order_relaxed), n->seq_, n});
+    sift_up(entries_.size() - 1);
     return n->heap_index_ == 0;
   }
 
   timed_node* pop() noexcept {
-    timed_node* n = nodes_.front();
+    timed_node* n = entries_.front().node;
     remove_at(0);
     return n;
   }
@@ -35,25 +37,30 @@ public:
   // Takes every node out (no order); used by shutdown paths.
   template <class F>
   void drain(F&& f) {
-    auto all = std::move(nodes_);
-    nodes_.clear();
-    for (auto* n : all) {
-      n->heap_index_ = not_in_heap;
-      f(n);
+    auto all = std::move(entries_);
+    entries_.clear();
+    for (auto& e : all) {
+      e.node->heap_index_ = not_in_heap;
+      f(e.node);
     }
   }
 
   // Removes the nodes matching `pred`, calling `f` on each; O(n).
   template <class Pred, class F>
   void remove_if(Pred&& pred, F&& f) {
-    std::vector<timed_node*> keep;
-    keep.reserve(nodes_.size());
+    std::vector<entry> keep;
+    keep.reserve(entries_.size());
     std::vector<timed_node*> gone;
-    for (auto* n : nodes_) (pred(n) ? gone : keep).push_back(n);
+    for (auto& e : entries_) {
+      if (pred(e.node))
+        gone.push_back(e.node);
+      else
+        keep.push_back(e);
+    }
     if (gone.empty()) return;
-    nodes_ = std::move(keep);
-    for (std::size_t i = 0; i < nodes_.size(); ++i) nodes_[i]->heap_index_ = i;
-    for (std::size_t i = nodes_.size() / 4 + 1; i-- > 0;) sift_down(i);
+    entries_ = std::move(keep);
+    for (std::size_t i = 0; i < entries_.size(); ++i) entries_[i].node->heap_index_ = i;
+    for (std::size_t i = entries_.size() / arity + 1; i-- > 0;) sift_down(i);
     for (auto* n : gone) {
       n->heap_index_ = not_in_heap;
       f(n);
@@ -63,54 +70,64 @@ public:
 private:
   static constexpr std::size_t arity = 4;
 
-  void place(std::size_t i, timed_node* n) noexcept {
-    nodes_[i] = n;
-    n->heap_index_ = i;
+  struct entry {
+    clock::rep due;
+    std::uint64_t seq;
+    timed_node* node;
+  };
+
+  static bool before(const entry& a, const entry& b) noexcept {
+    return a.due < b.due || (a.due == b.due && a.seq < b.seq);
+  }
+
+  void place(std::size_t i, const entry& e) noexcept {
+    entries_[i] = e;
+    e.node->heap_index_ = i;
   }
 
   void remove_at(std::size_t i) noexcept {
-    timed_node* gone = nodes_[i];
-    timed_node* last = nodes_.back();
-    nodes_.pop_back();
+    timed_node* gone = entries_[i].node;
+    const entry last = entries_.back();
+    entries_.pop_back();
     gone->heap_index_ = not_in_heap;
-    if (i == nodes_.size()) return;
+    if (i == entries_.size()) return;
     place(i, last);
-    if (i > 0 && due_before(last, nodes_[(i - 1) / arity]))
+    if (i > 0 && before(last, entries_[(i - 1) / arity]))
       sift_up(i);
     else
       sift_down(i);
   }
 
   void sift_up(std::size_t i) noexcept {
-    timed_node* n = nodes_[i];
+    const entry e = entries_[i];
     while (i > 0) {
       std::size_t parent = (i - 1) / arity;
-      if (!due_before(n, nodes_[parent])) break;
-      place(i, nodes_[parent]);
+      if (!before(e, entries_[parent])) break;
+      place(i, entries_[parent]);
       i = parent;
     }
-    place(i, n);
+    place(i, e);
   }
 
   void sift_down(std::size_t i) noexcept {
-    if (i >= nodes_.size()) return;
-    timed_node* n = nodes_[i];
-    const std::size_t size = nodes_.size();
+    if (i >= entries_.size()) return;
+    const entry e = entries_[i];
+    const std::size_t size = entries_.size();
     for (;;) {
       std::size_t first = i * arity + 1;
       if (first >= size) break;
       std::size_t best = first;
       std::size_t end = first + arity < size ? first + arity : size;
       for (std::size_t c = first + 1; c < end; ++c)
-        if (due_before(nodes_[c], nodes_[best])) best = c;
-      if (!due_before(nodes_[best], n)) break;
-      place(i, nodes_[best]);
+        if (before(entries_[c], entries_[best])) best = c;
+      if (!before(entries_[best], e)) break;
+      place(i, entries_[best]);
       i = best;
     }
-    place(i, n);
+    place(i, e);
   }
 
-  std::vector<timed_node*> nodes_;
+  std::vector<entry> entries_;
 };
 
 } // namespace metronome::detail

@@ -60,7 +60,8 @@ public:
   // A delay wait (async_delay). After shutdown() it is queued already aborted.
   // Returns false only when the pool has terminated (the caller completes the wait
   // with operation_aborted itself).
-  bool add_wait(wait_node* n, clock::time_point due);
+  // `current`: the pool's time as the caller last read it (saves a clock read).
+  bool add_wait(wait_node* n, clock::time_point due, clock::time_point current);
   // Per-operation cancellation: if the wait is still in the delay queue, takes it out
   // and queues it aborted. A wait that already fell due completes normally.
   void cancel_wait(wait_node* n) noexcept;
@@ -109,7 +110,7 @@ private:
   void join_threads();
   // Moves due heap nodes to the ready queue; caller holds mtx_. Returns the count.
   std::size_t promote_due_locked(clock::time_point now);
-  void promote_due();
+  void promote_due(clock::time_point current);
   void update_next_due_locked() noexcept;
   void heap_push_locked(timed_node* n);
   void cancel_task_by_pool(scheduled_task_base* t) noexcept;
