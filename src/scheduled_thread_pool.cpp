@@ -8,7 +8,9 @@ scheduled_thread_pool::scheduled_thread_pool(std::size_t threads)
     : scheduled_thread_pool(pool_options::fixed(threads)) {}
 
 scheduled_thread_pool::scheduled_thread_pool(pool_options options)
-    : core_(std::make_unique<detail::pool_core>(std::move(options))) {}
+    : core_(std::make_unique<detail::pool_core>(std::move(options))) {
+  core_->set_context(this);
+}
 
 scheduled_thread_pool::~scheduled_thread_pool() {
   core_->close();

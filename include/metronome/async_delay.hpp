@@ -1,6 +1,7 @@
 #ifndef METRONOME_ASYNC_DELAY_HPP
 #define METRONOME_ASYNC_DELAY_HPP
 
+#include <metronome/detail/node_cache.hpp>
 #include <metronome/detail/pool_core.hpp>
 #include <metronome/options.hpp>
 #include <metronome/scheduled_thread_pool.hpp>
@@ -20,6 +21,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <type_traits>
 #include <utility>
 
@@ -37,11 +39,24 @@ pool_core& pool_core_of(const Executor& ex) {
 // One pending delay: a node in the pool's delay queue that owns the handler. The
 // node is allocated with the handler's associated allocator and freed before the
 // handler runs.
+template <class Executor>
+bool runs_on_pool(const Executor& ex, const pool_core& core) noexcept {
+  if constexpr (requires { boost::asio::query(ex, boost::asio::execution::context); }) {
+    decltype(auto) ctx = boost::asio::query(ex, boost::asio::execution::context);
+    return &static_cast<const boost::asio::execution_context&>(ctx) == core.context();
+  } else {
+    return false;
+  }
+}
+
 template <class Handler, class IoExecutor>
 class delay_op final : public wait_node {
   using handler_executor = boost::asio::associated_executor_t<Handler, IoExecutor>;
-  using alloc_traits = typename std::allocator_traits<
-      boost::asio::associated_allocator_t<Handler>>::template rebind_traits<delay_op>;
+  using handler_allocator = boost::asio::associated_allocator_t<Handler>;
+  using node_alloc = node_allocator_for<handler_allocator>; // std::allocator -> recycling cache
+  using alloc_traits =
+      typename std::allocator_traits<typename node_alloc::type>::template rebind_traits<delay_op>;
+  using work_guard = boost::asio::executor_work_guard<handler_executor>;
 
   struct cancel_handler {
     delay_op* op;
@@ -54,10 +69,10 @@ class delay_op final : public wait_node {
 public:
   static void start(Handler&& h, const IoExecutor& io_ex, pool_core& core, clock::time_point due,
                     clock::time_point current) {
-    typename alloc_traits::allocator_type a(boost::asio::get_associated_allocator(h));
+    typename alloc_traits::allocator_type a(node_alloc::get(boost::asio::get_associated_allocator(h)));
     delay_op* op = alloc_traits::allocate(a, 1);
     try {
-      alloc_traits::construct(a, op, std::move(h), io_ex);
+      alloc_traits::construct(a, op, std::move(h), io_ex, core);
     } catch (...) {
       alloc_traits::deallocate(a, op, 1);
       throw;
@@ -74,9 +89,13 @@ public:
     }
   }
 
-  delay_op(Handler&& h, const IoExecutor& io_ex)
+  delay_op(Handler&& h, const IoExecutor& io_ex, const pool_core& core)
       : wait_node(&do_complete), handler_(std::move(h)),
-        work_(boost::asio::get_associated_executor(handler_, io_ex)) {}
+        executor_(boost::asio::get_associated_executor(handler_, io_ex)) {
+    // Outstanding work for the handler's executor, unless that is this very pool,
+    // whose delay queue already keeps it from terminating.
+    if (!runs_on_pool(executor_, core)) work_.emplace(executor_);
+  }
 
 private:
   // run: a worker fires it (dispatch: inline when the handler's executor is this
@@ -87,11 +106,21 @@ private:
         (run && !op->aborted_) ? boost::system::error_code() : boost::asio::error::operation_aborted;
     if (op->slot_connected_) boost::asio::get_associated_cancellation_slot(op->handler_).clear();
     Handler handler(std::move(op->handler_));
-    auto work(std::move(op->work_));
-    typename alloc_traits::allocator_type a(boost::asio::get_associated_allocator(handler));
-    alloc_traits::destroy(a, op);
-    alloc_traits::deallocate(a, op, 1);
-    handler_executor ex = work.get_executor();
+    handler_executor ex(std::move(op->executor_));
+    typename alloc_traits::allocator_type a(node_alloc::get(boost::asio::get_associated_allocator(handler)));
+    if (op->work_) {
+      work_guard work(std::move(*op->work_)); // held until the handler is queued
+      alloc_traits::destroy(a, op);
+      alloc_traits::deallocate(a, op, 1);
+      deliver(std::move(handler), ex, ec, run);
+    } else {
+      alloc_traits::destroy(a, op);
+      alloc_traits::deallocate(a, op, 1);
+      deliver(std::move(handler), ex, ec, run);
+    }
+  }
+
+  static void deliver(Handler&& handler, const handler_executor& ex, boost::system::error_code ec, bool run) {
     if (run)
       boost::asio::dispatch(ex, boost::asio::append(std::move(handler), ec));
     else
@@ -99,7 +128,8 @@ private:
   }
 
   Handler handler_;
-  boost::asio::executor_work_guard<handler_executor> work_;
+  handler_executor executor_;
+  std::optional<work_guard> work_;
   bool slot_connected_ = false;
 };
 

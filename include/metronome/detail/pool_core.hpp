@@ -6,6 +6,8 @@
 #include <metronome/detail/scheduled_task.hpp>
 #include <metronome/options.hpp>
 
+#include <boost/asio/execution_context.hpp>
+
 #include <atomic>
 #include <condition_variable>
 #include <cstddef>
@@ -44,6 +46,10 @@ public:
   pool_core& operator=(const pool_core&) = delete;
 
   clock::time_point now() const noexcept;
+
+  // The execution context (scheduled_thread_pool) that owns this core.
+  const boost::asio::execution_context* context() const noexcept { return context_; }
+  void set_context(const boost::asio::execution_context* c) noexcept { context_ = c; }
   bool is_manual_clock() const noexcept { return manual_ != nullptr; }
 
   // ---- Asio executor path: never throws.
@@ -124,6 +130,7 @@ private:
 
   pool_options opts_;
   manual_clock* manual_;
+  const boost::asio::execution_context* context_ = nullptr;
   std::size_t core_threads_;
   std::size_t max_threads_;
 
