@@ -8,5 +8,6 @@
 #include <metronome/scheduled_future.hpp>
 #include <metronome/scheduled_thread_pool.hpp>
 #include <metronome/serial_executor.hpp>
+#include <metronome/wheel_timer.hpp>
 
 #endif

@@ -1,0 +1,257 @@
+#ifndef METRONOME_WHEEL_TIMER_HPP
+#define METRONOME_WHEEL_TIMER_HPP
+
+#include <metronome/detail/node_cache.hpp>
+#include <metronome/detail/wheel_core.hpp>
+#include <metronome/errors.hpp>
+#include <metronome/scheduled_thread_pool.hpp>
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/append.hpp>
+#include <boost/asio/associated_cancellation_slot.hpp>
+#include <boost/asio/associated_executor.hpp>
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/cancellation_type.hpp>
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/error.hpp>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/system/error_code.hpp>
+
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace metronome {
+
+namespace detail {
+
+template <class F>
+class wheel_task final : public wheel_entry {
+public:
+  template <class G>
+  explicit wheel_task(G&& g) : f_(std::in_place, std::forward<G>(g)) {}
+
+  static wheel_task* create(F&& f) {
+    void* p = node_allocate(sizeof(wheel_task));
+    try {
+      return ::new (p) wheel_task(std::move(f));
+    } catch (...) {
+      node_deallocate(p, sizeof(wheel_task));
+      throw;
+    }
+  }
+
+  void fire() noexcept override {
+    try {
+      (*f_)();
+    } catch (...) {
+      // A fire-and-forget timeout: the executor's own policy does not see it, so
+      // report it the way the pool does.
+      report(std::current_exception());
+    }
+  }
+  void drop() noexcept override { f_.reset(); }
+  void destroy() noexcept override {
+    this->~wheel_task();
+    node_deallocate(this, sizeof(wheel_task));
+  }
+
+private:
+  static void report(std::exception_ptr e) noexcept {
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& ex) {
+      std::fprintf(stderr, "metronome: unhandled exception in timeout: %s\n", ex.what());
+    } catch (...) {
+      std::fprintf(stderr, "metronome: unhandled exception in timeout\n");
+    }
+  }
+  std::optional<F> f_;
+};
+
+template <class Handler>
+class wheel_wait_op final : public wheel_entry {
+  using handler_executor = boost::asio::associated_executor_t<Handler, boost::asio::any_io_executor>;
+
+  struct cancel_handler {
+    wheel_wait_op* op;
+    void operator()(boost::asio::cancellation_type_t type) const {
+      if (type != boost::asio::cancellation_type::none) op->cancel();
+    }
+  };
+
+public:
+  wheel_wait_op(Handler&& h, const boost::asio::any_io_executor& ex)
+      : handler_(std::in_place, std::move(h)),
+        work_(boost::asio::get_associated_executor(*handler_, ex)) {
+    auto slot = boost::asio::get_associated_cancellation_slot(*handler_);
+    if (slot.is_connected()) {
+      slot_connected_ = true;
+      slot.template emplace<cancel_handler>(cancel_handler{this});
+    }
+  }
+
+  void fire() noexcept override { deliver(boost::system::error_code(), true); }
+  void drop() noexcept override {
+    if (handler_) deliver(boost::asio::error::operation_aborted, false);
+  }
+  void destroy() noexcept override { delete this; }
+
+private:
+  void deliver(boost::system::error_code ec, bool inline_ok) noexcept {
+    if (slot_connected_) boost::asio::get_associated_cancellation_slot(*handler_).clear();
+    Handler h(std::move(*handler_));
+    handler_.reset();
+    auto work(std::move(work_));
+    auto ex = work.get_executor();
+    if (inline_ok)
+      boost::asio::dispatch(ex, boost::asio::append(std::move(h), ec));
+    else
+      boost::asio::post(ex, boost::asio::append(std::move(h), ec));
+  }
+
+  std::optional<Handler> handler_;
+  boost::asio::executor_work_guard<handler_executor> work_;
+  bool slot_connected_ = false;
+};
+
+} // namespace detail
+
+/// A hierarchical timing wheel for very many timeouts (Linux/Kafka/Tokio style).
+/**
+ * Insert and cancel are O(1): a timeout is a node in a slot's intrusive list; each
+ * level keeps a bitmap of occupied slots, so finding the next expiry never touches a
+ * timeout that is not due (unlike Netty's single wheel, which decrements a
+ * `remainingRounds` count on every pass). Timeouts cascade down the levels as time
+ * passes. A timeout never fires early and fires at the first tick at or after its
+ * deadline (plus scheduling noise).
+ *
+ * Due timeouts run on the executor given at construction (a metronome pool's executor
+ * costs no allocation per firing). The timer thread only moves timeouts; it never runs
+ * user code. With `wheel_options::time_source` set to a manual clock there is no
+ * thread: `advance()` moves the wheel.
+ *
+ * Pick the wheel for many timeouts, most of them cancelled, where tick precision is
+ * enough (idle and request timeouts); pick the pool's `schedule` for exact deadlines
+ * and fewer timers. See docs/benchmarks.md.
+ *
+ * @par Thread Safety
+ * All members are safe to call concurrently.
+ */
+class wheel_timer {
+public:
+  /// A handle to one scheduled timeout; cheap to copy, safe to drop (dropping never cancels).
+  class timeout {
+  public:
+    timeout() noexcept = default;
+    timeout(const timeout& o) noexcept : e_(o.e_) {
+      if (e_) e_->add_ref();
+    }
+    timeout(timeout&& o) noexcept : e_(std::exchange(o.e_, nullptr)) {}
+    timeout& operator=(timeout o) noexcept {
+      std::swap(e_, o.e_);
+      return *this;
+    }
+    ~timeout() {
+      if (e_) e_->release();
+    }
+    /// Prevents the timeout from firing: true iff it had not started. Unlinks it from
+    /// the wheel at once and frees its function; wakes nobody.
+    bool cancel() noexcept { return e_ && e_->cancel(); }
+    bool is_cancelled() const noexcept { return e_ && e_->state() == detail::wheel_entry::cancelled; }
+    /// Whether it fell due (queued on the executor, running or done).
+    bool is_expired() const noexcept {
+      auto s = e_ ? e_->state() : detail::wheel_entry::pending;
+      return s == detail::wheel_entry::firing || s == detail::wheel_entry::running || s == detail::wheel_entry::done;
+    }
+    bool valid() const noexcept { return e_ != nullptr; }
+
+  private:
+    friend class wheel_timer;
+    explicit timeout(detail::wheel_entry* e) noexcept : e_(e) {}
+    detail::wheel_entry* e_ = nullptr;
+  };
+
+  /// A wheel firing onto `pool`. @throws std::invalid_argument on bad options.
+  explicit wheel_timer(scheduled_thread_pool& pool, wheel_options opts = {})
+      : core_(std::make_unique<detail::wheel_core>(opts, pool.get_executor(), &pool.core())) {}
+
+  /// A wheel firing onto any Asio executor.
+  template <class Executor>
+    requires(!std::is_convertible_v<Executor&, scheduled_thread_pool&>)
+  explicit wheel_timer(const Executor& ex, wheel_options opts = {})
+      : core_(std::make_unique<detail::wheel_core>(opts, boost::asio::any_io_executor(ex), nullptr)) {}
+
+  /// Stops the wheel (cancelling what never fired) and joins its thread.
+  ~wheel_timer() = default;
+
+  /// Runs `f` on the executor once `delay` has passed (at tick resolution).
+  /**
+   * @throws std::invalid_argument if `f` is empty; rejected_execution when stopped or
+   * when `max_pending` timeouts are pending.
+   */
+  template <class F, class Rep, class Period>
+  timeout schedule(F&& f, std::chrono::duration<Rep, Period> delay) {
+    using D = std::decay_t<F>;
+    static_assert(std::is_invocable_v<D&>, "metronome: the timeout must be callable with no arguments");
+    if (detail::is_empty_callable(f)) throw std::invalid_argument("metronome: empty function");
+    D fn(std::forward<F>(f));
+    auto* e = detail::wheel_task<D>::create(std::move(fn));
+    timeout handle(e);
+    e->add_ref(); // the wheel's reference
+    try {
+      core_->insert(e, detail::saturating_duration(delay));
+    } catch (...) {
+      e->state_.store(detail::wheel_entry::cancelled);
+      e->drop();
+      e->release();
+      throw;
+    }
+    return handle;
+  }
+
+  /// Waits for `delay` on the wheel: an Asio operation with signature
+  /// `void(boost::system::error_code)`, any completion token, per-operation
+  /// cancellation (completes with `operation_aborted`). `stop()` aborts pending waits.
+  template <class Rep, class Period, class CompletionToken>
+  auto async_wait(std::chrono::duration<Rep, Period> delay, CompletionToken&& token) {
+    return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code)>(
+        [core = core_.get()](auto handler, clock::duration d) {
+          using H = std::decay_t<decltype(handler)>;
+          auto* e = new detail::wheel_wait_op<H>(std::move(handler), core->executor());
+          try {
+            core->insert(e, d);
+          } catch (...) {
+            e->state_.store(detail::wheel_entry::cancelled);
+            e->drop(); // completes with operation_aborted
+            e->release();
+          }
+        },
+        token, detail::saturating_duration(delay));
+  }
+
+  /// Timeouts waiting in the wheel (not yet due, not cancelled).
+  std::size_t pending() const { return core_->pending(); }
+
+  /// Stops the wheel: later schedule() throws rejected_execution; returns every
+  /// timeout that never fired (now cancelled). Idempotent (later calls return none).
+  std::vector<timeout> stop() {
+    std::vector<timeout> out;
+    for (auto* e : core_->stop()) out.push_back(timeout(e));
+    return out;
+  }
+
+  /// The wheel's current time (its manual clock when it has one).
+  clock::time_point now() const noexcept { return core_->now(); }
+
+private:
+  std::unique_ptr<detail::wheel_core> core_;
+};
+
+} // namespace metronome
+
+#endif

@@ -1,0 +1,252 @@
+#include <metronome/wheel_timer.hpp>
+
+#include <metronome/manual_clock.hpp>
+#include <metronome/scheduled_thread_pool.hpp>
+
+#include "common/latch_task.hpp"
+#include "common/poll_until.hpp"
+
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/use_future.hpp>
+#include <boost/test/unit_test.hpp>
+
+#include <malloc.h>
+#include <map>
+#include <mutex>
+#include <random>
+#include <vector>
+
+namespace asio = boost::asio;
+using namespace std::chrono_literals;
+using metronome::manual_clock;
+using metronome::scheduled_thread_pool;
+using metronome::wheel_options;
+using metronome::wheel_timer;
+
+namespace {
+struct manual_wheel {
+  manual_clock clock;
+  scheduled_thread_pool pool{1};
+  wheel_timer wheel;
+  std::mutex m;
+  std::vector<std::pair<int, metronome::clock::time_point>> fired; // (id, time it ran)
+  metronome::test::counter count;
+
+  explicit manual_wheel(wheel_options o = {}) : wheel(pool, with_clock(o)) {}
+  wheel_options with_clock(wheel_options o) {
+    o.time_source = &clock;
+    return o;
+  }
+  wheel_timer::timeout add(int id, metronome::clock::duration d) {
+    return wheel.schedule([this, id] {
+      std::lock_guard lk(m);
+      fired.emplace_back(id, clock.now());
+      count.add();
+    }, d);
+  }
+  std::size_t fired_count() {
+    std::lock_guard lk(m);
+    return fired.size();
+  }
+};
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(wheel_timer_suite)
+
+BOOST_AUTO_TEST_CASE(rejects_bad_options) {
+  scheduled_thread_pool pool(1);
+  auto bad = [&](wheel_options o) { BOOST_CHECK_THROW(wheel_timer(pool, o), std::invalid_argument); };
+  wheel_options o;
+  o.tick = 0ms;
+  bad(o);
+  o = {};
+  o.slots_per_level = 48;
+  bad(o);
+  o = {};
+  o.slots_per_level = 128;
+  bad(o);
+  o = {};
+  o.levels = 0;
+  bad(o);
+  o = {};
+  o.levels = 11; // 66 bits
+  bad(o);
+}
+
+BOOST_AUTO_TEST_CASE(never_early_and_at_most_one_tick_late) {
+  manual_wheel w;
+  const auto t0 = w.clock.now();
+  w.add(1, 2500us); // deadline rounds up to tick 3
+  w.clock.advance(2ms);
+  BOOST_TEST(w.wheel.pending() == 1u);
+  w.clock.advance(500us); // exactly the deadline, mid-tick: not yet on a tick
+  BOOST_TEST(w.wheel.pending() == 1u);
+  w.clock.advance(500us); // tick 3
+  BOOST_TEST(w.count.wait_for_at_least(1));
+  BOOST_TEST((w.fired[0].second == t0 + 3ms));
+  BOOST_TEST(w.wheel.pending() == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(fires_in_deadline_order) {
+  manual_wheel w;
+  std::mt19937 rng(5);
+  std::map<int, long> deadline_ms;
+  for (int i = 0; i < 2000; ++i) {
+    long ms = 1 + static_cast<long>(rng() % 300);
+    deadline_ms[i] = ms;
+    w.add(i, std::chrono::milliseconds(ms));
+  }
+  const auto t0 = w.clock.now();
+  int expected = 0;
+  for (int step = 1; step <= 300; ++step) {
+    w.clock.advance(1ms);
+    for (auto& [id, ms] : deadline_ms) expected += ms == step;
+    BOOST_REQUIRE(w.count.wait_for_at_least(expected));
+  }
+  std::lock_guard lk(w.m);
+  BOOST_REQUIRE(w.fired.size() == 2000u);
+  for (auto& [id, at] : w.fired) BOOST_TEST((at == t0 + std::chrono::milliseconds(deadline_ms[id]))); // on its tick
+}
+
+// 4 slots x 3 levels covers 64 ticks exactly: delays just below, at and above each
+// level's span cascade and still fire on their own tick; later ones wait at the top.
+BOOST_AUTO_TEST_CASE(cascades_across_level_boundaries) {
+  wheel_options o;
+  o.slots_per_level = 4;
+  o.levels = 3;
+  manual_wheel w(o);
+  const std::vector<long> delays = {1, 3, 4, 5, 15, 16, 17, 63, 64, 65, 100, 200, 1000};
+  for (std::size_t i = 0; i < delays.size(); ++i) w.add(static_cast<int>(i), std::chrono::milliseconds(delays[i]));
+  const auto t0 = w.clock.now();
+  int expected = 0;
+  for (long step = 1; step <= 1000; ++step) {
+    w.clock.advance(1ms);
+    for (long d : delays) expected += d == step;
+    BOOST_REQUIRE(w.count.wait_for_at_least(expected));
+    BOOST_REQUIRE(w.fired_count() == static_cast<std::size_t>(expected)); // none early
+  }
+  std::lock_guard lk(w.m);
+  for (auto& [id, at] : w.fired) BOOST_TEST((at == t0 + std::chrono::milliseconds(delays[static_cast<std::size_t>(id)])));
+}
+
+BOOST_AUTO_TEST_CASE(a_big_jump_fires_everything_due_in_order) {
+  manual_wheel w;
+  for (int i = 0; i < 100; ++i) w.add(i, std::chrono::milliseconds(1 + i * 37));
+  w.clock.advance(1h);
+  BOOST_TEST(w.count.wait_for_at_least(100));
+  std::lock_guard lk(w.m);
+  for (std::size_t i = 0; i < w.fired.size(); ++i) BOOST_TEST(w.fired[i].first == static_cast<int>(i));
+}
+
+BOOST_AUTO_TEST_CASE(cancel_unlinks_at_once_and_frees_the_function) {
+  manual_wheel w;
+  auto token = std::make_shared<int>(0);
+  auto t = w.wheel.schedule([token] {}, 10ms);
+  BOOST_TEST(token.use_count() == 2);
+  BOOST_TEST(w.wheel.pending() == 1u);
+  BOOST_TEST(t.cancel());
+  BOOST_TEST(!t.cancel());
+  BOOST_TEST(t.is_cancelled());
+  BOOST_TEST(token.use_count() == 1);
+  BOOST_TEST(w.wheel.pending() == 0u);
+  w.clock.advance(20ms);
+  BOOST_TEST(!t.is_expired());
+}
+
+BOOST_AUTO_TEST_CASE(cancel_after_firing_returns_false) {
+  manual_wheel w;
+  auto t = w.add(1, 1ms);
+  w.clock.advance(1ms);
+  BOOST_TEST(w.count.wait_for_at_least(1));
+  BOOST_TEST(metronome::test::poll_until([&] { return t.is_expired() && !w.pool.stats().active; }));
+  BOOST_TEST(!t.cancel());
+  BOOST_TEST(!t.is_cancelled());
+}
+
+BOOST_AUTO_TEST_CASE(a_million_schedule_and_cancel_return_their_memory) {
+  manual_wheel w;
+  const auto heap0 = mallinfo2().uordblks;
+  {
+    std::vector<wheel_timer::timeout> ts;
+    ts.reserve(1000000);
+    for (int i = 0; i < 1000000; ++i) ts.push_back(w.wheel.schedule([] {}, std::chrono::seconds(60 + i % 600)));
+    BOOST_TEST(w.wheel.pending() == 1000000u);
+    std::size_t won = 0;
+    for (auto& t : ts) won += t.cancel();
+    BOOST_TEST(won == 1000000u);
+    BOOST_TEST(w.wheel.pending() == 0u);
+  }
+  const auto heap1 = mallinfo2().uordblks;
+  BOOST_TEST(heap1 < heap0 + (8u << 20)); // the node cache keeps at most a few MiB
+}
+
+BOOST_AUTO_TEST_CASE(max_pending_rejects_beyond_the_limit) {
+  wheel_options o;
+  o.max_pending = 2;
+  manual_wheel w(o);
+  auto a = w.add(1, 10ms);
+  auto b = w.add(2, 10ms);
+  BOOST_CHECK_THROW(w.add(3, 10ms), metronome::rejected_execution);
+  a.cancel();
+  BOOST_CHECK_NO_THROW(w.add(4, 10ms));
+}
+
+BOOST_AUTO_TEST_CASE(stop_returns_what_never_fired) {
+  manual_wheel w;
+  std::vector<wheel_timer::timeout> ts;
+  for (int i = 0; i < 10; ++i) ts.push_back(w.add(i, std::chrono::milliseconds(1 + i)));
+  ts[7].cancel();
+  ts[8].cancel();
+  ts[9].cancel();
+  w.clock.advance(2ms); // 0 and 1 fire
+  BOOST_TEST(w.count.wait_for_at_least(2));
+  auto left = w.wheel.stop();
+  BOOST_TEST(left.size() == 5u); // 2..6
+  for (auto& t : left) BOOST_TEST(t.is_cancelled());
+  BOOST_TEST(w.wheel.pending() == 0u);
+  BOOST_CHECK_THROW(w.add(11, 1ms), metronome::rejected_execution);
+  BOOST_TEST(w.wheel.stop().empty());
+  w.clock.advance(1h);
+  BOOST_TEST(w.fired_count() == 2u);
+}
+
+BOOST_AUTO_TEST_CASE(fires_onto_any_executor_on_the_real_clock) {
+  asio::io_context io;
+  auto guard = asio::make_work_guard(io);
+  std::thread t([&] { io.run(); });
+  {
+    wheel_timer wheel(io.get_executor());
+    std::promise<std::thread::id> ran_on;
+    const auto start = metronome::clock::now();
+    wheel.schedule([&] { ran_on.set_value(std::this_thread::get_id()); }, 20ms);
+    BOOST_TEST((ran_on.get_future().get() == t.get_id()));
+    BOOST_TEST((metronome::clock::now() - start >= 20ms)); // never early
+  }
+  guard.reset();
+  t.join();
+}
+
+BOOST_AUTO_TEST_CASE(async_wait_completes_and_cancels) {
+  manual_wheel w;
+  auto f = w.wheel.async_wait(5ms, asio::use_future);
+  w.clock.advance(5ms);
+  f.get(); // success
+
+  asio::cancellation_signal sig;
+  std::promise<boost::system::error_code> p;
+  asio::post(w.pool, [&] {
+    w.wheel.async_wait(1h, asio::bind_cancellation_slot(sig.slot(), [&](boost::system::error_code ec) { p.set_value(ec); }));
+    sig.emit(asio::cancellation_type::terminal);
+  });
+  BOOST_TEST((p.get_future().get() == asio::error::operation_aborted));
+  BOOST_TEST(w.wheel.pending() == 0u);
+
+  auto g = w.wheel.async_wait(1h, asio::use_future);
+  w.wheel.stop();
+  BOOST_CHECK_THROW(g.get(), boost::system::system_error); // aborted by stop()
+}
+
+BOOST_AUTO_TEST_SUITE_END()
