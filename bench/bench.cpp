@@ -236,6 +236,48 @@ metrics cancel_asio() {
           {"peak MiB", peak}, {"heap after MiB", heap_after}, {"cancelled", static_cast<double>(aborted.load())}};
 }
 
+metrics fire_wheel() {
+  auto delays = fire_delays_us();
+  std::vector<double> late(fire_n);
+  std::atomic<long> done{0};
+  metronome::scheduled_thread_pool pool(2);
+  metronome::wheel_timer wheel(pool); // 1 ms tick
+  auto start = mclock::now();
+  for (long i = 0; i < fire_n; ++i) {
+    auto delay = std::chrono::microseconds(delays[i]);
+    auto due = mclock::now() + delay;
+    wheel.schedule([&, i, due] {
+      late[i] = std::chrono::duration<double, std::milli>(mclock::now() - due).count();
+      done.fetch_add(1, std::memory_order_release);
+    }, delay);
+  }
+  double submit_s = seconds_since(start);
+  wait_for_count(done, fire_n);
+  auto l = summarize(late);
+  return {{"submit Mops/s", fire_n / submit_s / 1e6}, {"p50 late ms", l.p50}, {"p99 late ms", l.p99},
+          {"max late ms", l.max}, {"peak MiB", peak_mib()}};
+}
+metrics cancel_wheel() {
+  double heap0 = heap_mib();
+  metronome::scheduled_thread_pool pool(2);
+  metronome::wheel_timer wheel(pool);
+  std::vector<metronome::wheel_timer::timeout> ts;
+  ts.reserve(cancel_n);
+  auto start = mclock::now();
+  for (long i = 0; i < cancel_n; ++i) ts.push_back(wheel.schedule([] {}, 60s));
+  double sched_s = seconds_since(start);
+  start = mclock::now();
+  long won = 0;
+  for (auto& t : ts) won += t.cancel();
+  double cancel_s = seconds_since(start);
+  double peak = peak_mib();
+  ts.clear();
+  ts.shrink_to_fit();
+  double heap_after = heap_mib() - heap0;
+  return {{"schedule Mops/s", cancel_n / sched_s / 1e6}, {"cancel Mops/s", cancel_n / cancel_s / 1e6},
+          {"peak MiB", peak}, {"heap after MiB", heap_after}, {"cancelled", static_cast<double>(won)}};
+}
+
 // ---------------------------------------------------------------- accuracy
 std::vector<long long> accuracy_delays_us() {
   std::mt19937_64 rng(777);
@@ -466,7 +508,9 @@ int main(int argc, char** argv) {
       {"serial x1", "asio::strand", [] { return serial_metronome(1); }, [] { return serial_asio(1); }},
       {"serial x64", "asio::strand", [] { return serial_metronome(64); }, [] { return serial_asio(64); }},
       {"timers-fire", "steady_timer", fire_metronome, fire_asio},
+      {"timers-fire wheel", "steady_timer", fire_wheel, fire_asio},
       {"timeout-cancel", "steady_timer", cancel_metronome, cancel_asio},
+      {"timeout-cancel wheel", "steady_timer", cancel_wheel, cancel_asio},
       {"accuracy", "steady_timer", accuracy_metronome, accuracy_asio},
       {"periodic", "steady_timer", periodic_metronome, periodic_asio},
       {"coroutines", "steady_timer", coro_metronome, coro_asio},

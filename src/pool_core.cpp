@@ -427,8 +427,10 @@ void pool_core::reschedule(scheduled_task_base* t, clock::time_point started) {
 
 // ---------------------------------------------------------------- queues
 
-void pool_core::push_ready(task_base* t) noexcept {
-  ready_.push(t);
+void pool_core::push_ready(task_base* t) noexcept { push_ready_chain(t, t, 1); }
+
+void pool_core::push_ready_chain(task_base* first, task_base* last, std::size_t count) noexcept {
+  ready_.push_chain(first, last, count);
   if (terminated_.load(std::memory_order_seq_cst)) {
     // Lost the race with termination: nobody will run it. Drop and report.
     ready_.consumer_lock().lock();
@@ -442,6 +444,10 @@ void pool_core::push_ready(task_base* t) noexcept {
     return;
   }
   maybe_wake_after_push();
+  if (count > 1 && sleepers_.load(std::memory_order_seq_cst) > 0) {
+    std::lock_guard lk(mtx_);
+    wake_some_locked(count - 1);
+  }
 }
 
 void pool_core::post(task_base* t, bool continuation) noexcept {

@@ -157,11 +157,14 @@ void wheel_core::advance_locked(std::uint64_t now_tick, std::vector<wheel_entry*
 }
 
 void wheel_core::dispatch(std::vector<wheel_entry*>& fired) noexcept {
+  if (pool_ && !fired.empty()) {
+    // Entries are task nodes: one chain, one push, no allocation.
+    for (std::size_t i = 0; i + 1 < fired.size(); ++i) fired[i]->next_.store(fired[i + 1], std::memory_order_relaxed);
+    pool_->push_ready_chain(fired.front(), fired.back(), fired.size());
+    fired.clear();
+    return;
+  }
   for (wheel_entry* e : fired) {
-    if (pool_) {
-      pool_->push_ready(e); // the entry is a task node: no allocation
-      continue;
-    }
     try {
       boost::asio::post(ex_, [e] { e->complete(true); });
     } catch (...) {

@@ -82,6 +82,8 @@ public:
   void run_scheduled(scheduled_task_base* t) noexcept;
   // Queues ready work on this pool (internal: also after shutdown).
   void push_ready(task_base* t) noexcept;
+  // Queues a linked chain (first..last through next_, count nodes) with one push.
+  void push_ready_chain(task_base* first, task_base* last, std::size_t count) noexcept;
 
   // ---- Lifecycle.
   void shutdown();
