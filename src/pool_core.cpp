@@ -429,6 +429,14 @@ void pool_core::reschedule(scheduled_task_base* t, clock::time_point started) {
 
 void pool_core::push_ready(task_base* t) noexcept { push_ready_chain(t, t, 1); }
 
+void pool_core::push_ready_quiet(task_base* t) noexcept {
+  if (!running_in_this_thread()) {
+    post(t, false); // the executor path's rules (after shutdown: dropped and reported)
+    return;
+  }
+  ready_.push(t); // no termination race: this worker is awake, so the pool is not idle
+}
+
 void pool_core::push_ready_chain(task_base* first, task_base* last, std::size_t count) noexcept {
   ready_.push_chain(first, last, count);
   if (terminated_.load(std::memory_order_seq_cst)) {

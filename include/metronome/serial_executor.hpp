@@ -45,7 +45,16 @@ public:
 private:
   void post_drain() noexcept override {
     try {
-      boost::asio::post(inner_, [self = shared_from_this()] { self->drain(); });
+      auto drain = [self = shared_from_this()] { self->drain(); };
+      if constexpr (std::is_same_v<Executor, scheduled_thread_pool::executor_type>) {
+        // Straight onto our own pool; from one of its workers (a re-post after a full
+        // batch) without waking anybody: this worker takes the next task itself.
+        auto& core = static_cast<scheduled_thread_pool&>(boost::asio::query(inner_, boost::asio::execution::context)).core();
+        task_base* op = executor_op<decltype(drain), recycling_allocator<void>>::create(std::move(drain), {});
+        core.push_ready_quiet(op);
+      } else {
+        boost::asio::post(inner_, std::move(drain));
+      }
     } catch (...) {
       report(std::current_exception());
     }

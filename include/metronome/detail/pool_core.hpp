@@ -82,6 +82,9 @@ public:
   void run_scheduled(scheduled_task_base* t) noexcept;
   // Queues ready work on this pool (internal: also after shutdown).
   void push_ready(task_base* t) noexcept;
+  // From one of this pool's workers: queues t without waking anybody, because the
+  // caller goes back to the queue itself as soon as its task returns.
+  void push_ready_quiet(task_base* t) noexcept;
   // Queues a linked chain (first..last through next_, count nodes) with one push.
   void push_ready_chain(task_base* first, task_base* last, std::size_t count) noexcept;
 
