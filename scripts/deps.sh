@@ -4,7 +4,7 @@
 # only when something is missing.
 set -euo pipefail
 need=()
-for pkg in g++ cmake ninja-build libboost1.81-dev libboost-test1.81-dev; do
+for pkg in g++ clang-14 cmake ninja-build libboost1.81-dev libboost-test1.81-dev; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then

@@ -98,26 +98,61 @@ public:
   }
 
 private:
+  // Owns the node until the handler's executor runs it; destroyed unrun (the executor
+  // dropped it), it frees the node without invoking the handler.
+  struct finisher {
+    delay_op* op;
+    boost::system::error_code ec;
+    finisher(delay_op* o, boost::system::error_code e) noexcept : op(o), ec(e) {}
+    finisher(finisher&& o) noexcept : op(std::exchange(o.op, nullptr)), ec(o.ec) {}
+    finisher& operator=(finisher&&) = delete;
+    ~finisher() {
+      if (op) free_node(op);
+    }
+    void operator()() { std::exchange(op, nullptr)->finish(ec); }
+  };
+
+  static void free_node(delay_op* op) noexcept {
+    typename alloc_traits::allocator_type a(node_alloc::get(boost::asio::get_associated_allocator(op->handler_)));
+    alloc_traits::destroy(a, op);
+    alloc_traits::deallocate(a, op, 1);
+  }
+
   // run: a worker fires it (dispatch: inline when the handler's executor is this
   // pool); !run: never ran (shutdown_now / terminated): post from here.
   static void do_complete(task_base* b, bool run) {
     auto* op = static_cast<delay_op*>(b);
     const boost::system::error_code ec =
         (run && !op->aborted_) ? boost::system::error_code() : boost::asio::error::operation_aborted;
-    if (op->slot_connected_) boost::asio::get_associated_cancellation_slot(op->handler_).clear();
+    if (op->slot_connected_) {
+      // The slot belongs to the handler's executor context (Asio's rule): clear it
+      // there, and keep the node alive until then, so that a cancellation emitted in
+      // the meantime finds the wait already out of the delay queue and does nothing.
+      handler_executor ex(op->executor_);
+      if (run)
+        boost::asio::dispatch(ex, finisher(op, ec));
+      else
+        boost::asio::post(ex, finisher(op, ec));
+      return;
+    }
     Handler handler(std::move(op->handler_));
     handler_executor ex(std::move(op->executor_));
-    typename alloc_traits::allocator_type a(node_alloc::get(boost::asio::get_associated_allocator(handler)));
     if (op->work_) {
       work_guard work(std::move(*op->work_)); // held until the handler is queued
-      alloc_traits::destroy(a, op);
-      alloc_traits::deallocate(a, op, 1);
+      free_node(op);
       deliver(std::move(handler), ex, ec, run);
     } else {
-      alloc_traits::destroy(a, op);
-      alloc_traits::deallocate(a, op, 1);
+      free_node(op);
       deliver(std::move(handler), ex, ec, run);
     }
+  }
+
+  // On the handler's executor.
+  void finish(boost::system::error_code ec) {
+    boost::asio::get_associated_cancellation_slot(handler_).clear();
+    Handler handler(std::move(handler_));
+    free_node(this); // releases the work guard too: we are running on that executor
+    std::move(handler)(ec);
   }
 
   static void deliver(Handler&& handler, const handler_executor& ex, boost::system::error_code ec, bool run) {

@@ -95,19 +95,54 @@ public:
     }
   }
 
-  void fire() noexcept override { deliver(boost::system::error_code(), true); }
+  void fire() noexcept override {
+    delivered_ = true;
+    deliver(boost::system::error_code(), true);
+  }
   void drop() noexcept override {
-    if (handler_) deliver(boost::asio::error::operation_aborted, false);
+    if (!delivered_) {
+      delivered_ = true;
+      deliver(boost::asio::error::operation_aborted, false);
+    }
   }
   void destroy() noexcept override { delete this; }
 
 private:
+  // Runs on the handler's executor when a cancellation slot is connected: the slot is
+  // cleared there (Asio's rule), and the entry stays alive until then.
+  struct finisher {
+    wheel_wait_op* op;
+    boost::system::error_code ec;
+    finisher(wheel_wait_op* o, boost::system::error_code e) noexcept : op(o), ec(e) {}
+    finisher(finisher&& o) noexcept : op(std::exchange(o.op, nullptr)), ec(o.ec) {}
+    finisher& operator=(finisher&&) = delete;
+    ~finisher() {
+      if (op) op->release();
+    }
+    void operator()() {
+      wheel_wait_op* o = std::exchange(op, nullptr);
+      boost::asio::get_associated_cancellation_slot(*o->handler_).clear();
+      Handler h(std::move(*o->handler_));
+      o->handler_.reset();
+      o->release();
+      std::move(h)(ec);
+    }
+  };
+
   void deliver(boost::system::error_code ec, bool inline_ok) noexcept {
-    if (slot_connected_) boost::asio::get_associated_cancellation_slot(*handler_).clear();
+    auto ex = work_.get_executor();
+    if (slot_connected_) {
+      add_ref();
+      auto work(std::move(work_));
+      if (inline_ok)
+        boost::asio::dispatch(ex, finisher(this, ec));
+      else
+        boost::asio::post(ex, finisher(this, ec));
+      return;
+    }
     Handler h(std::move(*handler_));
     handler_.reset();
     auto work(std::move(work_));
-    auto ex = work.get_executor();
     if (inline_ok)
       boost::asio::dispatch(ex, boost::asio::append(std::move(h), ec));
     else
@@ -117,6 +152,7 @@ private:
   std::optional<Handler> handler_;
   boost::asio::executor_work_guard<handler_executor> work_;
   bool slot_connected_ = false;
+  bool delivered_ = false;
 };
 
 } // namespace detail
