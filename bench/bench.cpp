@@ -146,7 +146,7 @@ metrics fire_metronome() {
   metronome::scheduled_thread_pool pool(2);
   auto start = mclock::now();
   for (long i = 0; i < fire_n; ++i) {
-    auto due = start + std::chrono::microseconds(delays[i]);
+    auto due = mclock::now() + std::chrono::microseconds(delays[i]); // due = scheduled at + delay
     pool.schedule_at([&, i, due] {
       late[i] = std::chrono::duration<double, std::milli>(mclock::now() - due).count();
       done.fetch_add(1, std::memory_order_release);
@@ -168,7 +168,7 @@ metrics fire_asio() {
   std::vector<std::unique_ptr<asio::steady_timer>> timers(fire_n);
   auto start = mclock::now();
   for (long i = 0; i < fire_n; ++i) {
-    auto due = start + std::chrono::microseconds(delays[i]);
+    auto due = mclock::now() + std::chrono::microseconds(delays[i]); // due = scheduled at + delay
     timers[i] = std::make_unique<asio::steady_timer>(io, due);
     timers[i]->async_wait([&, i, due](boost::system::error_code) {
       late[i] = std::chrono::duration<double, std::milli>(mclock::now() - due).count();
