@@ -215,6 +215,7 @@ task_base* pool_core::park(worker& w, std::unique_lock<std::mutex>& lk) {
 
   for (;;) {
     if (!ready_.empty()) return retry_marker;
+    drain_inbox_locked();
     if (!heap_.empty()) {
       const clock::time_point current = now();
       if (heap_.top()->due() <= current) {
@@ -258,7 +259,7 @@ task_base* pool_core::park(worker& w, std::unique_lock<std::mutex>& lk) {
 }
 
 bool pool_core::idle_for_termination_locked(int awake_expected) const noexcept {
-  return awake_ == awake_expected && ready_.empty() && heap_.empty() &&
+  return awake_ == awake_expected && ready_.empty() && heap_.empty() && inbox_.empty() &&
          (tracked_work_.load() == 0 || stopped_.load() || closing_);
 }
 
@@ -516,11 +517,18 @@ void pool_core::heap_push_locked(timed_node* n) {
 }
 
 void pool_core::update_next_due_locked() noexcept {
-  next_due_.store(heap_.empty() ? no_due : heap_.top_due(),
-                  std::memory_order_relaxed);
+  // A submitter pushes to the inbox and then lowers next_due_. Storing the heap's head
+  // could overwrite a lower value whose task we have not drained yet, so store, then
+  // look at the inbox again (both seq_cst): whatever we miss here was pushed after our
+  // store, and its submitter's own lowering comes later still.
+  do {
+    drain_inbox_locked();
+    next_due_.store(heap_.empty() ? no_due : heap_.top_due(), std::memory_order_seq_cst);
+  } while (!inbox_.empty());
 }
 
 std::size_t pool_core::promote_due_locked(clock::time_point current) {
+  drain_inbox_locked();
   task_base* first = nullptr;
   task_base* last = nullptr;
   std::size_t count = 0;
@@ -579,13 +587,68 @@ void pool_core::submit_scheduled(scheduled_task_base* t, clock::time_point due) 
     return;
   }
   t->set_due(due);
-  std::unique_lock lk(mtx_);
   if (shutdown_.load() || terminated_.load()) {
-    lk.unlock();
     reject_scheduled(t);
     return;
   }
-  heap_push_locked(t);
+  // Lock-free: the heap's lock holder (a promoting worker, the leader) moves it into
+  // the heap, so submitters never queue behind timer work on the mutex (Netty's
+  // pending-timeouts queue). Only a new earliest due time wakes anybody.
+  inbox_.push(t);
+  const clock::rep d = due.time_since_epoch().count();
+  clock::rep nd = next_due_.load(std::memory_order_seq_cst);
+  bool earlier = false;
+  while (d < nd) {
+    if (next_due_.compare_exchange_weak(nd, d, std::memory_order_seq_cst)) {
+      earlier = true;
+      break;
+    }
+  }
+  if (shutdown_.load(std::memory_order_seq_cst) || terminated_.load(std::memory_order_seq_cst)) {
+    // Raced shutdown(): apply its rules to what the inbox still holds.
+    std::vector<timed_node*> gone;
+    {
+      std::lock_guard lk(mtx_);
+      drain_inbox_locked();
+      if (terminated_.load())
+        heap_.drain([&](timed_node* n) { gone.push_back(n); });
+      else
+        sweep_for_shutdown_locked(gone);
+      delayed_count_.store(heap_.size(), std::memory_order_relaxed);
+      update_next_due_locked();
+      wake_all_locked();
+    }
+    for (timed_node* n : gone) abort_timed(n);
+    return;
+  }
+  if (earlier && !manual_) {
+    std::lock_guard lk(mtx_);
+    if (leader_ != nullptr)
+      leader_cv_.notify_one();
+    else if (followers_ > wake_tokens_) {
+      ++wake_tokens_;
+      follower_cv_.notify_one();
+    }
+  }
+}
+
+void pool_core::drain_inbox_locked() noexcept {
+  for (;;) {
+    task_base* t = inbox_.pop_locked(); // mtx_ makes us the only consumer
+    if (!t) {
+      if (inbox_.empty()) break;
+      cpu_relax(); // a submitter is between its exchange and its link
+      continue;
+    }
+    auto* st = static_cast<scheduled_task_base*>(t);
+    if (st->phase() != scheduled_task_base::pending) { // cancelled while in the inbox
+      st->release();
+      continue;
+    }
+    st->seq_ = next_seq_++;
+    heap_.push(st);
+  }
+  delayed_count_.store(heap_.size(), std::memory_order_relaxed);
 }
 
 void pool_core::reject_scheduled(scheduled_task_base* t) {
@@ -663,18 +726,24 @@ void pool_core::shutdown() {
     std::lock_guard lk(mtx_);
     if (shutdown_.load()) return;
     shutdown_.store(true);
-    heap_.remove_if(
-        [this](timed_node* n) {
-          if (n->kind_ == task_kind::wait) return true;
-          if (n->kind_ == task_kind::periodic) return !opts_.continue_periodic_after_shutdown;
-          return !opts_.run_delayed_after_shutdown;
-        },
-        [&](timed_node* n) { gone.push_back(n); });
+    drain_inbox_locked();
+    sweep_for_shutdown_locked(gone);
     delayed_count_.store(heap_.size(), std::memory_order_relaxed);
     update_next_due_locked();
     wake_all_locked();
   }
   for (timed_node* n : gone) abort_timed(n);
+}
+
+// Takes out of the heap what shutdown() does not keep (per the two options).
+void pool_core::sweep_for_shutdown_locked(std::vector<timed_node*>& gone) {
+  heap_.remove_if(
+      [this](timed_node* n) {
+        if (n->kind_ == task_kind::wait) return true;
+        if (n->kind_ == task_kind::periodic) return !opts_.continue_periodic_after_shutdown;
+        return !opts_.run_delayed_after_shutdown;
+      },
+      [&](timed_node* n) { gone.push_back(n); });
 }
 
 void pool_core::abort_timed(timed_node* n) noexcept {
@@ -694,6 +763,7 @@ std::vector<pending_task> pool_core::shutdown_now() {
     std::lock_guard lk(mtx_);
     shutdown_.store(true);
     stopped_.store(true);
+    drain_inbox_locked();
     heap_.drain([&](timed_node* n) { taken.push_back(n); });
     delayed_count_.store(0, std::memory_order_relaxed);
     update_next_due_locked();
@@ -738,7 +808,7 @@ void pool_core::close() {
       std::lock_guard lk(mtx_);
       shutdown_.store(true);
       closing_ = true;
-      promote_due_locked(now());
+      promote_due_locked(now()); // drains the inbox too
       heap_.drain([&](timed_node* n) { gone.push_back(n); });
       delayed_count_.store(0, std::memory_order_relaxed);
       update_next_due_locked();
@@ -796,6 +866,7 @@ bool pool_core::await_termination(clock::duration timeout) {
 pool_stats pool_core::stats() const {
   pool_stats s;
   std::lock_guard lk(mtx_);
+  const_cast<pool_core*>(this)->drain_inbox_locked(); // cancelled tasks leave the count now
   s.threads = threads_.load();
   s.completed = retired_completed_.load();
   for (auto& w : workers_) {

@@ -129,7 +129,8 @@ private:
   void drop_outside(task_base* t) noexcept;
   void discard_task(task_base* t) noexcept;
   void abort_timed(timed_node* n) noexcept;
-  void cancel_heap_on_shutdown_locked(bool everything);
+  void drain_inbox_locked() noexcept;
+  void sweep_for_shutdown_locked(std::vector<timed_node*>& gone);
   bool idle_for_termination_locked(int awake_expected) const noexcept;
   void terminate_locked() noexcept;
 
@@ -149,6 +150,7 @@ private:
   std::condition_variable leader_cv_;
   std::condition_variable terminated_cv_;
   delay_heap heap_;
+  ready_queue inbox_; // delayed tasks on their way into heap_ (consumer: mtx_ holder)
   std::uint64_t next_seq_ = 0;
   worker* leader_ = nullptr;
   int followers_ = 0;      // workers in follower_cv_ wait
