@@ -73,6 +73,12 @@ void serial_core::drain() noexcept {
       ++consumed;
       ++ran;
     }
+    if (consumed == counted && ran < opts_.batch) {
+      // Caught up with the producers. Linger a moment before settling: ending the
+      // drain now would make the next producer post a new one, usually waking a parked
+      // worker (a futex call on the producer's path) for every few tasks.
+      for (int i = 0; i < 64 && pending_.load(std::memory_order_relaxed) == counted; ++i) cpu_relax();
+    }
     if (pending_.fetch_sub(consumed, std::memory_order_acq_rel) == consumed) break; // drained
     if (ran >= opts_.batch) {
       current_drain = outer;
