@@ -1,4 +1,5 @@
 #include <metronome/detail/pool_core.hpp>
+#include <metronome/detail/report.hpp>
 #include <metronome/manual_clock.hpp>
 #include <metronome/scheduled_thread_pool.hpp>
 
@@ -94,12 +95,16 @@ void pool_core::report(std::exception_ptr e) noexcept {
     }
     return;
   }
+  print_unhandled(e, "task");
+}
+
+void print_unhandled(std::exception_ptr e, const char* where) noexcept {
   try {
     std::rethrow_exception(e);
   } catch (const std::exception& ex) {
-    std::fprintf(stderr, "metronome: unhandled exception in task: %s\n", ex.what());
+    std::fprintf(stderr, "metronome: unhandled exception in %s: %s\n", where, ex.what());
   } catch (...) {
-    std::fprintf(stderr, "metronome: unhandled exception in task\n");
+    std::fprintf(stderr, "metronome: unhandled exception in %s\n", where);
   }
 }
 
@@ -504,15 +509,18 @@ void pool_core::heap_push_locked(timed_node* n) {
   delayed_count_.store(heap_.size(), std::memory_order_relaxed);
   if (head) {
     update_next_due_locked();
-    // Only a new earliest task wakes the leader (or a follower to become leader).
-    if (!manual_) {
-      if (leader_ != nullptr)
-        leader_cv_.notify_one();
-      else if (followers_ > wake_tokens_) {
-        ++wake_tokens_;
-        follower_cv_.notify_one();
-      }
-    }
+    wake_for_new_head_locked();
+  }
+}
+
+// Only a new earliest task wakes the leader (or a follower, to become leader).
+void pool_core::wake_for_new_head_locked() noexcept {
+  if (manual_) return; // time moves only through on_time_advanced()
+  if (leader_ != nullptr) {
+    leader_cv_.notify_one();
+  } else if (followers_ > wake_tokens_) {
+    ++wake_tokens_;
+    follower_cv_.notify_one();
   }
 }
 
@@ -623,12 +631,7 @@ void pool_core::submit_scheduled(scheduled_task_base* t, clock::time_point due) 
   }
   if (earlier && !manual_) {
     std::lock_guard lk(mtx_);
-    if (leader_ != nullptr)
-      leader_cv_.notify_one();
-    else if (followers_ > wake_tokens_) {
-      ++wake_tokens_;
-      follower_cv_.notify_one();
-    }
+    wake_for_new_head_locked();
   }
 }
 

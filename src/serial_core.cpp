@@ -1,9 +1,9 @@
 #include <metronome/detail/pool_core.hpp>
+#include <metronome/detail/report.hpp>
 #include <metronome/detail/serial_core.hpp>
 #include <metronome/errors.hpp>
 #include <metronome/scheduled_thread_pool.hpp>
 
-#include <cstdio>
 #include <vector>
 
 namespace metronome::detail {
@@ -124,13 +124,7 @@ void serial_core::report(std::exception_ptr e) noexcept {
   } else if (owner_pool_) {
     owner_pool_->report(e);
   } else {
-    try {
-      std::rethrow_exception(e);
-    } catch (const std::exception& ex) {
-      std::fprintf(stderr, "metronome: unhandled exception in serial task: %s\n", ex.what());
-    } catch (...) {
-      std::fprintf(stderr, "metronome: unhandled exception in serial task\n");
-    }
+    print_unhandled(e, "serial task");
   }
 }
 

@@ -2,6 +2,7 @@
 #define METRONOME_WHEEL_TIMER_HPP
 
 #include <metronome/detail/node_cache.hpp>
+#include <metronome/detail/report.hpp>
 #include <metronome/detail/wheel_core.hpp>
 #include <metronome/errors.hpp>
 #include <metronome/scheduled_thread_pool.hpp>
@@ -49,9 +50,8 @@ public:
     try {
       (*f_)();
     } catch (...) {
-      // A fire-and-forget timeout: the executor's own policy does not see it, so
-      // report it the way the pool does.
-      report(std::current_exception());
+      // A fire-and-forget timeout: reported the way the pool's default handler does.
+      print_unhandled(std::current_exception(), "timeout");
     }
   }
   void drop() noexcept override { f_.reset(); }
@@ -61,15 +61,6 @@ public:
   }
 
 private:
-  static void report(std::exception_ptr e) noexcept {
-    try {
-      std::rethrow_exception(e);
-    } catch (const std::exception& ex) {
-      std::fprintf(stderr, "metronome: unhandled exception in timeout: %s\n", ex.what());
-    } catch (...) {
-      std::fprintf(stderr, "metronome: unhandled exception in timeout\n");
-    }
-  }
   std::optional<F> f_;
 };
 

@@ -4,6 +4,7 @@
 #include <metronome/scheduled_thread_pool.hpp>
 
 #include "common/latch_task.hpp"
+#include "common/manual_pool.hpp"
 #include "common/poll_until.hpp"
 
 #include <boost/asio/as_tuple.hpp>
@@ -33,16 +34,8 @@ using boost::system::error_code;
 using metronome::async_delay;
 using metronome::async_delay_until;
 using metronome::manual_clock;
+using metronome::test::on_clock;
 using metronome::scheduled_thread_pool;
-
-namespace {
-metronome::pool_options on_clock(manual_clock& c, std::size_t threads = 1) {
-  metronome::pool_options o;
-  o.threads = threads;
-  o.time_source = &c;
-  return o;
-}
-} // namespace
 
 BOOST_AUTO_TEST_SUITE(async_delay_suite)
 

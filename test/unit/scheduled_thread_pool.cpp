@@ -3,6 +3,7 @@
 #include <metronome/manual_clock.hpp>
 
 #include "common/latch_task.hpp"
+#include "common/manual_pool.hpp"
 #include "common/poll_until.hpp"
 
 #include <boost/test/unit_test.hpp>
@@ -20,18 +21,12 @@
 using namespace std::chrono_literals;
 using mclock = metronome::clock;
 using metronome::manual_clock;
+using metronome::test::on_clock;
 using metronome::pool_options;
 using metronome::scheduled_thread_pool;
 using metronome::test::poll_until;
 
 namespace {
-
-pool_options on_clock(manual_clock& c, std::size_t threads = 1) {
-  pool_options o;
-  o.threads = threads;
-  o.time_source = &c;
-  return o;
-}
 
 struct manual_fixture {
   manual_clock clock;

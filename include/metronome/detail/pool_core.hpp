@@ -117,6 +117,7 @@ private:
   void wake_one() noexcept;
   void wake_some_locked(std::size_t n) noexcept;
   void wake_all_locked() noexcept;
+  void wake_for_new_head_locked() noexcept;
   void maybe_wake_after_push() noexcept;
   void join_threads();
   // Moves due heap nodes to the ready queue; caller holds mtx_. Returns the count.
