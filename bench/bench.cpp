@@ -71,7 +71,8 @@ metrics post_metronome(int producers) {
   std::vector<std::thread> ps;
   for (int p = 0; p < producers; ++p)
     ps.emplace_back([&] {
-      for (long i = 0; i < total / producers; ++i) asio::post(pool, [&] { done.fetch_add(1, std::memory_order_relaxed); });
+      for (long i = 0; i < total / producers; ++i)
+        asio::post(pool, [&] { done.fetch_add(1, std::memory_order_relaxed); });
     });
   for (auto& t : ps) t.join();
   wait_for_count(done, total);
@@ -86,7 +87,8 @@ metrics post_asio(int producers) {
   std::vector<std::thread> ps;
   for (int p = 0; p < producers; ++p)
     ps.emplace_back([&] {
-      for (long i = 0; i < total / producers; ++i) asio::post(pool, [&] { done.fetch_add(1, std::memory_order_relaxed); });
+      for (long i = 0; i < total / producers; ++i)
+        asio::post(pool, [&] { done.fetch_add(1, std::memory_order_relaxed); });
     });
   for (auto& t : ps) t.join();
   wait_for_count(done, total);
@@ -147,16 +149,21 @@ metrics fire_metronome() {
   auto start = mclock::now();
   for (long i = 0; i < fire_n; ++i) {
     auto due = mclock::now() + std::chrono::microseconds(delays[i]); // due = scheduled at + delay
-    pool.schedule_at([&, i, due] {
-      late[i] = std::chrono::duration<double, std::milli>(mclock::now() - due).count();
-      done.fetch_add(1, std::memory_order_release);
-    }, due);
+    pool.schedule_at(
+        [&, i, due] {
+          late[i] = std::chrono::duration<double, std::milli>(mclock::now() - due).count();
+          done.fetch_add(1, std::memory_order_release);
+        },
+        due);
   }
   double submit_s = seconds_since(start);
   wait_for_count(done, fire_n);
   auto l = summarize(late);
-  return {{"submit Mops/s", fire_n / submit_s / 1e6}, {"p50 late ms", l.p50}, {"p99 late ms", l.p99},
-          {"max late ms", l.max}, {"peak MiB", peak_mib()}};
+  return {{"submit Mops/s", fire_n / submit_s / 1e6},
+          {"p50 late ms", l.p50},
+          {"p99 late ms", l.p99},
+          {"max late ms", l.max},
+          {"peak MiB", peak_mib()}};
 }
 metrics fire_asio() {
   auto delays = fire_delays_us();
@@ -181,8 +188,11 @@ metrics fire_asio() {
   t1.join();
   t2.join();
   auto l = summarize(late);
-  return {{"submit Mops/s", fire_n / submit_s / 1e6}, {"p50 late ms", l.p50}, {"p99 late ms", l.p99},
-          {"max late ms", l.max}, {"peak MiB", peak_mib()}};
+  return {{"submit Mops/s", fire_n / submit_s / 1e6},
+          {"p50 late ms", l.p50},
+          {"p99 late ms", l.p99},
+          {"max late ms", l.max},
+          {"peak MiB", peak_mib()}};
 }
 
 // ---------------------------------------------------------------- timeout-cancel
@@ -203,8 +213,11 @@ metrics cancel_metronome() {
   hs.clear();
   hs.shrink_to_fit();
   double heap_after = heap_mib() - heap0;
-  return {{"schedule Mops/s", cancel_n / sched_s / 1e6}, {"cancel Mops/s", cancel_n / cancel_s / 1e6},
-          {"peak MiB", peak}, {"heap after MiB", heap_after}, {"cancelled", static_cast<double>(won)}};
+  return {{"schedule Mops/s", cancel_n / sched_s / 1e6},
+          {"cancel Mops/s", cancel_n / cancel_s / 1e6},
+          {"peak MiB", peak},
+          {"heap after MiB", heap_after},
+          {"cancelled", static_cast<double>(won)}};
 }
 metrics cancel_asio() {
   double heap0 = heap_mib();
@@ -232,8 +245,11 @@ metrics cancel_asio() {
   t1.join();
   t2.join();
   double heap_after = heap_mib() - heap0;
-  return {{"schedule Mops/s", cancel_n / sched_s / 1e6}, {"cancel Mops/s", cancel_n / cancel_s / 1e6},
-          {"peak MiB", peak}, {"heap after MiB", heap_after}, {"cancelled", static_cast<double>(aborted.load())}};
+  return {{"schedule Mops/s", cancel_n / sched_s / 1e6},
+          {"cancel Mops/s", cancel_n / cancel_s / 1e6},
+          {"peak MiB", peak},
+          {"heap after MiB", heap_after},
+          {"cancelled", static_cast<double>(aborted.load())}};
 }
 
 metrics fire_wheel() {
@@ -246,16 +262,21 @@ metrics fire_wheel() {
   for (long i = 0; i < fire_n; ++i) {
     auto delay = std::chrono::microseconds(delays[i]);
     auto due = mclock::now() + delay;
-    wheel.schedule([&, i, due] {
-      late[i] = std::chrono::duration<double, std::milli>(mclock::now() - due).count();
-      done.fetch_add(1, std::memory_order_release);
-    }, delay);
+    wheel.schedule(
+        [&, i, due] {
+          late[i] = std::chrono::duration<double, std::milli>(mclock::now() - due).count();
+          done.fetch_add(1, std::memory_order_release);
+        },
+        delay);
   }
   double submit_s = seconds_since(start);
   wait_for_count(done, fire_n);
   auto l = summarize(late);
-  return {{"submit Mops/s", fire_n / submit_s / 1e6}, {"p50 late ms", l.p50}, {"p99 late ms", l.p99},
-          {"max late ms", l.max}, {"peak MiB", peak_mib()}};
+  return {{"submit Mops/s", fire_n / submit_s / 1e6},
+          {"p50 late ms", l.p50},
+          {"p99 late ms", l.p99},
+          {"max late ms", l.max},
+          {"peak MiB", peak_mib()}};
 }
 metrics cancel_wheel() {
   double heap0 = heap_mib();
@@ -274,8 +295,11 @@ metrics cancel_wheel() {
   ts.clear();
   ts.shrink_to_fit();
   double heap_after = heap_mib() - heap0;
-  return {{"schedule Mops/s", cancel_n / sched_s / 1e6}, {"cancel Mops/s", cancel_n / cancel_s / 1e6},
-          {"peak MiB", peak}, {"heap after MiB", heap_after}, {"cancelled", static_cast<double>(won)}};
+  return {{"schedule Mops/s", cancel_n / sched_s / 1e6},
+          {"cancel Mops/s", cancel_n / cancel_s / 1e6},
+          {"peak MiB", peak},
+          {"heap after MiB", heap_after},
+          {"cancelled", static_cast<double>(won)}};
 }
 
 // ---------------------------------------------------------------- accuracy
@@ -294,10 +318,12 @@ metrics accuracy_metronome() {
   auto start = mclock::now();
   for (std::size_t i = 0; i < delays.size(); ++i) {
     auto due = start + std::chrono::microseconds(delays[i]);
-    pool.schedule_at([&, i, due] {
-      late[i] = std::chrono::duration<double, std::milli>(mclock::now() - due).count();
-      done.fetch_add(1);
-    }, due);
+    pool.schedule_at(
+        [&, i, due] {
+          late[i] = std::chrono::duration<double, std::milli>(mclock::now() - due).count();
+          done.fetch_add(1);
+        },
+        due);
   }
   wait_for_count(done, static_cast<long>(delays.size()));
   auto l = summarize(late);
@@ -337,7 +363,12 @@ metrics periodic_metronome() {
   runs.reserve(1000);
   std::mutex m;
   auto first = mclock::now() + period;
-  auto h = pool.schedule_at_fixed_rate([&] { std::lock_guard lk(m); runs.push_back(mclock::now()); }, period, period);
+  auto h = pool.schedule_at_fixed_rate(
+      [&] {
+        std::lock_guard lk(m);
+        runs.push_back(mclock::now());
+      },
+      period, period);
   std::this_thread::sleep_for(periodic_span);
   h.cancel();
   h.wait();
@@ -349,11 +380,18 @@ metrics periodic_metronome() {
   }
   // Fixed delay 5 ms with a 1 ms body.
   std::atomic<long> fd_runs{0};
-  auto fd = pool.schedule_with_fixed_delay([&] { std::this_thread::sleep_for(1ms); ++fd_runs; }, 0ms, period);
+  auto fd = pool.schedule_with_fixed_delay(
+      [&] {
+        std::this_thread::sleep_for(1ms);
+        ++fd_runs;
+      },
+      0ms, period);
   std::this_thread::sleep_for(periodic_span);
   fd.cancel();
   fd.wait();
-  return {{"end drift ms", end_drift}, {"max drift ms", max_drift}, {"runs", static_cast<double>(runs.size())},
+  return {{"end drift ms", end_drift},
+          {"max drift ms", max_drift},
+          {"runs", static_cast<double>(runs.size())},
           {"fixed-delay runs", static_cast<double>(fd_runs.load())}};
 }
 metrics periodic_asio() {
@@ -392,7 +430,9 @@ metrics periodic_asio() {
   };
   timer.async_wait(fd_tick);
   io.run();
-  return {{"end drift ms", end_drift}, {"max drift ms", max_drift}, {"runs", static_cast<double>(runs.size())},
+  return {{"end drift ms", end_drift},
+          {"max drift ms", max_drift},
+          {"runs", static_cast<double>(runs.size())},
           {"fixed-delay runs", static_cast<double>(fd_runs)}};
 }
 
@@ -404,10 +444,14 @@ metrics coro_metronome() {
   std::atomic<long> done{0};
   auto start = mclock::now();
   for (int i = 0; i < coro_n; ++i)
-    asio::co_spawn(pool, [&]() -> asio::awaitable<void> {
-      for (int k = 0; k < coro_waits; ++k) co_await metronome::async_delay(pool.get_executor(), 1ms, asio::use_awaitable);
-      done.fetch_add(1);
-    }, asio::detached);
+    asio::co_spawn(
+        pool,
+        [&]() -> asio::awaitable<void> {
+          for (int k = 0; k < coro_waits; ++k)
+            co_await metronome::async_delay(pool.get_executor(), 1ms, asio::use_awaitable);
+          done.fetch_add(1);
+        },
+        asio::detached);
   wait_for_count(done, coro_n);
   return {{"wall s", seconds_since(start)}, {"peak MiB", peak_mib()}};
 }
@@ -418,14 +462,17 @@ metrics coro_asio() {
   std::atomic<long> done{0};
   auto start = mclock::now();
   for (int i = 0; i < coro_n; ++i)
-    asio::co_spawn(io, [&]() -> asio::awaitable<void> {
-      asio::steady_timer t(co_await asio::this_coro::executor);
-      for (int k = 0; k < coro_waits; ++k) {
-        t.expires_after(1ms);
-        co_await t.async_wait(asio::use_awaitable);
-      }
-      done.fetch_add(1);
-    }, asio::detached);
+    asio::co_spawn(
+        io,
+        [&]() -> asio::awaitable<void> {
+          asio::steady_timer t(co_await asio::this_coro::executor);
+          for (int k = 0; k < coro_waits; ++k) {
+            t.expires_after(1ms);
+            co_await t.async_wait(asio::use_awaitable);
+          }
+          done.fetch_add(1);
+        },
+        asio::detached);
   wait_for_count(done, coro_n);
   double s = seconds_since(start);
   guard.reset();

@@ -108,12 +108,15 @@ int main() {
   asio::co_spawn(io, idle_client(server), tally);
 
   // Stop once every client reported and every session timed out.
-  asio::co_spawn(io, [&]() -> asio::awaitable<void> {
-    const auto deadline = metronome::clock::now() + 20s;
-    while ((ok < busy + 1 || timeouts < busy + 1) && metronome::clock::now() < deadline)
-      co_await metronome::async_delay(pool.get_executor(), 10ms, asio::use_awaitable);
-    io.stop();
-  }, asio::detached);
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        const auto deadline = metronome::clock::now() + 20s;
+        while ((ok < busy + 1 || timeouts < busy + 1) && metronome::clock::now() < deadline)
+          co_await metronome::async_delay(pool.get_executor(), 10ms, asio::use_awaitable);
+        io.stop();
+      },
+      asio::detached);
 
   io.run();
   std::cout << "echo: " << ok << "/" << busy + 1 << " clients ok, " << timeouts

@@ -38,7 +38,12 @@ int main() {
 
   const int result = answer.get();
   std::cout << "[" << ms() << " ms] one-shot result: " << result << "\n";
-  auto stop = pool.schedule([&] { rate.cancel(); poll.cancel(); }, 200ms);
+  auto stop = pool.schedule(
+      [&] {
+        rate.cancel();
+        poll.cancel();
+      },
+      200ms);
   stop.get();
   std::cout << "[" << ms() << " ms] fixed-rate ran " << ticks << " times, fixed-delay ran " << polls
             << " times, post ran: " << posted << "\n";

@@ -83,9 +83,7 @@ pool_core::~pool_core() {
 
 clock::time_point pool_core::now() const noexcept { return manual_ ? manual_->now() : clock::now(); }
 
-bool pool_core::running_in_this_thread() const noexcept {
-  return this_worker != nullptr && this_worker->pool == this;
-}
+bool pool_core::running_in_this_thread() const noexcept { return this_worker != nullptr && this_worker->pool == this; }
 
 void pool_core::report(std::exception_ptr e) noexcept {
   if (opts_.exception_handler) {
@@ -794,8 +792,7 @@ std::vector<pending_task> pool_core::shutdown_now() {
   for (task_base* t : taken) {
     if (t->kind_ == task_kind::wait) {
       t->complete(false); // completes with operation_aborted
-    } else if (t->is_scheduled() &&
-               static_cast<scheduled_task_base*>(t)->phase() != scheduled_task_base::pending) {
+    } else if (t->is_scheduled() && static_cast<scheduled_task_base*>(t)->phase() != scheduled_task_base::pending) {
       static_cast<scheduled_task_base*>(t)->release(); // cancelled while queued
     } else {
       out.push_back(pending_task(t));

@@ -32,8 +32,7 @@ completion_hook* const hooks_closed = reinterpret_cast<completion_hook*>(alignof
 
 } // namespace
 
-scheduled_task_base::scheduled_task_base(pool_core* pool) noexcept
-    : timed_node(&complete_thunk), pool_(pool) {}
+scheduled_task_base::scheduled_task_base(pool_core* pool) noexcept : timed_node(&complete_thunk), pool_(pool) {}
 
 void scheduled_task_base::complete_thunk(task_base* t, bool run) {
   auto* self = static_cast<scheduled_task_base*>(t);
@@ -48,8 +47,7 @@ void scheduled_task_base::complete_thunk(task_base* t, bool run) {
 bool scheduled_task_base::try_start() noexcept {
   std::uint32_t s = state_.load(std::memory_order_acquire);
   while ((s & phase_mask) == pending) {
-    if (state_.compare_exchange_weak(s, (s & ~phase_mask) | running, std::memory_order_acq_rel))
-      return true;
+    if (state_.compare_exchange_weak(s, (s & ~phase_mask) | running, std::memory_order_acq_rel)) return true;
   }
   return false;
 }
@@ -140,8 +138,7 @@ bool scheduled_task_base::wait_until(clock::time_point deadline) const {
   std::unique_lock lk(st.mtx);
   std::uint32_t s = state_.fetch_or(has_waiters, std::memory_order_acq_rel);
   while ((s & phase_mask) < done) {
-    if (st.cv.wait_until(lk, deadline) == std::cv_status::timeout)
-      return is_terminal();
+    if (st.cv.wait_until(lk, deadline) == std::cv_status::timeout) return is_terminal();
     s = state_.load(std::memory_order_acquire);
   }
   return true;

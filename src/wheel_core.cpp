@@ -206,7 +206,7 @@ bool wheel_core::cancel(wheel_entry* e) noexcept {
     e->state_.store(wheel_entry::cancelled, std::memory_order_release);
     --pending_;
   }
-  e->drop(); // frees the callable at once; wakes nobody
+  e->drop();    // frees the callable at once; wakes nobody
   e->release(); // the wheel's reference
   return true;
 }

@@ -54,8 +54,7 @@ class delay_op final : public wait_node {
   using handler_executor = boost::asio::associated_executor_t<Handler, IoExecutor>;
   using handler_allocator = boost::asio::associated_allocator_t<Handler>;
   using node_alloc = node_allocator_for<handler_allocator>; // std::allocator -> recycling cache
-  using alloc_traits =
-      typename std::allocator_traits<typename node_alloc::type>::template rebind_traits<delay_op>;
+  using alloc_traits = typename std::allocator_traits<typename node_alloc::type>::template rebind_traits<delay_op>;
   using work_guard = boost::asio::executor_work_guard<handler_executor>;
 
   struct cancel_handler {
@@ -216,8 +215,7 @@ auto async_delay(const Executor& ex, std::chrono::duration<Rep, Period> delay,
 }
 
 /// Waits until `when` on a metronome pool's delay queue; see async_delay.
-template <class Executor, class Duration,
-          class CompletionToken = boost::asio::default_completion_token_t<Executor>>
+template <class Executor, class Duration, class CompletionToken = boost::asio::default_completion_token_t<Executor>>
 auto async_delay_until(const Executor& ex, std::chrono::time_point<clock, Duration> when,
                        CompletionToken&& token = boost::asio::default_completion_token_t<Executor>()) {
   return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code)>(

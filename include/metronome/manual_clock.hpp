@@ -37,9 +37,7 @@ public:
   manual_clock& operator=(const manual_clock&) = delete;
 
   /// The current time.
-  time_point now() const noexcept {
-    return time_point(duration(now_.load(std::memory_order_acquire)));
-  }
+  time_point now() const noexcept { return time_point(duration(now_.load(std::memory_order_acquire))); }
 
   /// Moves time forward by `d` and releases what fell due.
   /** @throws std::invalid_argument if `d` is negative. */

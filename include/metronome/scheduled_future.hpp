@@ -64,9 +64,7 @@ public:
   bool cancel() noexcept { return task_ && task_->cancel(); }
 
   /// Whether the task ended by cancellation (including discard by a rejection policy).
-  bool is_cancelled() const noexcept {
-    return task_ && task_->phase() == detail::scheduled_task_base::cancelled;
-  }
+  bool is_cancelled() const noexcept { return task_ && task_->phase() == detail::scheduled_task_base::cancelled; }
 
   /// Whether the task has ended: returned, threw, or was cancelled.
   bool is_done() const noexcept { return task_ && task_->is_terminal(); }
@@ -83,9 +81,8 @@ public:
   /// Blocks until done or the real clock reaches `deadline`.
   template <class Duration>
   std::future_status wait_until(std::chrono::time_point<clock, Duration> deadline) const {
-    return checked().wait_until(std::chrono::time_point_cast<clock::duration>(deadline))
-               ? std::future_status::ready
-               : std::future_status::timeout;
+    return checked().wait_until(std::chrono::time_point_cast<clock::duration>(deadline)) ? std::future_status::ready
+                                                                                         : std::future_status::timeout;
   }
 
   /// Waits, then returns the result.
@@ -116,9 +113,7 @@ public:
   template <class CompletionToken>
   auto async_wait(CompletionToken&& token);
 
-  friend bool operator==(const scheduled_future& a, const scheduled_future& b) noexcept {
-    return a.task_ == b.task_;
-  }
+  friend bool operator==(const scheduled_future& a, const scheduled_future& b) noexcept { return a.task_ == b.task_; }
 
 private:
   friend class scheduled_thread_pool;

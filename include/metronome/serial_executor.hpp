@@ -49,7 +49,8 @@ private:
       if constexpr (std::is_same_v<Executor, scheduled_thread_pool::executor_type>) {
         // Straight onto our own pool; from one of its workers (a re-post after a full
         // batch) without waking anybody: this worker takes the next task itself.
-        auto& core = static_cast<scheduled_thread_pool&>(boost::asio::query(inner_, boost::asio::execution::context)).core();
+        auto& core =
+            static_cast<scheduled_thread_pool&>(boost::asio::query(inner_, boost::asio::execution::context)).core();
         task_base* op = executor_op<decltype(drain), recycling_allocator<void>>::create(std::move(drain), {});
         core.push_ready_quiet(op);
       } else {
@@ -195,12 +196,8 @@ public:
     enqueue_op(std::forward<Function>(f));
   }
 
-  friend bool operator==(const serial_executor& a, const serial_executor& b) noexcept {
-    return a.state_ == b.state_;
-  }
-  friend bool operator!=(const serial_executor& a, const serial_executor& b) noexcept {
-    return a.state_ != b.state_;
-  }
+  friend bool operator==(const serial_executor& a, const serial_executor& b) noexcept { return a.state_ == b.state_; }
+  friend bool operator!=(const serial_executor& a, const serial_executor& b) noexcept { return a.state_ != b.state_; }
 
   // ---- Networking TS
   auto& context() const noexcept { return query(boost::asio::execution::context); }
@@ -314,7 +311,7 @@ serial_executor<Executor> make_serial_executor(const Executor& ex, serial_option
 
 /// A serial executor over a pool's (or any execution context's) executor.
 template <class ExecutionContext>
-  requires std::is_convertible_v<ExecutionContext&, boost::asio::execution_context&>
+requires std::is_convertible_v<ExecutionContext&, boost::asio::execution_context&>
 auto make_serial_executor(ExecutionContext& ctx, serial_options opts = {}) {
   return make_serial_executor(ctx.get_executor(), std::move(opts));
 }

@@ -77,8 +77,7 @@ class wheel_wait_op final : public wheel_entry {
 
 public:
   wheel_wait_op(Handler&& h, const boost::asio::any_io_executor& ex)
-      : handler_(std::in_place, std::move(h)),
-        work_(boost::asio::get_associated_executor(*handler_, ex)) {
+      : handler_(std::in_place, std::move(h)), work_(boost::asio::get_associated_executor(*handler_, ex)) {
     auto slot = boost::asio::get_associated_cancellation_slot(*handler_);
     if (slot.is_connected()) {
       slot_connected_ = true;
@@ -209,8 +208,8 @@ public:
 
   /// A wheel firing onto any Asio executor.
   template <class Executor>
-    requires(!std::is_convertible_v<Executor&, scheduled_thread_pool&>)
-  explicit wheel_timer(const Executor& ex, wheel_options opts = {})
+  requires(!std::is_convertible_v<Executor&, scheduled_thread_pool&>) explicit wheel_timer(const Executor& ex,
+                                                                                           wheel_options opts = {})
       : core_(std::make_unique<detail::wheel_core>(opts, boost::asio::any_io_executor(ex), nullptr)) {}
 
   /// Stops the wheel (cancelling what never fired) and joins its thread.

@@ -34,8 +34,8 @@ using boost::system::error_code;
 using metronome::async_delay;
 using metronome::async_delay_until;
 using metronome::manual_clock;
-using metronome::test::on_clock;
 using metronome::scheduled_thread_pool;
+using metronome::test::on_clock;
 
 BOOST_AUTO_TEST_SUITE(async_delay_suite)
 
@@ -78,11 +78,14 @@ BOOST_AUTO_TEST_CASE(use_future_and_until) {
 BOOST_AUTO_TEST_CASE(use_awaitable_does_not_block_a_pool_thread) {
   scheduled_thread_pool pool(1);
   std::atomic<int> other_work{0};
-  auto f = asio::co_spawn(pool, [&]() -> asio::awaitable<int> {
-    for (int i = 0; i < 10; ++i) asio::post(pool, [&] { ++other_work; });
-    co_await async_delay(pool.get_executor(), 30ms, asio::use_awaitable);
-    co_return other_work.load(); // the only thread ran the others while we waited
-  }, asio::use_future);
+  auto f = asio::co_spawn(
+      pool,
+      [&]() -> asio::awaitable<int> {
+        for (int i = 0; i < 10; ++i) asio::post(pool, [&] { ++other_work; });
+        co_await async_delay(pool.get_executor(), 30ms, asio::use_awaitable);
+        co_return other_work.load(); // the only thread ran the others while we waited
+      },
+      asio::use_future);
   BOOST_TEST(f.get() == 10);
 }
 
@@ -102,15 +105,18 @@ BOOST_AUTO_TEST_CASE(deferred_counts_from_launch) {
 BOOST_AUTO_TEST_CASE(as_tuple_and_parallel_group) {
   scheduled_thread_pool pool(2);
   auto ex = pool.get_executor();
-  auto f = asio::co_spawn(pool, [ex]() -> asio::awaitable<bool> {
-    auto [ec] = co_await async_delay(ex, 1ms, asio::as_tuple(asio::use_awaitable));
-    if (ec) co_return false;
-    // Two delays race; the first to finish cancels the other.
-    auto [order, ec1, ec2] = co_await asio::experimental::make_parallel_group(
-        async_delay(ex, 1ms, asio::deferred), async_delay(ex, 1h, asio::deferred))
-        .async_wait(asio::experimental::wait_for_one(), asio::use_awaitable);
-    co_return order[0] == 0 && !ec1 && ec2 == asio::error::operation_aborted;
-  }, asio::use_future);
+  auto f = asio::co_spawn(
+      pool,
+      [ex]() -> asio::awaitable<bool> {
+        auto [ec] = co_await async_delay(ex, 1ms, asio::as_tuple(asio::use_awaitable));
+        if (ec) co_return false;
+        // Two delays race; the first to finish cancels the other.
+        auto [order, ec1, ec2] = co_await asio::experimental::make_parallel_group(async_delay(ex, 1ms, asio::deferred),
+                                                                                  async_delay(ex, 1h, asio::deferred))
+                                     .async_wait(asio::experimental::wait_for_one(), asio::use_awaitable);
+        co_return order[0] == 0 && !ec1 && ec2 == asio::error::operation_aborted;
+      },
+      asio::use_future);
   BOOST_TEST(f.get());
   BOOST_TEST(pool.stats().delayed_queued == 0u); // the cancelled hour-long wait left the queue
 }
@@ -121,9 +127,9 @@ BOOST_AUTO_TEST_CASE(handler_runs_on_its_associated_io_context) {
   std::thread::id ran_on;
   error_code result = asio::error::would_block;
   async_delay(pool.get_executor(), 2ms, asio::bind_executor(io, [&](error_code ec) {
-    ran_on = std::this_thread::get_id();
-    result = ec;
-  }));
+                ran_on = std::this_thread::get_id();
+                result = ec;
+              }));
   io.run(); // returns after the handler ran: the wait kept the io_context busy
   BOOST_TEST((ran_on == std::this_thread::get_id()));
   BOOST_TEST(!result);
@@ -133,21 +139,22 @@ BOOST_AUTO_TEST_CASE(handler_runs_on_a_bound_strand) {
   scheduled_thread_pool pool(2);
   auto strand = asio::make_strand(pool.get_executor());
   std::promise<bool> p;
-  async_delay(pool.get_executor(), 1ms, asio::bind_executor(strand, [&](error_code) {
-    p.set_value(strand.running_in_this_thread());
-  }));
+  async_delay(pool.get_executor(), 1ms,
+              asio::bind_executor(strand, [&](error_code) { p.set_value(strand.running_in_this_thread()); }));
   BOOST_TEST(p.get_future().get());
 }
 
 BOOST_AUTO_TEST_CASE(cancellation_before_firing_aborts_and_leaves_the_queue) {
-  for (auto type : {asio::cancellation_type::terminal, asio::cancellation_type::partial, asio::cancellation_type::total}) {
+  for (auto type :
+       {asio::cancellation_type::terminal, asio::cancellation_type::partial, asio::cancellation_type::total}) {
     manual_clock c;
     scheduled_thread_pool pool(on_clock(c));
     asio::cancellation_signal sig;
     std::promise<error_code> p;
     // Emit from the pool (the handler's executor), as Asio requires.
     asio::post(pool, [&] {
-      async_delay(pool.get_executor(), 1h, asio::bind_cancellation_slot(sig.slot(), [&](error_code ec) { p.set_value(ec); }));
+      async_delay(pool.get_executor(), 1h,
+                  asio::bind_cancellation_slot(sig.slot(), [&](error_code ec) { p.set_value(ec); }));
     });
     BOOST_TEST(metronome::test::poll_until([&] { return pool.stats().delayed_queued == 1u; }));
     asio::post(pool, [&] { sig.emit(type); });
@@ -164,15 +171,18 @@ BOOST_AUTO_TEST_CASE(cancellation_after_firing_is_a_no_op) {
   std::atomic<int> calls{0};
   asio::post(pool, [&] {
     async_delay(pool.get_executor(), 1ms, asio::bind_cancellation_slot(sig.slot(), [&](error_code ec) {
-      ++calls;
-      p.set_value(ec);
-    }));
+                  ++calls;
+                  p.set_value(ec);
+                }));
   });
   BOOST_TEST(metronome::test::poll_until([&] { return pool.stats().delayed_queued == 1u; }));
   c.advance(1ms);
   BOOST_TEST(!p.get_future().get());
   std::promise<void> emitted;
-  asio::post(pool, [&] { sig.emit(asio::cancellation_type::terminal); emitted.set_value(); });
+  asio::post(pool, [&] {
+    sig.emit(asio::cancellation_type::terminal);
+    emitted.set_value();
+  });
   emitted.get_future().get();
   BOOST_TEST(calls.load() == 1);
 }
@@ -190,10 +200,10 @@ BOOST_AUTO_TEST_CASE(cancellation_racing_the_firing_completes_exactly_once) {
     asio::post(strand, [&, i] {
       async_delay(pool.get_executor(), std::chrono::microseconds(i % 50),
                   asio::bind_cancellation_slot(sigs[i]->slot(), asio::bind_executor(strand, [&](error_code ec) {
-                    ++completions;
-                    if (ec) ++aborted;
-                    done.add();
-                  })));
+                                                 ++completions;
+                                                 if (ec) ++aborted;
+                                                 done.add();
+                                               })));
       asio::post(strand, [&, i] { sigs[i]->emit(asio::cancellation_type::terminal); });
     });
   }
@@ -205,25 +215,31 @@ BOOST_AUTO_TEST_CASE(cancellation_racing_the_firing_completes_exactly_once) {
 BOOST_AUTO_TEST_CASE(a_chain_of_1000_delays_on_two_threads) {
   scheduled_thread_pool pool(2);
   auto start = metronome::clock::now();
-  auto f = asio::co_spawn(pool, [&]() -> asio::awaitable<int> {
-    int n = 0;
-    for (int i = 0; i < 1000; ++i) {
-      co_await async_delay(pool.get_executor(), 100us, asio::use_awaitable);
-      ++n;
-    }
-    co_return n;
-  }, asio::use_future);
+  auto f = asio::co_spawn(
+      pool,
+      [&]() -> asio::awaitable<int> {
+        int n = 0;
+        for (int i = 0; i < 1000; ++i) {
+          co_await async_delay(pool.get_executor(), 100us, asio::use_awaitable);
+          ++n;
+        }
+        co_return n;
+      },
+      asio::use_future);
   BOOST_TEST(f.get() == 1000);
   BOOST_TEST((metronome::clock::now() - start >= 100ms)); // each delay really waited
 }
 
 BOOST_AUTO_TEST_CASE(shutdown_aborts_pending_and_later_waits) {
   scheduled_thread_pool pool(1);
-  auto f = asio::co_spawn(pool, [&]() -> asio::awaitable<int> {
-    auto [ec1] = co_await async_delay(pool.get_executor(), 1h, asio::as_tuple(asio::use_awaitable));
-    auto [ec2] = co_await async_delay(pool.get_executor(), 1ms, asio::as_tuple(asio::use_awaitable));
-    co_return (ec1 == asio::error::operation_aborted) + (ec2 == asio::error::operation_aborted);
-  }, asio::use_future);
+  auto f = asio::co_spawn(
+      pool,
+      [&]() -> asio::awaitable<int> {
+        auto [ec1] = co_await async_delay(pool.get_executor(), 1h, asio::as_tuple(asio::use_awaitable));
+        auto [ec2] = co_await async_delay(pool.get_executor(), 1ms, asio::as_tuple(asio::use_awaitable));
+        co_return (ec1 == asio::error::operation_aborted) + (ec2 == asio::error::operation_aborted);
+      },
+      asio::use_future);
   BOOST_TEST(metronome::test::poll_until([&] { return pool.stats().delayed_queued == 1u; }));
   pool.shutdown();
   BOOST_TEST(f.get() == 2); // the coroutine unwound promptly
@@ -236,21 +252,24 @@ BOOST_AUTO_TEST_CASE(handles_are_awaitable) {
   auto failing = pool.submit([]() -> int { throw std::runtime_error("bad"); });
   auto cancelled = pool.schedule([] {}, 1h);
   cancelled.cancel();
-  auto f = asio::co_spawn(pool, [&]() -> asio::awaitable<int> {
-    int v = co_await value.async_wait(asio::use_awaitable);
-    int caught = 0;
-    try {
-      co_await failing.async_wait(asio::use_awaitable);
-    } catch (const std::runtime_error&) {
-      ++caught;
-    }
-    try {
-      co_await cancelled.async_wait(asio::use_awaitable);
-    } catch (const metronome::cancelled_error&) {
-      ++caught;
-    }
-    co_return v * caught;
-  }, asio::use_future);
+  auto f = asio::co_spawn(
+      pool,
+      [&]() -> asio::awaitable<int> {
+        int v = co_await value.async_wait(asio::use_awaitable);
+        int caught = 0;
+        try {
+          co_await failing.async_wait(asio::use_awaitable);
+        } catch (const std::runtime_error&) {
+          ++caught;
+        }
+        try {
+          co_await cancelled.async_wait(asio::use_awaitable);
+        } catch (const metronome::cancelled_error&) {
+          ++caught;
+        }
+        co_return v* caught;
+      },
+      asio::use_future);
   BOOST_TEST(f.get() == 42);
 }
 

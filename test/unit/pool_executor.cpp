@@ -69,12 +69,18 @@ BOOST_AUTO_TEST_CASE(dispatch_is_inline_on_a_pool_thread_and_post_is_not) {
   scheduled_thread_pool pool(1);
   std::mutex m;
   std::vector<int> order;
-  auto add = [&](int v) { std::lock_guard lk(m); order.push_back(v); };
+  auto add = [&](int v) {
+    std::lock_guard lk(m);
+    order.push_back(v);
+  };
   std::promise<void> p;
   asio::post(pool, [&] {
     add(0);
     asio::dispatch(pool, [&] { add(1); }); // inline: before 2
-    asio::post(pool, [&] { add(3); p.set_value(); }); // queued: after 2
+    asio::post(pool, [&] {
+      add(3);
+      p.set_value();
+    }); // queued: after 2
     add(2);
   });
   p.get_future().get();
@@ -100,8 +106,10 @@ BOOST_AUTO_TEST_CASE(defer_chains_make_progress_with_other_work) {
   std::atomic<bool> other{false};
   std::promise<int> done;
   std::function<void()> step = [&] {
-    if (++chain < 10000 && !other) asio::defer(pool, step);
-    else done.set_value(chain.load());
+    if (++chain < 10000 && !other)
+      asio::defer(pool, step);
+    else
+      done.set_value(chain.load());
   };
   asio::post(pool, step);
   asio::post(pool, [&] { other = true; }); // must run although the chain never ends by itself
@@ -125,7 +133,13 @@ BOOST_AUTO_TEST_CASE(co_spawn_with_detached_use_future_and_callback) {
   asio::co_spawn(pool, body(), [&](std::exception_ptr, int v) { p.set_value(v); });
   BOOST_TEST(p.get_future().get() == 7);
   std::promise<void> d;
-  asio::co_spawn(pool, [&]() -> asio::awaitable<void> { d.set_value(); co_return; }, asio::detached);
+  asio::co_spawn(
+      pool,
+      [&]() -> asio::awaitable<void> {
+        d.set_value();
+        co_return;
+      },
+      asio::detached);
   d.get_future().get();
 }
 
@@ -133,7 +147,10 @@ BOOST_AUTO_TEST_CASE(tracked_work_keeps_join_waiting) {
   scheduled_thread_pool pool(1);
   auto guard = asio::make_work_guard(pool.get_executor());
   std::atomic<bool> joined{false};
-  std::thread t([&] { pool.join(); joined = true; });
+  std::thread t([&] {
+    pool.join();
+    joined = true;
+  });
   BOOST_TEST(!pool.await_termination(std::chrono::milliseconds(50)));
   BOOST_TEST(!joined.load());
   std::atomic<bool> ran{false};
@@ -151,10 +168,10 @@ BOOST_AUTO_TEST_CASE(bind_executor_completes_on_a_strand_of_the_pool) {
   metronome::test::counter done;
   for (int i = 0; i < 200; ++i)
     asio::post(pool, asio::bind_executor(strand, [&] {
-      if (++inside > 1) ++overlap;
-      --inside;
-      done.add();
-    }));
+                 if (++inside > 1) ++overlap;
+                 --inside;
+                 done.add();
+               }));
   BOOST_TEST(done.wait_for_at_least(200));
   BOOST_TEST(overlap.load() == 0);
 }
@@ -163,7 +180,12 @@ BOOST_AUTO_TEST_CASE(empty_function_on_the_executor_path_is_reported) {
   std::atomic<int> invalid{0};
   metronome::pool_options o;
   o.exception_handler = [&](std::exception_ptr e) {
-    try { std::rethrow_exception(e); } catch (const std::invalid_argument&) { ++invalid; } catch (...) {}
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::invalid_argument&) {
+      ++invalid;
+    } catch (...) {
+    }
   };
   scheduled_thread_pool pool(o);
   std::function<void()> empty;

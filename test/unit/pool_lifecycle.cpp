@@ -21,10 +21,10 @@
 
 using namespace std::chrono_literals;
 using metronome::manual_clock;
-using metronome::test::on_clock;
 using metronome::pool_options;
 using metronome::rejection_policy;
 using metronome::scheduled_thread_pool;
+using metronome::test::on_clock;
 using metronome::test::poll_until;
 
 namespace {
@@ -114,7 +114,10 @@ BOOST_AUTO_TEST_CASE(shutdown_now_returns_every_task_that_never_ran) {
   manual_clock c;
   scheduled_thread_pool pool(on_clock(c));
   metronome::test::gate started, release;
-  auto blocker = pool.submit([&] { started.open(); release.wait(); });
+  auto blocker = pool.submit([&] {
+    started.open();
+    release.wait();
+  });
   started.wait();
   std::vector<metronome::scheduled_future<int>> ready, delayed;
   for (int i = 0; i < 5; ++i) ready.push_back(pool.submit([i] { return i; }));
@@ -175,7 +178,10 @@ BOOST_AUTO_TEST_CASE(max_queued_with_abort_throws) {
   o.max_queued = 2;
   scheduled_thread_pool pool(o);
   metronome::test::gate started, release;
-  pool.submit([&] { started.open(); release.wait(); });
+  pool.submit([&] {
+    started.open();
+    release.wait();
+  });
   started.wait();
   auto a = pool.submit([] { return 1; });
   auto b = pool.submit([] { return 2; });
@@ -191,7 +197,10 @@ BOOST_AUTO_TEST_CASE(discard_oldest_makes_room) {
   o.rejection = rejection_policy::discard_oldest;
   scheduled_thread_pool pool(o);
   metronome::test::gate started, release;
-  pool.submit([&] { started.open(); release.wait(); });
+  pool.submit([&] {
+    started.open();
+    release.wait();
+  });
   started.wait();
   auto a = pool.submit([] { return 1; });
   auto b = pool.submit([] { return 2; });
@@ -230,7 +239,10 @@ BOOST_AUTO_TEST_CASE(work_from_pool_threads_is_accepted_while_shutting_down) {
   std::function<void()> step = [&] {
     if (++chain < 100) boost::asio::post(pool, step);
   };
-  boost::asio::post(pool, [&] { g.wait(); step(); });
+  boost::asio::post(pool, [&] {
+    g.wait();
+    step();
+  });
   pool.shutdown();
   g.open();
   pool.join();
@@ -268,9 +280,12 @@ BOOST_AUTO_TEST_CASE(shutdown_now_races_lose_nothing) {
     int done_ran = 0, cancelled = 0, lost = 0;
     for (auto& hs : handles)
       for (auto& h : hs) {
-        if (!h.is_done()) ++lost;
-        else if (h.is_cancelled()) ++cancelled;
-        else ++done_ran;
+        if (!h.is_done())
+          ++lost;
+        else if (h.is_cancelled())
+          ++cancelled;
+        else
+          ++done_ran;
       }
     BOOST_TEST(lost == 0);
     BOOST_TEST(done_ran == ran.load());
@@ -357,7 +372,10 @@ BOOST_AUTO_TEST_CASE(elastic_pool_grows_under_load_and_shrinks_when_idle) {
   metronome::test::counter started;
   std::vector<metronome::scheduled_future<void>> hs;
   for (int i = 0; i < 4; ++i) {
-    hs.push_back(pool.submit([&] { started.add(); release.wait(); }));
+    hs.push_back(pool.submit([&] {
+      started.add();
+      release.wait();
+    }));
   }
   BOOST_TEST(started.wait_for_at_least(4)); // four tasks run at once: the pool grew
   BOOST_TEST(pool.stats().threads == 4u);

@@ -71,8 +71,12 @@ BOOST_AUTO_TEST_CASE(many_producers_many_consumers_lose_nothing) {
     }
   };
   std::thread c1(consumer), c2(consumer);
-  std::thread p1([&] { for (int i = 0; i < per_producer; ++i) q.push(items[i].get()); });
-  std::thread p2([&] { for (int i = 0; i < per_producer; ++i) q.push(items[per_producer + i].get()); });
+  std::thread p1([&] {
+    for (int i = 0; i < per_producer; ++i) q.push(items[i].get());
+  });
+  std::thread p2([&] {
+    for (int i = 0; i < per_producer; ++i) q.push(items[per_producer + i].get());
+  });
   p1.join();
   p2.join();
   c1.join();

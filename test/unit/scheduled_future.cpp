@@ -110,7 +110,9 @@ BOOST_AUTO_TEST_CASE(finished_task_releases_its_callable) {
 BOOST_AUTO_TEST_CASE(dropping_the_handle_never_cancels) {
   manual_pool mp;
   metronome::test::counter ran;
-  { auto f = mp.pool.schedule([&] { ran.add(); }, 5ms); }
+  {
+    auto f = mp.pool.schedule([&] { ran.add(); }, 5ms);
+  }
   mp.clock.advance(5ms);
   BOOST_TEST(ran.wait_for_at_least(1));
 }

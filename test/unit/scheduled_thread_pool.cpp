@@ -21,9 +21,9 @@
 using namespace std::chrono_literals;
 using mclock = metronome::clock;
 using metronome::manual_clock;
-using metronome::test::on_clock;
 using metronome::pool_options;
 using metronome::scheduled_thread_pool;
+using metronome::test::on_clock;
 using metronome::test::poll_until;
 
 namespace {
@@ -46,7 +46,10 @@ struct manual_fixture {
   }
   // The periodic task is back in the delay queue (not running, not ready).
   bool parked_in_heap() {
-    return poll_until([&] { auto s = pool.stats(); return s.delayed_queued == 1 && s.ready_queued == 0 && s.active == 0; });
+    return poll_until([&] {
+      auto s = pool.stats();
+      return s.delayed_queued == 1 && s.ready_queued == 0 && s.active == 0;
+    });
   }
 };
 
@@ -56,9 +59,7 @@ BOOST_AUTO_TEST_SUITE(scheduled_thread_pool_suite)
 
 // ---- bad input
 
-BOOST_AUTO_TEST_CASE(rejects_zero_threads) {
-  BOOST_CHECK_THROW(scheduled_thread_pool(0), std::invalid_argument);
-}
+BOOST_AUTO_TEST_CASE(rejects_zero_threads) { BOOST_CHECK_THROW(scheduled_thread_pool(0), std::invalid_argument); }
 
 BOOST_AUTO_TEST_CASE(empty_functions_are_invalid_arguments) {
   scheduled_thread_pool pool(1);
@@ -172,10 +173,15 @@ BOOST_AUTO_TEST_CASE(fixed_rate_has_no_drift_over_200_periods) {
   std::vector<mclock::time_point> runs;
   std::mutex m;
   metronome::test::counter count;
-  auto h = f.pool.schedule_at_fixed_rate([&] {
-    { std::lock_guard lk(m); runs.push_back(f.clock.now()); }
-    count.add();
-  }, 10ms, 10ms);
+  auto h = f.pool.schedule_at_fixed_rate(
+      [&] {
+        {
+          std::lock_guard lk(m);
+          runs.push_back(f.clock.now());
+        }
+        count.add();
+      },
+      10ms, 10ms);
   for (int i = 1; i <= 200; ++i) {
     f.clock.advance(10ms);
     BOOST_REQUIRE(count.wait_for_at_least(i));
@@ -193,10 +199,15 @@ BOOST_AUTO_TEST_CASE(fixed_rate_on_the_real_clock_stays_on_its_grid) {
   metronome::test::counter count;
   const auto period = 2ms;
   const auto first_due = mclock::now() + period;
-  auto h = pool.schedule_at_fixed_rate([&] {
-    { std::lock_guard lk(m); runs.push_back(mclock::now()); }
-    count.add();
-  }, period, period);
+  auto h = pool.schedule_at_fixed_rate(
+      [&] {
+        {
+          std::lock_guard lk(m);
+          runs.push_back(mclock::now());
+        }
+        count.add();
+      },
+      period, period);
   BOOST_REQUIRE(count.wait_for_at_least(200));
   h.cancel();
   h.wait(); // a run in progress completes first
@@ -294,7 +305,12 @@ BOOST_AUTO_TEST_CASE(fixed_delay_counts_from_the_end_of_the_run) {
   const auto t0 = f.clock.now();
   metronome::test::counter runs;
   // The body "takes" 5 ms of manual time.
-  auto h = f.pool.schedule_with_fixed_delay([&] { f.clock.advance(5ms); runs.add(); }, 10ms, 10ms);
+  auto h = f.pool.schedule_with_fixed_delay(
+      [&] {
+        f.clock.advance(5ms);
+        runs.add();
+      },
+      10ms, 10ms);
   f.clock.advance(10ms);
   BOOST_REQUIRE(runs.wait_for_at_least(1));
   BOOST_REQUIRE(f.parked_in_heap());
@@ -307,7 +323,12 @@ BOOST_AUTO_TEST_CASE(fixed_rate_ignores_the_run_length) {
   manual_fixture f;
   const auto t0 = f.clock.now();
   metronome::test::counter runs;
-  auto h = f.pool.schedule_at_fixed_rate([&] { f.clock.advance(5ms); runs.add(); }, 10ms, 10ms);
+  auto h = f.pool.schedule_at_fixed_rate(
+      [&] {
+        f.clock.advance(5ms);
+        runs.add();
+      },
+      10ms, 10ms);
   f.clock.advance(10ms);
   BOOST_REQUIRE(runs.wait_for_at_least(1));
   BOOST_REQUIRE(f.parked_in_heap());
@@ -321,7 +342,13 @@ BOOST_AUTO_TEST_CASE(cancel_during_a_periodic_run_prevents_further_runs) {
   scheduled_thread_pool pool(1);
   metronome::test::gate started, release;
   metronome::test::counter runs;
-  auto h = pool.schedule_at_fixed_rate([&] { runs.add(); started.open(); release.wait(); }, 0ms, 1ms);
+  auto h = pool.schedule_at_fixed_rate(
+      [&] {
+        runs.add();
+        started.open();
+        release.wait();
+      },
+      0ms, 1ms);
   started.wait();
   BOOST_TEST(h.cancel());  // prevents further runs; this run completes
   BOOST_TEST(!h.cancel()); // only once
@@ -335,9 +362,11 @@ BOOST_AUTO_TEST_CASE(cancel_during_a_periodic_run_prevents_further_runs) {
 BOOST_AUTO_TEST_CASE(throwing_periodic_task_stops_and_reports) {
   manual_fixture f;
   int runs = 0;
-  auto h = f.pool.schedule_at_fixed_rate([&] {
-    if (++runs == 3) throw std::runtime_error("third");
-  }, 10ms, 10ms);
+  auto h = f.pool.schedule_at_fixed_rate(
+      [&] {
+        if (++runs == 3) throw std::runtime_error("third");
+      },
+      10ms, 10ms);
   for (int i = 0; i < 5; ++i) f.clock.advance(10ms);
   BOOST_CHECK_EXCEPTION(h.get(), std::runtime_error, [](const auto& e) { return std::string(e.what()) == "third"; });
   BOOST_TEST(runs == 3);
@@ -349,8 +378,12 @@ BOOST_AUTO_TEST_CASE(throwing_periodic_task_stops_and_reports) {
 BOOST_AUTO_TEST_CASE(throwing_periodic_task_may_continue) {
   manual_fixture f;
   metronome::test::counter runs;
-  auto h = f.pool.schedule_at_fixed_rate([&] { runs.add(); throw std::runtime_error("again"); }, 10ms, 10ms,
-                                         {metronome::missed_tick::burst, metronome::on_exception::continue_});
+  auto h = f.pool.schedule_at_fixed_rate(
+      [&] {
+        runs.add();
+        throw std::runtime_error("again");
+      },
+      10ms, 10ms, {metronome::missed_tick::burst, metronome::on_exception::continue_});
   for (int i = 1; i <= 4; ++i) {
     f.clock.advance(10ms);
     BOOST_REQUIRE(runs.wait_for_at_least(i));

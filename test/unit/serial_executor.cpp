@@ -121,7 +121,8 @@ BOOST_AUTO_TEST_CASE(flooded_serial_executors_do_not_starve_the_others) {
     for (int i = 0; i < 100; ++i) asio::post(serials[s], [&] { others.add(); });
   BOOST_TEST(others.wait_for_at_least(62 * 100)); // all of them finished...
   const long at_finish = flood_ran.load();
-  BOOST_TEST(metronome::test::poll_until([&] { return flood_ran.load() > at_finish + 1000; })); // ...while the floods ran on
+  BOOST_TEST(
+      metronome::test::poll_until([&] { return flood_ran.load() > at_finish + 1000; })); // ...while the floods ran on
   stop = true;
   pool.shutdown(); // the floods stop refilling; what is queued drains
   pool.join();
@@ -179,7 +180,10 @@ BOOST_AUTO_TEST_CASE(delayed_and_immediate_work_interleave_in_order) {
   std::vector<std::string> order; // only touched by serial tasks
   auto a = serial.schedule([&] { order.push_back("delayed 10"); }, 10ms);
   auto b = serial.schedule([&] { order.push_back("delayed 5"); }, 5ms);
-  auto c = serial.submit([&] { order.push_back("now"); return 1; });
+  auto c = serial.submit([&] {
+    order.push_back("now");
+    return 1;
+  });
   BOOST_TEST(c.get() == 1);
   clock.advance(5ms);
   b.get();
@@ -197,12 +201,18 @@ BOOST_AUTO_TEST_CASE(delayed_work_runs_inside_the_serial_executor) {
   BOOST_TEST(f.get());
   metronome::test::counter runs;
   std::atomic<int> inside{0}, overlap{0};
-  auto p = serial.schedule_at_fixed_rate([&] {
-    if (++inside > 1) ++overlap;
-    runs.add();
-    --inside;
-  }, 0ms, 1ms);
-  for (int i = 0; i < 200; ++i) asio::post(serial, [&] { if (++inside > 1) ++overlap; --inside; });
+  auto p = serial.schedule_at_fixed_rate(
+      [&] {
+        if (++inside > 1) ++overlap;
+        runs.add();
+        --inside;
+      },
+      0ms, 1ms);
+  for (int i = 0; i < 200; ++i)
+    asio::post(serial, [&] {
+      if (++inside > 1) ++overlap;
+      --inside;
+    });
   BOOST_TEST(runs.wait_for_at_least(10));
   BOOST_TEST(p.cancel());
   p.wait();
@@ -234,7 +244,10 @@ BOOST_AUTO_TEST_CASE(dispose_cancels_everything_it_holds) {
   auto other = make_serial_executor(pool);
   metronome::test::gate started, release;
   std::atomic<int> ran{0};
-  asio::post(serial, [&] { started.open(); release.wait(); });
+  asio::post(serial, [&] {
+    started.open();
+    release.wait();
+  });
   started.wait(); // the drain is busy: what follows stays queued
   std::vector<metronome::scheduled_future<void>> queued;
   for (int i = 0; i < 10; ++i) queued.push_back(serial.submit([&] { ++ran; }));
@@ -307,9 +320,9 @@ BOOST_AUTO_TEST_CASE(bind_executor_runs_handlers_in_order) {
   std::promise<void> done;
   for (int i = 0; i < 100; ++i)
     asio::post(pool, asio::bind_executor(serial, [&, i] {
-      order.push_back(i);
-      if (order.size() == 100) done.set_value();
-    }));
+                 order.push_back(i);
+                 if (order.size() == 100) done.set_value();
+               }));
   done.get_future().get();
   BOOST_TEST(order.size() == 100u); // no lost or concurrent push_back (TSan checks)
 }

@@ -41,11 +41,13 @@ struct manual_wheel {
     return o;
   }
   wheel_timer::timeout add(int id, metronome::clock::duration d) {
-    return wheel.schedule([this, id] {
-      std::lock_guard lk(m);
-      fired.emplace_back(id, clock.now());
-      count.add();
-    }, d);
+    return wheel.schedule(
+        [this, id] {
+          std::lock_guard lk(m);
+          fired.emplace_back(id, clock.now());
+          count.add();
+        },
+        d);
   }
   std::size_t fired_count() {
     std::lock_guard lk(m);
@@ -129,7 +131,8 @@ BOOST_AUTO_TEST_CASE(cascades_across_level_boundaries) {
     BOOST_REQUIRE(w.fired_count() == static_cast<std::size_t>(expected)); // none early
   }
   std::lock_guard lk(w.m);
-  for (auto& [id, at] : w.fired) BOOST_TEST((at == t0 + std::chrono::milliseconds(delays[static_cast<std::size_t>(id)])));
+  for (auto& [id, at] : w.fired)
+    BOOST_TEST((at == t0 + std::chrono::milliseconds(delays[static_cast<std::size_t>(id)])));
 }
 
 BOOST_AUTO_TEST_CASE(a_big_jump_fires_everything_due_in_order) {
@@ -238,7 +241,8 @@ BOOST_AUTO_TEST_CASE(async_wait_completes_and_cancels) {
   asio::cancellation_signal sig;
   std::promise<boost::system::error_code> p;
   asio::post(w.pool, [&] {
-    w.wheel.async_wait(1h, asio::bind_cancellation_slot(sig.slot(), [&](boost::system::error_code ec) { p.set_value(ec); }));
+    w.wheel.async_wait(
+        1h, asio::bind_cancellation_slot(sig.slot(), [&](boost::system::error_code ec) { p.set_value(ec); }));
     sig.emit(asio::cancellation_type::terminal);
   });
   BOOST_TEST((p.get_future().get() == asio::error::operation_aborted));

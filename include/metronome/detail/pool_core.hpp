@@ -154,9 +154,9 @@ private:
   ready_queue inbox_; // delayed tasks on their way into heap_ (consumer: mtx_ holder)
   std::uint64_t next_seq_ = 0;
   worker* leader_ = nullptr;
-  int followers_ = 0;      // workers in follower_cv_ wait
-  int wake_tokens_ = 0;    // notifications not yet consumed
-  int awake_ = 0;          // live workers not parked
+  int followers_ = 0;   // workers in follower_cv_ wait
+  int wake_tokens_ = 0; // notifications not yet consumed
+  int awake_ = 0;       // live workers not parked
   bool joining_ = false;
   bool closing_ = false;        // destructor: ignore tracked work
   bool closer_in_pool_ = false; // the destructor runs on one of our workers

@@ -91,8 +91,7 @@ public:
   struct spin_lock {
     std::atomic<bool> locked_{false};
     bool try_lock() noexcept {
-      return !locked_.load(std::memory_order_relaxed) &&
-             !locked_.exchange(true, std::memory_order_acquire);
+      return !locked_.load(std::memory_order_relaxed) && !locked_.exchange(true, std::memory_order_acquire);
     }
     void lock() noexcept {
       for (int spins = 0; !try_lock(); ++spins) {

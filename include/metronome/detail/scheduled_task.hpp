@@ -83,17 +83,17 @@ public:
   void rethrow_if_failed() const;
 
   // Pool-side operations.
-  bool try_start() noexcept;                    // pending -> running
-  void finish() noexcept;                         // running -> done (value or error stored)
-  bool finish_cancelled() noexcept;             // pending/running -> cancelled, destroys callable
-  bool try_rearm() noexcept;                    // running -> pending unless cancel requested
+  bool try_start() noexcept;        // pending -> running
+  void finish() noexcept;           // running -> done (value or error stored)
+  bool finish_cancelled() noexcept; // pending/running -> cancelled, destroys callable
+  bool try_rearm() noexcept;        // running -> pending unless cancel requested
   void set_error(std::exception_ptr e) noexcept { error_ = std::move(e); }
 
-  virtual bool invoke() noexcept = 0;          // false if the callable threw (error stored)
+  virtual bool invoke() noexcept = 0; // false if the callable threw (error stored)
   virtual void destroy_callable() noexcept = 0;
 
   pool_core* pool_;
-  std::shared_ptr<task_sink> sink_; // set for tasks of a serial executor
+  std::shared_ptr<task_sink> sink_;         // set for tasks of a serial executor
   scheduled_task_base* reg_prev_ = nullptr; // the serial executor's registry (for dispose)
   scheduled_task_base* reg_next_ = nullptr;
   clock::duration period_{0};

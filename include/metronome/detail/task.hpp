@@ -29,9 +29,7 @@ struct task_base {
 
   void complete(bool run) { complete_(this, run); }
 
-  bool is_scheduled() const noexcept {
-    return kind_ == task_kind::one_shot || kind_ == task_kind::periodic;
-  }
+  bool is_scheduled() const noexcept { return kind_ == task_kind::one_shot || kind_ == task_kind::periodic; }
 
   std::atomic<task_base*> next_{nullptr};
   complete_fn complete_;
@@ -47,9 +45,7 @@ struct timed_node : task_base {
   clock::time_point due() const noexcept {
     return clock::time_point(clock::duration(due_.load(std::memory_order_relaxed)));
   }
-  void set_due(clock::time_point t) noexcept {
-    due_.store(t.time_since_epoch().count(), std::memory_order_relaxed);
-  }
+  void set_due(clock::time_point t) noexcept { due_.store(t.time_since_epoch().count(), std::memory_order_relaxed); }
 
   // Written under the pool mutex; read by handles (delay()) without it.
   std::atomic<clock::rep> due_{0};

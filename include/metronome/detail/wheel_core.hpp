@@ -123,8 +123,8 @@ private:
 
   mutable std::mutex mtx_;
   std::condition_variable cv_;
-  std::vector<wheel_entry*> slots_;       // levels * slots heads
-  std::vector<std::uint64_t> occupied_;   // one bit per slot, per level
+  std::vector<wheel_entry*> slots_;     // levels * slots heads
+  std::vector<std::uint64_t> occupied_; // one bit per slot, per level
   std::uint64_t elapsed_ = 0;
   std::uint64_t sleeping_until_ = ~std::uint64_t(0);
   std::size_t pending_ = 0;

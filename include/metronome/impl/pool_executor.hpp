@@ -96,8 +96,7 @@ public:
     return {pool_, allocator_};
   }
   template <class OtherAllocator>
-  basic_executor_type<OtherAllocator, Bits>
-  require(boost::asio::execution::allocator_t<OtherAllocator> a) const {
+  basic_executor_type<OtherAllocator, Bits> require(boost::asio::execution::allocator_t<OtherAllocator> a) const {
     return {pool_, a.value()};
   }
   basic_executor_type<std::allocator<void>, Bits> require(boost::asio::execution::allocator_t<void>) const {
@@ -137,9 +136,7 @@ public:
   friend bool operator==(const basic_executor_type& a, const basic_executor_type& b) noexcept {
     return a.pool_ == b.pool_ && a.allocator_ == b.allocator_;
   }
-  friend bool operator!=(const basic_executor_type& a, const basic_executor_type& b) noexcept {
-    return !(a == b);
-  }
+  friend bool operator!=(const basic_executor_type& a, const basic_executor_type& b) noexcept { return !(a == b); }
 
   template <class Function>
   void execute(Function&& f) const {
@@ -200,7 +197,8 @@ private:
       return;
     }
     using node_alloc = detail::node_allocator_for<OtherAllocator>;
-    task_base_ptr op = detail::executor_op<F, typename node_alloc::type>::create(std::forward<Function>(f), node_alloc::get(a));
+    task_base_ptr op =
+        detail::executor_op<F, typename node_alloc::type>::create(std::forward<Function>(f), node_alloc::get(a));
     core.post(op, continuation);
   }
   using task_base_ptr = detail::task_base*;

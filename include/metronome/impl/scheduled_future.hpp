@@ -32,8 +32,7 @@ template <class R, class Handler>
 class wait_hook final : public completion_hook {
 public:
   wait_hook(Handler&& h, scheduled_task_base* task)
-      : handler_(std::move(h)), task_(task),
-        work_(boost::asio::get_associated_executor(handler_)) {
+      : handler_(std::move(h)), task_(task), work_(boost::asio::get_associated_executor(handler_)) {
     task_->add_ref();
   }
 

@@ -45,8 +45,8 @@ auto scheduled_thread_pool::schedule_at(F&& f, std::chrono::time_point<clock, Du
 
 template <class F, class Rep1, class Period1, class Rep2, class Period2>
 scheduled_future<void> scheduled_thread_pool::periodic(F&& f, std::chrono::duration<Rep1, Period1> initial,
-                                                       std::chrono::duration<Rep2, Period2> period,
-                                                       bool fixed_delay, periodic_options options) {
+                                                       std::chrono::duration<Rep2, Period2> period, bool fixed_delay,
+                                                       periodic_options options) {
   const clock::duration p = detail::checked_period(period);
   auto* t = make_task<void>(std::forward<F>(f), detail::task_kind::periodic);
   t->period_ = p;
@@ -56,16 +56,16 @@ scheduled_future<void> scheduled_thread_pool::periodic(F&& f, std::chrono::durat
 }
 
 template <class F, class Rep1, class Period1, class Rep2, class Period2>
-scheduled_future<void> scheduled_thread_pool::schedule_at_fixed_rate(F&& f, std::chrono::duration<Rep1, Period1> initial_delay,
-                                                                     std::chrono::duration<Rep2, Period2> period,
-                                                                     periodic_options options) {
+scheduled_future<void>
+scheduled_thread_pool::schedule_at_fixed_rate(F&& f, std::chrono::duration<Rep1, Period1> initial_delay,
+                                              std::chrono::duration<Rep2, Period2> period, periodic_options options) {
   return periodic(std::forward<F>(f), initial_delay, period, false, options);
 }
 
 template <class F, class Rep1, class Period1, class Rep2, class Period2>
-scheduled_future<void> scheduled_thread_pool::schedule_with_fixed_delay(F&& f, std::chrono::duration<Rep1, Period1> initial_delay,
-                                                                        std::chrono::duration<Rep2, Period2> delay,
-                                                                        periodic_options options) {
+scheduled_future<void>
+scheduled_thread_pool::schedule_with_fixed_delay(F&& f, std::chrono::duration<Rep1, Period1> initial_delay,
+                                                 std::chrono::duration<Rep2, Period2> delay, periodic_options options) {
   return periodic(std::forward<F>(f), initial_delay, delay, true, options);
 }
 
