@@ -597,9 +597,13 @@ void pool_core::submit_scheduled(scheduled_task_base* t, clock::time_point due) 
     reject_scheduled(t);
     return;
   }
-  // Lock-free: the heap's lock holder (a promoting worker, the leader) moves it into
-  // the heap, so submitters never queue behind timer work on the mutex (Netty's
-  // pending-timeouts queue). Only a new earliest due time wakes anybody.
+  push_delayed(t, due);
+}
+
+// Lock-free: the heap's lock holder (a promoting worker, the leader) moves the node into
+// the heap, so submitters never queue behind timer work on the mutex (Netty's
+// pending-timeouts queue). Only a new earliest due time wakes anybody.
+void pool_core::push_delayed(timed_node* t, clock::time_point due) {
   inbox_.push(t);
   const clock::rep d = due.time_since_epoch().count();
   clock::rep nd = next_due_.load(std::memory_order_seq_cst);
@@ -641,13 +645,13 @@ void pool_core::drain_inbox_locked() noexcept {
       cpu_relax(); // a submitter is between its exchange and its link
       continue;
     }
-    auto* st = static_cast<scheduled_task_base*>(t);
-    if (st->phase() != scheduled_task_base::pending) { // cancelled while in the inbox
-      st->release();
+    auto* n = static_cast<timed_node*>(t);
+    if (t->is_scheduled() && static_cast<scheduled_task_base*>(t)->phase() != scheduled_task_base::pending) {
+      static_cast<scheduled_task_base*>(t)->release(); // cancelled while in the inbox
       continue;
     }
-    st->seq_ = next_seq_++;
-    heap_.push(st);
+    n->seq_ = next_seq_++;
+    heap_.push(n);
   }
   delayed_count_.store(heap_.size(), std::memory_order_relaxed);
 }
@@ -685,15 +689,12 @@ void pool_core::on_cancelled(scheduled_task_base* t) noexcept {
 
 bool pool_core::add_wait(wait_node* n, clock::time_point due, clock::time_point current) {
   n->set_due(due);
-  {
-    std::lock_guard lk(mtx_);
-    if (terminated_.load()) return false;
-    if (shutdown_.load())
-      n->aborted_ = true;
-    else if (due > current) {
-      heap_push_locked(n);
-      return true;
-    }
+  if (terminated_.load()) return false;
+  if (shutdown_.load())
+    n->aborted_ = true;
+  else if (due > current) {
+    push_delayed(n, due); // re-applies shutdown's rules itself if it races shutdown()
+    return true;
   }
   push_ready(n);
   return true;
@@ -702,6 +703,7 @@ bool pool_core::add_wait(wait_node* n, clock::time_point due, clock::time_point 
 void pool_core::cancel_wait(wait_node* n) noexcept {
   {
     std::lock_guard lk(mtx_);
+    drain_inbox_locked(); // a wait still in the inbox is in the heap after this
     if (n->heap_index_ == not_in_heap) return; // already fired or aborted
     const bool was_head = n->heap_index_ == 0;
     heap_.remove(n);

@@ -131,6 +131,7 @@ private:
   void discard_task(task_base* t) noexcept;
   void abort_timed(timed_node* n) noexcept;
   void drain_inbox_locked() noexcept;
+  void push_delayed(timed_node* n, clock::time_point due);
   void sweep_for_shutdown_locked(std::vector<timed_node*>& gone);
   bool idle_for_termination_locked(int awake_expected) const noexcept;
   void terminate_locked() noexcept;
