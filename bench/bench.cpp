@@ -141,20 +141,21 @@ std::vector<long long> fire_delays_us() {
   for (auto& x : v) x = d(rng);
   return v;
 }
-metrics fire_metronome() {
+// Schedules fire_n one-shot timers with `schedule(delay, fn)` on a pool of 2 and
+// measures the submit rate and each timer's lateness against its own scheduling time.
+template <class Schedule>
+metrics measure_fire(Schedule schedule) {
   auto delays = fire_delays_us();
   std::vector<double> late(fire_n);
   std::atomic<long> done{0};
-  metronome::scheduled_thread_pool pool(2);
   auto start = mclock::now();
   for (long i = 0; i < fire_n; ++i) {
-    auto due = mclock::now() + std::chrono::microseconds(delays[i]); // due = scheduled at + delay
-    pool.schedule_at(
-        [&, i, due] {
-          late[i] = std::chrono::duration<double, std::milli>(mclock::now() - due).count();
-          done.fetch_add(1, std::memory_order_release);
-        },
-        due);
+    auto delay = std::chrono::microseconds(delays[i]);
+    auto due = mclock::now() + delay; // due = scheduled at + delay
+    schedule(delay, [&, i, due] {
+      late[i] = std::chrono::duration<double, std::milli>(mclock::now() - due).count();
+      done.fetch_add(1, std::memory_order_release);
+    });
   }
   double submit_s = seconds_since(start);
   wait_for_count(done, fire_n);
@@ -164,6 +165,15 @@ metrics fire_metronome() {
           {"p99 late ms", l.p99},
           {"max late ms", l.max},
           {"peak MiB", peak_mib()}};
+}
+metrics fire_metronome() {
+  metronome::scheduled_thread_pool pool(2);
+  return measure_fire([&](auto delay, auto fn) { pool.schedule(std::move(fn), delay); });
+}
+metrics fire_wheel() {
+  metronome::scheduled_thread_pool pool(2);
+  metronome::wheel_timer wheel(pool); // 1 ms tick
+  return measure_fire([&](auto delay, auto fn) { wheel.schedule(std::move(fn), delay); });
 }
 metrics fire_asio() {
   auto delays = fire_delays_us();
@@ -197,13 +207,15 @@ metrics fire_asio() {
 
 // ---------------------------------------------------------------- timeout-cancel
 constexpr long cancel_n = 1000000;
-metrics cancel_metronome() {
+// Schedules cancel_n timers at 60 s with `schedule()` (returning a handle), then cancels
+// them all; measures both rates, peak RSS, and the heap left in use afterwards.
+template <class Handle, class Schedule>
+metrics measure_cancel(Schedule schedule) {
   double heap0 = heap_mib();
-  metronome::scheduled_thread_pool pool(2);
-  std::vector<metronome::scheduled_future<void>> hs;
+  std::vector<Handle> hs;
   hs.reserve(cancel_n);
   auto start = mclock::now();
-  for (long i = 0; i < cancel_n; ++i) hs.push_back(pool.schedule([] {}, 60s));
+  for (long i = 0; i < cancel_n; ++i) hs.push_back(schedule());
   double sched_s = seconds_since(start);
   start = mclock::now();
   long won = 0;
@@ -212,12 +224,20 @@ metrics cancel_metronome() {
   double peak = peak_mib();
   hs.clear();
   hs.shrink_to_fit();
-  double heap_after = heap_mib() - heap0;
   return {{"schedule Mops/s", cancel_n / sched_s / 1e6},
           {"cancel Mops/s", cancel_n / cancel_s / 1e6},
           {"peak MiB", peak},
-          {"heap after MiB", heap_after},
+          {"heap after MiB", heap_mib() - heap0},
           {"cancelled", static_cast<double>(won)}};
+}
+metrics cancel_metronome() {
+  metronome::scheduled_thread_pool pool(2);
+  return measure_cancel<metronome::scheduled_future<void>>([&] { return pool.schedule([] {}, 60s); });
+}
+metrics cancel_wheel() {
+  metronome::scheduled_thread_pool pool(2);
+  metronome::wheel_timer wheel(pool);
+  return measure_cancel<metronome::wheel_timer::timeout>([&] { return wheel.schedule([] {}, 60s); });
 }
 metrics cancel_asio() {
   double heap0 = heap_mib();
@@ -250,56 +270,6 @@ metrics cancel_asio() {
           {"peak MiB", peak},
           {"heap after MiB", heap_after},
           {"cancelled", static_cast<double>(aborted.load())}};
-}
-
-metrics fire_wheel() {
-  auto delays = fire_delays_us();
-  std::vector<double> late(fire_n);
-  std::atomic<long> done{0};
-  metronome::scheduled_thread_pool pool(2);
-  metronome::wheel_timer wheel(pool); // 1 ms tick
-  auto start = mclock::now();
-  for (long i = 0; i < fire_n; ++i) {
-    auto delay = std::chrono::microseconds(delays[i]);
-    auto due = mclock::now() + delay;
-    wheel.schedule(
-        [&, i, due] {
-          late[i] = std::chrono::duration<double, std::milli>(mclock::now() - due).count();
-          done.fetch_add(1, std::memory_order_release);
-        },
-        delay);
-  }
-  double submit_s = seconds_since(start);
-  wait_for_count(done, fire_n);
-  auto l = summarize(late);
-  return {{"submit Mops/s", fire_n / submit_s / 1e6},
-          {"p50 late ms", l.p50},
-          {"p99 late ms", l.p99},
-          {"max late ms", l.max},
-          {"peak MiB", peak_mib()}};
-}
-metrics cancel_wheel() {
-  double heap0 = heap_mib();
-  metronome::scheduled_thread_pool pool(2);
-  metronome::wheel_timer wheel(pool);
-  std::vector<metronome::wheel_timer::timeout> ts;
-  ts.reserve(cancel_n);
-  auto start = mclock::now();
-  for (long i = 0; i < cancel_n; ++i) ts.push_back(wheel.schedule([] {}, 60s));
-  double sched_s = seconds_since(start);
-  start = mclock::now();
-  long won = 0;
-  for (auto& t : ts) won += t.cancel();
-  double cancel_s = seconds_since(start);
-  double peak = peak_mib();
-  ts.clear();
-  ts.shrink_to_fit();
-  double heap_after = heap_mib() - heap0;
-  return {{"schedule Mops/s", cancel_n / sched_s / 1e6},
-          {"cancel Mops/s", cancel_n / cancel_s / 1e6},
-          {"peak MiB", peak},
-          {"heap after MiB", heap_after},
-          {"cancelled", static_cast<double>(won)}};
 }
 
 // ---------------------------------------------------------------- accuracy
