@@ -63,9 +63,11 @@ lateness summarize(std::vector<double>& ms) {
 }
 
 // ---------------------------------------------------------------- post
-metrics post_metronome(int producers) {
+// `producers` threads post 2,000,000 tiny tasks in total onto a 2-thread pool.
+template <class Pool>
+metrics measure_post(int producers) {
   constexpr long total = 2000000;
-  metronome::scheduled_thread_pool pool(2);
+  Pool pool(2);
   std::atomic<long> done{0};
   auto start = mclock::now();
   std::vector<std::thread> ps;
@@ -79,23 +81,8 @@ metrics post_metronome(int producers) {
   double s = seconds_since(start);
   return {{"Mtasks/s", total / s / 1e6}, {"peak MiB", peak_mib()}};
 }
-metrics post_asio(int producers) {
-  constexpr long total = 2000000;
-  asio::thread_pool pool(2);
-  std::atomic<long> done{0};
-  auto start = mclock::now();
-  std::vector<std::thread> ps;
-  for (int p = 0; p < producers; ++p)
-    ps.emplace_back([&] {
-      for (long i = 0; i < total / producers; ++i)
-        asio::post(pool, [&] { done.fetch_add(1, std::memory_order_relaxed); });
-    });
-  for (auto& t : ps) t.join();
-  wait_for_count(done, total);
-  double s = seconds_since(start);
-  pool.join();
-  return {{"Mtasks/s", total / s / 1e6}, {"peak MiB", peak_mib()}};
-}
+metrics post_metronome(int producers) { return measure_post<metronome::scheduled_thread_pool>(producers); }
+metrics post_asio(int producers) { return measure_post<asio::thread_pool>(producers); }
 
 // ---------------------------------------------------------------- serial
 template <class Serial, class Make>

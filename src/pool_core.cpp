@@ -504,7 +504,6 @@ void pool_core::discard_task(task_base* t) noexcept {
 void pool_core::heap_push_locked(timed_node* n) {
   n->seq_ = next_seq_++;
   const bool head = heap_.push(n);
-  delayed_count_.store(heap_.size(), std::memory_order_relaxed);
   if (head) {
     update_next_due_locked();
     wake_for_new_head_locked();
@@ -550,7 +549,6 @@ std::size_t pool_core::promote_due_locked(clock::time_point current) {
     ++count;
   }
   if (count) {
-    delayed_count_.store(heap_.size(), std::memory_order_relaxed);
     update_next_due_locked();
     ready_.push_chain(first, last, count);
   }
@@ -624,7 +622,6 @@ void pool_core::push_delayed(timed_node* t, clock::time_point due) {
         heap_.drain([&](timed_node* n) { gone.push_back(n); });
       else
         sweep_for_shutdown_locked(gone);
-      delayed_count_.store(heap_.size(), std::memory_order_relaxed);
       update_next_due_locked();
       wake_all_locked();
     }
@@ -653,7 +650,6 @@ void pool_core::drain_inbox_locked() noexcept {
     n->seq_ = next_seq_++;
     heap_.push(n);
   }
-  delayed_count_.store(heap_.size(), std::memory_order_relaxed);
 }
 
 void pool_core::reject_scheduled(scheduled_task_base* t) {
@@ -680,7 +676,6 @@ void pool_core::on_cancelled(scheduled_task_base* t) noexcept {
   if (t->heap_index_ == not_in_heap) return; // in the ready queue: dropped when popped
   const bool was_head = t->heap_index_ == 0;
   heap_.remove(t);
-  delayed_count_.store(heap_.size(), std::memory_order_relaxed);
   if (was_head) update_next_due_locked();
   t->release();
   // A cancel wakes nobody, except that a shut-down pool may now be able to terminate.
@@ -707,7 +702,6 @@ void pool_core::cancel_wait(wait_node* n) noexcept {
     if (n->heap_index_ == not_in_heap) return; // already fired or aborted
     const bool was_head = n->heap_index_ == 0;
     heap_.remove(n);
-    delayed_count_.store(heap_.size(), std::memory_order_relaxed);
     if (was_head) update_next_due_locked();
     n->aborted_ = true;
   }
@@ -731,7 +725,6 @@ void pool_core::shutdown() {
     shutdown_.store(true);
     drain_inbox_locked();
     sweep_for_shutdown_locked(gone);
-    delayed_count_.store(heap_.size(), std::memory_order_relaxed);
     update_next_due_locked();
     wake_all_locked();
   }
@@ -768,7 +761,6 @@ std::vector<pending_task> pool_core::shutdown_now() {
     stopped_.store(true);
     drain_inbox_locked();
     heap_.drain([&](timed_node* n) { taken.push_back(n); });
-    delayed_count_.store(0, std::memory_order_relaxed);
     update_next_due_locked();
     ready_.consumer_lock().lock();
     std::vector<task_base*> ready;
@@ -812,7 +804,6 @@ void pool_core::close() {
       closing_ = true;
       promote_due_locked(now()); // drains the inbox too
       heap_.drain([&](timed_node* n) { gone.push_back(n); });
-      delayed_count_.store(0, std::memory_order_relaxed);
       update_next_due_locked();
       wake_all_locked();
     }

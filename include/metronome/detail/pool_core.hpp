@@ -165,7 +165,6 @@ private:
   std::vector<std::unique_ptr<worker>> workers_;
   std::mutex join_mtx_;
   std::atomic<clock::rep> next_due_;
-  std::atomic<std::size_t> delayed_count_{0};
 
   std::atomic<bool> shutdown_{false};
   std::atomic<bool> stopped_{false}; // shutdown_now: nothing more starts
