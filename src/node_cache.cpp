@@ -7,8 +7,8 @@ namespace metronome::detail {
 
 namespace {
 
-constexpr std::size_t class_sizes[] = {64, 128, 256};
-constexpr int classes = 3;
+constexpr std::size_t class_sizes[] = {64, 96, 128, 192, 256};
+constexpr int classes = 5;
 constexpr unsigned batch = 64;
 constexpr std::size_t depot_bytes = 2u << 20;
 

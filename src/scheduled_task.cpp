@@ -34,7 +34,8 @@ completion_hook* const hooks_closed = reinterpret_cast<completion_hook*>(alignof
 
 scheduled_task_base::scheduled_task_base(pool_core* pool) noexcept : timed_node(&complete_thunk), pool_(pool) {}
 
-void scheduled_task_base::complete_thunk(task_base* t, bool run) {
+void scheduled_task_base::complete_thunk(task_base* t, unsigned action) {
+  const bool run = action == run_action;
   auto* self = static_cast<scheduled_task_base*>(t);
   if (run) {
     pool_core::run_detached(self);

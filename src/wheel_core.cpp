@@ -6,26 +6,44 @@
 
 #include <bit>
 #include <stdexcept>
+#include <utility>
 
 namespace metronome::detail {
 
-void wheel_entry::complete_thunk(task_base* t, bool run) {
-  auto* e = static_cast<wheel_entry*>(t);
-  std::uint32_t expected = firing;
-  if (run && e->state_.compare_exchange_strong(expected, running, std::memory_order_acq_rel)) {
-    e->fire();
-    e->state_.store(done, std::memory_order_release);
-    e->drop();
-  } else if (!run && e->state_.compare_exchange_strong(expected, cancelled, std::memory_order_acq_rel)) {
-    e->drop(); // the executor discarded it
+namespace {
+// The inbox's value once the wheel is stopped: pushes fail.
+wheel_entry* const closed_inbox = reinterpret_cast<wheel_entry*>(alignof(wheel_entry));
+} // namespace
+
+// A due entry reaches the executor `firing` (moved one by one) or still `pending`
+// (handed over with its whole level-0 slot).
+bool wheel_entry::claim(std::uint32_t to) noexcept {
+  std::uint32_t expected = state_.load(std::memory_order_acquire);
+  while (expected == pending || expected == firing)
+    if (state_.compare_exchange_weak(expected, to, std::memory_order_acq_rel, std::memory_order_acquire)) return true;
+  return false;
+}
+
+void wheel_entry::settle(bool run) noexcept {
+  if (run && claim(running)) {
+    complete_(this, fire_action);
+    state_.store(done, std::memory_order_release);
+    drop();
+  } else if (!run && claim(cancelled)) {
+    drop(); // the executor discarded it
   }
-  e->release();
+  release();
+}
+
+bool wheel_entry::is_due() const noexcept {
+  const auto s = state();
+  if (s == pending) return wheel_ && when_ <= wheel_->elapsed();
+  return s == firing || s == running || s == done;
 }
 
 bool wheel_entry::cancel() noexcept {
   if (state() == pending && wheel_ && wheel_->cancel(this)) return true;
-  std::uint32_t expected = firing; // queued on the executor, not started
-  if (state_.compare_exchange_strong(expected, cancelled, std::memory_order_acq_rel)) {
+  if (claim(cancelled)) { // queued on the executor, not started
     drop();
     return true;
   }
@@ -36,14 +54,17 @@ wheel_core::wheel_core(wheel_options opts, boost::asio::any_io_executor ex, pool
     : opts_(opts), ex_(std::move(ex)), pool_(pool), manual_(opts.time_source) {
   const auto slots = opts_.slots_per_level;
   if (opts_.tick <= clock::duration::zero()) throw std::invalid_argument("metronome: wheel tick must be positive");
-  if (slots < 2 || slots > 64 || (slots & (slots - 1)) != 0)
-    throw std::invalid_argument("metronome: slots_per_level must be a power of two from 2 to 64");
+  if (slots < 2 || slots > 4096 || (slots & (slots - 1)) != 0)
+    throw std::invalid_argument("metronome: slots_per_level must be a power of two from 2 to 4096");
   bits_ = static_cast<unsigned>(std::countr_zero(slots));
   if (opts_.levels < 1 || bits_ * opts_.levels > 60)
     throw std::invalid_argument("metronome: levels must be >= 1 with log2(slots_per_level) * levels <= 60");
   mask_ = slots - 1;
-  slots_.assign(opts_.levels * slots, nullptr);
-  occupied_.assign(opts_.levels, 0);
+  if (opts_.levels * slots > wheel_entry::no_slot)
+    throw std::invalid_argument("metronome: too many wheel slots"); // unreachable with the limits above
+  slots_.assign(opts_.levels * slots, slot_list{});
+  words_per_level_ = (slots + 63) / 64;
+  occupied_.assign(opts_.levels * words_per_level_, 0);
   start_ = now();
   if (manual_)
     manual_->attach(this);
@@ -69,8 +90,10 @@ std::uint64_t wheel_core::deadline_tick(clock::time_point current, clock::durati
   if (delay < clock::duration::zero()) delay = clock::duration::zero();
   const clock::time_point due = saturating_add(current, delay);
   const auto since = due - start_;
-  const auto ticks = since / opts_.tick + ((since % opts_.tick) != clock::duration::zero() ? 1 : 0);
-  return static_cast<std::uint64_t>(ticks < 0 ? 0 : ticks);
+  if (since <= clock::duration::zero()) return 0;
+  const auto tick = static_cast<std::uint64_t>(opts_.tick.count());
+  const auto ns = static_cast<std::uint64_t>(since.count());
+  return ns / tick + (ns % tick != 0 ? 1 : 0); // one divide instruction gives both
 }
 
 void wheel_core::link_locked(wheel_entry* e) noexcept {
@@ -85,43 +108,74 @@ void wheel_core::link_locked(wheel_entry* e) noexcept {
   std::size_t level = significant / bits_;
   if (level >= opts_.levels) level = opts_.levels - 1;
   const std::size_t slot = static_cast<std::size_t>((when >> (level * bits_)) & mask_);
-  wheel_entry*& head = slots_[level * (mask_ + 1) + slot];
-  e->level_ = static_cast<std::int16_t>(level);
-  e->slot_ = static_cast<std::int16_t>(slot);
-  e->prev_ = nullptr;
-  e->next_in_slot_ = head;
-  if (head) head->prev_ = e;
-  head = e;
-  occupied_[level] |= std::uint64_t(1) << slot;
+  const std::size_t index = level * (mask_ + 1) + slot;
+  slot_list& list = slots_[index];
+  e->slot_index_ = static_cast<std::uint16_t>(index);
+  e->prev_ = list.tail;
+  e->next_.store(nullptr, std::memory_order_relaxed);
+  if (list.tail)
+    list.tail->next_.store(e, std::memory_order_relaxed);
+  else
+    list.head = e;
+  list.tail = e;
+  if (list.count++ == 0) set_occupied(index, true);
+}
+
+wheel_entry* wheel_core::next_in_slot(wheel_entry* e) noexcept {
+  return static_cast<wheel_entry*>(e->next_.load(std::memory_order_relaxed));
 }
 
 void wheel_core::unlink_locked(wheel_entry* e) noexcept {
-  wheel_entry*& head = slots_[static_cast<std::size_t>(e->level_) * (mask_ + 1) + static_cast<std::size_t>(e->slot_)];
+  const std::size_t index = e->slot_index_;
+  slot_list& list = slots_[index];
+  wheel_entry* next = next_in_slot(e);
   if (e->prev_)
-    e->prev_->next_in_slot_ = e->next_in_slot_;
+    e->prev_->next_.store(next, std::memory_order_relaxed);
   else
-    head = e->next_in_slot_;
-  if (e->next_in_slot_) e->next_in_slot_->prev_ = e->prev_;
-  if (!head) occupied_[static_cast<std::size_t>(e->level_)] &= ~(std::uint64_t(1) << e->slot_);
-  e->prev_ = e->next_in_slot_ = nullptr;
-  e->level_ = e->slot_ = -1;
+    list.head = next;
+  if (next)
+    next->prev_ = e->prev_;
+  else
+    list.tail = e->prev_;
+  if (--list.count == 0) set_occupied(index, false);
+  e->prev_ = nullptr;
+  e->next_.store(nullptr, std::memory_order_relaxed);
+  e->slot_index_ = wheel_entry::no_slot;
+}
+
+void wheel_core::set_occupied(std::size_t index, bool on) noexcept {
+  const std::size_t level = index >> bits_, slot = index & mask_;
+  std::uint64_t& word = occupied_[level * words_per_level_ + slot / 64];
+  const std::uint64_t bit = std::uint64_t(1) << (slot % 64);
+  word = on ? (word | bit) : (word & ~bit);
+}
+
+// The first occupied slot of `level` at or after `from`, going round; slots if none.
+std::size_t wheel_core::next_occupied(std::size_t level, std::size_t from) const noexcept {
+  const std::uint64_t* words = occupied_.data() + level * words_per_level_;
+  const std::size_t first = from / 64;
+  const unsigned bit = static_cast<unsigned>(from % 64);
+  if (const std::uint64_t w = words[first] & (~std::uint64_t(0) << bit))
+    return first * 64 + static_cast<std::size_t>(std::countr_zero(w));
+  for (std::size_t i = 1; i < words_per_level_; ++i) {
+    const std::size_t k = (first + i) % words_per_level_;
+    if (words[k]) return k * 64 + static_cast<std::size_t>(std::countr_zero(words[k]));
+  }
+  if (const std::uint64_t w = words[first] & ((std::uint64_t(1) << bit) - 1))
+    return first * 64 + static_cast<std::size_t>(std::countr_zero(w));
+  return mask_ + 1;
 }
 
 // The earliest occupied slot over all levels, by the tick its range starts at.
 std::optional<wheel_core::expiration> wheel_core::next_expiration_locked() const noexcept {
   std::optional<expiration> best;
-  const std::size_t slots = mask_ + 1;
   for (std::size_t level = 0; level < opts_.levels; ++level) {
-    const std::uint64_t occ = occupied_[level];
-    if (!occ) continue;
     const unsigned shift = static_cast<unsigned>(level * bits_);
+    const std::size_t now_slot = static_cast<std::size_t>((elapsed_ >> shift) & mask_);
+    const std::size_t slot = next_occupied(level, now_slot);
+    if (slot > mask_) continue;
     const std::uint64_t slot_range = std::uint64_t(1) << shift;
     const std::uint64_t level_range = slot_range << bits_;
-    const std::size_t now_slot = static_cast<std::size_t>((elapsed_ >> shift) & mask_);
-    // Rotate so that the current slot is bit 0.
-    std::uint64_t rotated = now_slot == 0 ? occ : ((occ >> now_slot) | (occ << (slots - now_slot)));
-    if (slots < 64) rotated &= (std::uint64_t(1) << slots) - 1;
-    const std::size_t slot = (now_slot + static_cast<std::size_t>(std::countr_zero(rotated))) & mask_;
     const std::uint64_t level_start = elapsed_ & ~(level_range - 1);
     std::uint64_t deadline = level_start + slot * slot_range;
     if (slot < now_slot) deadline += level_range;
@@ -130,23 +184,50 @@ std::optional<wheel_core::expiration> wheel_core::next_expiration_locked() const
   return best;
 }
 
-void wheel_core::advance_locked(std::uint64_t now_tick, std::vector<wheel_entry*>& out) {
+void wheel_core::chain::push(wheel_entry* e) noexcept {
+  e->next_.store(nullptr, std::memory_order_relaxed);
+  append(e, e, 1);
+}
+
+void wheel_core::chain::append(wheel_entry* first, wheel_entry* last, std::size_t n) noexcept {
+  if (tail)
+    tail->next_.store(first, std::memory_order_relaxed);
+  else
+    head = first;
+  tail = last;
+  count += n;
+}
+
+void wheel_core::fire_locked(wheel_entry* e, chain& fired) noexcept {
+  e->slot_index_ = wheel_entry::no_slot;
+  e->prev_ = nullptr;
+  e->state_.store(wheel_entry::firing, std::memory_order_release);
+  fired.push(e);
+}
+
+void wheel_core::advance_locked(std::uint64_t now_tick, chain& fired) noexcept {
+  std::size_t due = 0;
   for (;;) {
     auto exp = next_expiration_locked();
     if (!exp || exp->deadline > now_tick) break;
     if (exp->deadline > elapsed_) elapsed_ = exp->deadline;
-    wheel_entry*& head = slots_[exp->level * (mask_ + 1) + exp->slot];
-    wheel_entry* e = head;
-    head = nullptr;
-    occupied_[exp->level] &= ~(std::uint64_t(1) << exp->slot);
-    while (e) {
-      wheel_entry* next = e->next_in_slot_;
-      e->prev_ = e->next_in_slot_ = nullptr;
+    const std::size_t index = exp->level * (mask_ + 1) + exp->slot;
+    slot_list list = std::exchange(slots_[index], slot_list{});
+    set_occupied(index, false);
+    if (exp->level == 0) {
+      // Every entry of a level-0 slot is due at this very tick, and the slot's list is
+      // linked through the ready queue's own field: hand the whole list over without
+      // touching a single entry (they stay `pending`; from now on `when_ <= elapsed_`
+      // tells cancel() that they left the wheel).
+      fired.append(list.head, list.tail, list.count);
+      due += list.count;
+      continue;
+    }
+    for (wheel_entry* e = list.head; e;) {
+      wheel_entry* next = next_in_slot(e);
       if (e->when_ <= elapsed_) { // due: to the executor
-        e->level_ = e->slot_ = -1;
-        e->state_.store(wheel_entry::firing, std::memory_order_release);
-        --pending_;
-        out.push_back(e);
+        fire_locked(e, fired);
+        ++due;
       } else {
         link_locked(e); // cascades to a lower level
       }
@@ -154,58 +235,122 @@ void wheel_core::advance_locked(std::uint64_t now_tick, std::vector<wheel_entry*
     }
   }
   if (now_tick > elapsed_) elapsed_ = now_tick;
+  elapsed_published_.store(elapsed_, std::memory_order_release);
+  if (due) removed_.store(removed_.load(std::memory_order_relaxed) + due, std::memory_order_relaxed);
 }
 
-void wheel_core::dispatch(std::vector<wheel_entry*>& fired) noexcept {
-  if (pool_ && !fired.empty()) {
-    // Entries are task nodes: one chain, one push, no allocation.
-    for (std::size_t i = 0; i + 1 < fired.size(); ++i) fired[i]->next_.store(fired[i + 1], std::memory_order_relaxed);
-    pool_->push_ready_chain(fired.front(), fired.back(), fired.size());
-    fired.clear();
-    return;
+bool wheel_core::push_inbox(wheel_entry* e) noexcept {
+  wheel_entry* head = inbox_.load(std::memory_order_relaxed);
+  do {
+    if (head == closed_inbox) return false;
+    e->next_.store(head, std::memory_order_relaxed);
+  } while (!inbox_.compare_exchange_weak(head, e, std::memory_order_seq_cst, std::memory_order_relaxed));
+  return true;
+}
+
+// Moves what producers pushed into the slots (or to `fired` when already due); returns
+// the earliest deadline linked (never if none).
+std::uint64_t wheel_core::drain_inbox_locked(chain& fired) noexcept {
+  wheel_entry* e = inbox_.load(std::memory_order_seq_cst);
+  if (e == nullptr || e == closed_inbox) return never;
+  e = inbox_.exchange(nullptr, std::memory_order_seq_cst);
+  std::uint64_t earliest = never;
+  std::size_t due = 0;
+  while (e) {
+    wheel_entry* next = next_in_slot(e);
+    if (e->when_ <= elapsed_) {
+      fire_locked(e, fired);
+      ++due;
+    } else {
+      link_locked(e);
+      if (e->when_ < earliest) earliest = e->when_;
+    }
+    e = next;
   }
-  for (wheel_entry* e : fired) {
-    try {
-      boost::asio::post(ex_, [e] { e->complete(true); });
-    } catch (...) {
-      e->complete(false);
+  if (due) removed_.store(removed_.load(std::memory_order_relaxed) + due, std::memory_order_relaxed);
+  return earliest;
+}
+
+void wheel_core::dispatch(chain& fired) noexcept {
+  if (!fired.head) return;
+  if (pool_) {
+    // Entries are task nodes: one chain, one push, no allocation.
+    pool_->push_ready_chain(fired.head, fired.tail, fired.count);
+  } else {
+    for (wheel_entry* e = fired.head; e;) {
+      wheel_entry* next = next_in_slot(e);
+      try {
+        boost::asio::post(ex_, [e] { e->complete(true); });
+      } catch (...) {
+        e->complete(false);
+      }
+      e = next;
     }
   }
-  fired.clear();
+  fired = chain{};
+}
+
+void wheel_core::wake() noexcept {
+  { std::lock_guard lk(mtx_); }
+  cv_.notify_one();
 }
 
 void wheel_core::insert(wheel_entry* e, clock::duration delay) {
-  std::vector<wheel_entry*> fired;
-  {
-    std::lock_guard lk(mtx_);
-    if (stopped_) throw rejected_execution("metronome: wheel_timer is stopped");
-    if (opts_.max_pending != 0 && pending_ >= opts_.max_pending)
-      throw rejected_execution("metronome: wheel_timer has max_pending timeouts pending");
-    e->wheel_ = this;
-    const clock::time_point current = now();
-    e->when_ = deadline_tick(current, delay);
-    ++pending_;
-    if (e->when_ <= elapsed_) {
-      // Due at the current tick already (delay <= 0): fire on the executor at once.
-      --pending_;
-      e->state_.store(wheel_entry::firing, std::memory_order_release);
-      fired.push_back(e);
-    } else {
+  e->wheel_ = this;
+  if (delay <= clock::duration::zero()) {
+    // Due now: straight to the executor, never into the wheel.
+    if (inbox_.load(std::memory_order_acquire) == closed_inbox)
+      throw rejected_execution("metronome: wheel_timer is stopped");
+    e->state_.store(wheel_entry::firing, std::memory_order_relaxed);
+    chain fired;
+    fired.push(e);
+    dispatch(fired);
+    return;
+  }
+  e->when_ = deadline_tick(now(), delay);
+  const std::size_t before = inserted_.fetch_add(1, std::memory_order_relaxed);
+  if (opts_.max_pending != 0 && before - removed_.load(std::memory_order_relaxed) >= opts_.max_pending) {
+    inserted_.fetch_sub(1, std::memory_order_relaxed);
+    throw rejected_execution("metronome: wheel_timer has max_pending timeouts pending");
+  }
+  // Uncontended: link it here, while the node is hot in this core's cache. Contended
+  // (the timer thread is moving a tick's timeouts): never wait, leave it in the inbox.
+  if (mtx_.try_lock()) {
+    std::unique_lock lk(mtx_, std::adopt_lock);
+    if (!stopped_ && e->when_ > elapsed_) {
       link_locked(e);
-      if (!manual_ && e->when_ < sleeping_until_) cv_.notify_one(); // an earlier deadline
+      const bool earlier = e->when_ < sleeping_until_.load(std::memory_order_relaxed);
+      lk.unlock();
+      if (earlier) cv_.notify_one(); // we held the mutex: the timer thread is waiting or will see the slot
+      return;
     }
   }
-  dispatch(fired);
+  if (!push_inbox(e)) {
+    inserted_.fetch_sub(1, std::memory_order_relaxed);
+    throw rejected_execution("metronome: wheel_timer is stopped");
+  }
+  // Dekker pair with run(): it stores sleeping_until_ and then drains the inbox.
+  if (e->when_ < sleeping_until_.load(std::memory_order_seq_cst)) wake();
 }
 
 bool wheel_core::cancel(wheel_entry* e) noexcept {
+  chain fired;
+  bool won = false;
   {
     std::lock_guard lk(mtx_);
-    if (e->state() != wheel_entry::pending || e->level_ < 0) return false;
-    unlink_locked(e);
-    e->state_.store(wheel_entry::cancelled, std::memory_order_release);
-    --pending_;
+    if (e->state() == wheel_entry::pending && e->slot_index_ == wheel_entry::no_slot)
+      drain_inbox_locked(fired); // it is still in the inbox: link it first
+    // Linked entries are never due yet; a pending entry with a passed deadline was
+    // handed to the executor with its slot (see advance_locked).
+    if (e->state() == wheel_entry::pending && e->slot_index_ != wheel_entry::no_slot && e->when_ > elapsed_) {
+      unlink_locked(e);
+      e->state_.store(wheel_entry::cancelled, std::memory_order_release);
+      removed_.store(removed_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+      won = true;
+    }
   }
+  dispatch(fired);
+  if (!won) return false;
   e->drop();    // frees the callable at once; wakes nobody
   e->release(); // the wheel's reference
   return true;
@@ -217,19 +362,26 @@ std::vector<wheel_entry*> wheel_core::stop() {
     std::lock_guard lk(mtx_);
     if (stopped_) return left;
     stopped_ = true;
-    for (auto& head : slots_) {
-      for (wheel_entry* e = head; e;) {
-        wheel_entry* next = e->next_in_slot_;
-        e->prev_ = e->next_in_slot_ = nullptr;
-        e->level_ = e->slot_ = -1;
-        e->state_.store(wheel_entry::cancelled, std::memory_order_release);
+    for (wheel_entry* e = inbox_.exchange(closed_inbox, std::memory_order_seq_cst); e;) {
+      wheel_entry* next = next_in_slot(e);
+      e->next_.store(nullptr, std::memory_order_relaxed);
+      left.push_back(e);
+      e = next;
+    }
+    for (auto& list : slots_) {
+      for (wheel_entry* e = list.head; e;) {
+        wheel_entry* next = next_in_slot(e);
+        e->prev_ = nullptr;
+        e->next_.store(nullptr, std::memory_order_relaxed);
+        e->slot_index_ = wheel_entry::no_slot;
         left.push_back(e);
         e = next;
       }
-      head = nullptr;
+      list = slot_list{};
     }
+    for (auto* e : left) e->state_.store(wheel_entry::cancelled, std::memory_order_release);
     for (auto& o : occupied_) o = 0;
-    pending_ = 0;
+    removed_.store(removed_.load(std::memory_order_relaxed) + left.size(), std::memory_order_relaxed);
     cv_.notify_all();
   }
   if (thread_.joinable()) {
@@ -242,48 +394,53 @@ std::vector<wheel_entry*> wheel_core::stop() {
   return left;
 }
 
-std::size_t wheel_core::pending() const {
-  std::lock_guard lk(mtx_);
-  return pending_;
-}
-
-bool wheel_core::stopped() const {
-  std::lock_guard lk(mtx_);
-  return stopped_;
+std::size_t wheel_core::pending() const noexcept {
+  // Removals are counted under the mutex, insertions by producers: read the removals
+  // first so that the difference never goes below zero.
+  const std::size_t removed = removed_.load(std::memory_order_acquire);
+  const std::size_t inserted = inserted_.load(std::memory_order_acquire);
+  return inserted > removed ? inserted - removed : 0;
 }
 
 void wheel_core::on_time_advanced() {
-  std::vector<wheel_entry*> fired;
+  chain fired;
   {
     std::lock_guard lk(mtx_);
     if (stopped_) return;
+    drain_inbox_locked(fired);
     advance_locked(tick_of(now()), fired);
   }
   dispatch(fired);
 }
 
-// The timer thread: moves timeouts, never runs user code.
+// The timer thread: moves timeouts, never runs user code. While timeouts keep
+// arriving it wakes every tick to take them from the inbox; otherwise it sleeps until
+// the next expiration, and a producer wakes it only for an earlier deadline.
 void wheel_core::run() {
-  std::vector<wheel_entry*> fired;
+  chain fired;
   std::unique_lock lk(mtx_);
   while (!stopped_) {
+    sleeping_until_.store(0, std::memory_order_relaxed);
+    const bool arrived = drain_inbox_locked(fired) != never;
     advance_locked(tick_of(clock::now()), fired);
-    if (!fired.empty()) {
+    if (fired.head) {
       lk.unlock();
       dispatch(fired);
       lk.lock();
       continue;
     }
     auto exp = next_expiration_locked();
-    if (!exp) {
-      sleeping_until_ = ~std::uint64_t(0);
+    std::uint64_t until = exp ? exp->deadline : never;
+    if (arrived && elapsed_ + 1 < until) until = elapsed_ + 1;
+    sleeping_until_.store(until, std::memory_order_seq_cst);
+    // Whatever a producer pushed before it could see `until` is in the inbox now.
+    if (drain_inbox_locked(fired) < until || fired.head) continue;
+    if (until == never)
       cv_.wait(lk);
-    } else {
-      sleeping_until_ = exp->deadline;
-      cv_.wait_until(lk, start_ + opts_.tick * static_cast<clock::rep>(exp->deadline));
-    }
-    sleeping_until_ = ~std::uint64_t(0);
+    else
+      cv_.wait_until(lk, start_ + opts_.tick * static_cast<clock::rep>(until));
   }
+  sleeping_until_.store(0, std::memory_order_relaxed);
 }
 
 } // namespace metronome::detail

@@ -119,7 +119,8 @@ private:
 
   // run: a worker fires it (dispatch: inline when the handler's executor is this
   // pool); !run: never ran (shutdown_now / terminated): post from here.
-  static void do_complete(task_base* b, bool run) {
+  static void do_complete(task_base* b, unsigned action) {
+    const bool run = action == run_action;
     auto* op = static_cast<delay_op*>(b);
     const boost::system::error_code ec =
         (run && !op->aborted_) ? boost::system::error_code() : boost::asio::error::operation_aborted;

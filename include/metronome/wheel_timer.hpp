@@ -20,6 +20,7 @@
 #include <boost/system/error_code.hpp>
 
 #include <memory>
+#include <new>
 #include <optional>
 #include <stdexcept>
 #include <type_traits>
@@ -33,9 +34,7 @@ namespace detail {
 template <class F>
 class wheel_task final : public wheel_entry {
 public:
-  template <class G>
-  explicit wheel_task(G&& g) : f_(std::in_place, std::forward<G>(g)) {}
-
+  // refs: the wheel's and the returned handle's.
   static wheel_task* create(F&& f) {
     void* p = node_allocate(sizeof(wheel_task));
     try {
@@ -46,22 +45,35 @@ public:
     }
   }
 
-  void fire() noexcept override {
+private:
+  friend class wheel_entry;
+  explicit wheel_task(F&& f) : wheel_entry(&dispatch_action<wheel_task>, 2) { ::new (&storage_) F(std::move(f)); }
+  ~wheel_task() = default;
+
+  F& fn() noexcept { return *std::launder(reinterpret_cast<F*>(&storage_)); }
+
+  void on_fire() noexcept {
     try {
-      (*f_)();
+      fn()();
     } catch (...) {
       // A fire-and-forget timeout: reported the way the pool's default handler does.
       print_unhandled(std::current_exception(), "timeout");
     }
   }
-  void drop() noexcept override { f_.reset(); }
-  void destroy() noexcept override {
+  void on_drop() noexcept {
+    if (live_) {
+      live_ = false;
+      fn().~F();
+    }
+  }
+  void on_destroy() noexcept {
+    on_drop();
     this->~wheel_task();
     node_deallocate(this, sizeof(wheel_task));
   }
 
-private:
-  std::optional<F> f_;
+  bool live_ = true; // the callable is constructed (guarded by the entry's state machine)
+  alignas(F) unsigned char storage_[sizeof(F)];
 };
 
 template <class Handler>
@@ -77,7 +89,8 @@ class wheel_wait_op final : public wheel_entry {
 
 public:
   wheel_wait_op(Handler&& h, const boost::asio::any_io_executor& ex)
-      : handler_(std::in_place, std::move(h)), work_(boost::asio::get_associated_executor(*handler_, ex)) {
+      : wheel_entry(&dispatch_action<wheel_wait_op>, 1), handler_(std::in_place, std::move(h)),
+        work_(boost::asio::get_associated_executor(*handler_, ex)) {
     auto slot = boost::asio::get_associated_cancellation_slot(*handler_);
     if (slot.is_connected()) {
       slot_connected_ = true;
@@ -85,19 +98,21 @@ public:
     }
   }
 
-  void fire() noexcept override {
+private:
+  friend class wheel_entry;
+
+  void on_fire() noexcept {
     delivered_ = true;
     deliver(boost::system::error_code(), true);
   }
-  void drop() noexcept override {
+  void on_drop() noexcept {
     if (!delivered_) {
       delivered_ = true;
       deliver(boost::asio::error::operation_aborted, false);
     }
   }
-  void destroy() noexcept override { delete this; }
+  void on_destroy() noexcept { delete this; }
 
-private:
   // Runs on the handler's executor when a cancellation slot is connected: the slot is
   // cleared there (Asio's rule), and the entry stays alive until then.
   struct finisher {
@@ -190,10 +205,7 @@ public:
     bool cancel() noexcept { return e_ && e_->cancel(); }
     bool is_cancelled() const noexcept { return e_ && e_->state() == detail::wheel_entry::cancelled; }
     /// Whether it fell due (queued on the executor, running or done).
-    bool is_expired() const noexcept {
-      auto s = e_ ? e_->state() : detail::wheel_entry::pending;
-      return s == detail::wheel_entry::firing || s == detail::wheel_entry::running || s == detail::wheel_entry::done;
-    }
+    bool is_expired() const noexcept { return e_ && e_->is_due(); }
     bool valid() const noexcept { return e_ != nullptr; }
 
   private:
@@ -226,9 +238,8 @@ public:
     static_assert(std::is_invocable_v<D&>, "metronome: the timeout must be callable with no arguments");
     if (detail::is_empty_callable(f)) throw std::invalid_argument("metronome: empty function");
     D fn(std::forward<F>(f));
-    auto* e = detail::wheel_task<D>::create(std::move(fn));
+    auto* e = detail::wheel_task<D>::create(std::move(fn)); // the wheel's reference and the handle's
     timeout handle(e);
-    e->add_ref(); // the wheel's reference
     try {
       core_->insert(e, detail::saturating_duration(delay));
     } catch (...) {

@@ -56,6 +56,14 @@ struct manual_wheel {
 };
 } // namespace
 
+// A timeout whose function captures one pointer is one 64-byte node (no vtable; small
+// fields in the task header's padding). Itanium C++ ABI layout (g++, clang).
+struct one_pointer_capture {
+  void* p;
+  void operator()() const {}
+};
+static_assert(sizeof(metronome::detail::wheel_task<one_pointer_capture>) <= 64);
+
 BOOST_AUTO_TEST_SUITE(wheel_timer_suite)
 
 BOOST_AUTO_TEST_CASE(rejects_bad_options) {
@@ -68,7 +76,10 @@ BOOST_AUTO_TEST_CASE(rejects_bad_options) {
   o.slots_per_level = 48;
   bad(o);
   o = {};
-  o.slots_per_level = 128;
+  o.slots_per_level = 8192;
+  bad(o);
+  o = {};
+  o.slots_per_level = 1;
   bad(o);
   o = {};
   o.levels = 0;
@@ -133,6 +144,72 @@ BOOST_AUTO_TEST_CASE(cascades_across_level_boundaries) {
   std::lock_guard lk(w.m);
   for (auto& [id, at] : w.fired)
     BOOST_TEST((at == t0 + std::chrono::milliseconds(delays[static_cast<std::size_t>(id)])));
+}
+
+// Levels wider than one 64-bit occupancy word: 256 slots x 2 levels covers 65,536 ticks.
+BOOST_AUTO_TEST_CASE(wide_levels_fire_on_their_tick) {
+  wheel_options o;
+  o.slots_per_level = 256;
+  o.levels = 2;
+  manual_wheel w(o);
+  const std::vector<long> delays = {1, 63, 64, 65, 127, 128, 255, 256, 257, 511, 512, 700, 65535, 65536, 70000};
+  for (std::size_t i = 0; i < delays.size(); ++i) w.add(static_cast<int>(i), std::chrono::milliseconds(delays[i]));
+  const auto t0 = w.clock.now();
+  int expected = 0;
+  long at = 0;
+  for (long d : delays) { // jump straight to each deadline's edges: just before, on it
+    if (d - 1 > at) {
+      w.clock.advance(std::chrono::milliseconds(d - 1 - at));
+      at = d - 1;
+      BOOST_REQUIRE(w.count.wait_for_at_least(expected));
+      BOOST_REQUIRE(w.fired_count() == static_cast<std::size_t>(expected)); // none early
+    }
+    w.clock.advance(1ms);
+    ++at;
+    ++expected;
+    BOOST_REQUIRE(w.count.wait_for_at_least(expected));
+  }
+  std::lock_guard lk(w.m);
+  for (auto& [id, when] : w.fired)
+    BOOST_TEST((when == t0 + std::chrono::milliseconds(delays[static_cast<std::size_t>(id)])));
+}
+
+BOOST_AUTO_TEST_CASE(timeouts_of_one_tick_fire_in_scheduling_order) {
+  manual_wheel w; // one pool thread: the executor keeps the wheel's order
+  for (int i = 0; i < 500; ++i) w.add(i, 5ms);
+  for (int i = 500; i < 1000; ++i) w.add(i, 70ms); // one level up first, then cascaded
+  w.clock.advance(5ms);
+  BOOST_TEST(w.count.wait_for_at_least(500));
+  w.clock.advance(65ms);
+  BOOST_TEST(w.count.wait_for_at_least(1000));
+  std::lock_guard lk(w.m);
+  for (std::size_t i = 0; i < w.fired.size(); ++i) BOOST_TEST(w.fired[i].first == static_cast<int>(i));
+}
+
+// A due timeout still queued on the executor can be cancelled: it never runs.
+BOOST_AUTO_TEST_CASE(cancel_while_queued_on_the_executor) {
+  manual_wheel w;
+  metronome::test::gate busy;
+  metronome::test::counter started;
+  w.pool.submit([&] { // occupy the only pool thread
+    started.add();
+    busy.wait();
+  });
+  BOOST_TEST(started.wait_for_at_least(1));
+  auto t = w.add(1, 1ms);
+  w.clock.advance(1ms); // due: handed to the pool, behind the busy task
+  BOOST_TEST(t.is_expired());
+  BOOST_TEST(w.wheel.pending() == 0u);
+  BOOST_TEST(t.cancel());
+  BOOST_TEST(t.is_cancelled());
+  BOOST_TEST(!t.cancel());
+  auto after = w.add(2, 1ms);
+  w.clock.advance(1ms);
+  busy.open();
+  BOOST_TEST(w.count.wait_for_at_least(1));
+  std::lock_guard lk(w.m);
+  BOOST_REQUIRE(w.fired.size() == 1u);
+  BOOST_TEST(w.fired[0].first == 2);
 }
 
 BOOST_AUTO_TEST_CASE(a_big_jump_fires_everything_due_in_order) {

@@ -34,7 +34,8 @@ public:
   executor_op(G&& g, const Alloc& a) : task_base(&do_complete), f_(std::forward<G>(g)), alloc_(a) {}
 
 private:
-  static void do_complete(task_base* b, bool run) {
+  static void do_complete(task_base* b, unsigned action) {
+    const bool run = action == run_action;
     auto* op = static_cast<executor_op*>(b);
     node_alloc na(op->alloc_);
     F f(std::move(op->f_));

@@ -10,7 +10,7 @@ namespace metronome::detail {
 // Recycles task nodes between threads. In a pool the producer allocates and the
 // workers free, so per-thread caches alone never hand memory back to the producer
 // and glibc falls back to its locked arena. Here each thread keeps a free list per
-// size class (64, 128, 256 bytes); a thread with too many hands a batch of 64 nodes to
+// size class (64, 96, 128, 192, 256 bytes); a thread with too many hands a batch of 64 nodes to
 // a global depot, and a thread with none takes a whole batch: one mutex operation per
 // 64 nodes. The depot keeps at most ~2 MiB per class; the rest goes back to malloc.
 // Larger nodes go straight to operator new.

@@ -106,7 +106,7 @@ protected:
 
 private:
   void notify_terminal(std::uint32_t old_state) noexcept;
-  static void complete_thunk(task_base* t, bool run);
+  static void complete_thunk(task_base* t, unsigned action);
 
   mutable std::atomic<std::uint32_t> state_{pending};
   std::atomic<std::uint32_t> refs_{1};

@@ -21,11 +21,14 @@ namespace metronome {
 struct wheel_options {
   /// Resolution: a timeout fires on the first tick at or after its deadline. > 0.
   clock::duration tick = std::chrono::milliseconds(1);
-  /// Slots per level: a power of two from 2 to 64.
-  std::size_t slots_per_level = 64;
-  /// Levels; slots_per_level^levels ticks are covered exactly, later deadlines wait at
-  /// the top level and move down as time passes. log2(slots) * levels <= 60.
-  std::size_t levels = 6;
+  /// Slots per level: a power of two from 2 to 4096. The first level covers
+  /// slots_per_level ticks; a timeout within that span never cascades, and its slot is
+  /// handed to the executor whole when due (256 at 1 ms: everything under 256 ms).
+  std::size_t slots_per_level = 256;
+  /// Levels; slots_per_level^levels ticks are covered exactly (256^5 ticks of 1 ms:
+  /// 34 years), later deadlines wait at the top level and move down as time passes.
+  /// log2(slots_per_level) * levels <= 60.
+  std::size_t levels = 5;
   /// Most timeouts pending at once; 0 = unbounded. Beyond it schedule() throws
   /// rejected_execution (Netty's maxPendingTimeouts).
   std::size_t max_pending = 0;
@@ -40,43 +43,70 @@ namespace metronome::detail {
 
 class wheel_core;
 
-// One timeout: a node in a wheel slot (intrusive, doubly linked), then a task on the
-// target executor. Reference counted: the wheel (or the executor's queue) holds one,
-// each handle one.
+// One timeout: a node in a wheel slot (intrusive, doubly linked through task_base::next_
+// and prev_), then a task on the target executor. Reference counted: the wheel (or the
+// executor's queue) holds one, each handle one.
+//
+// No vtable: the node type's actions (fire, drop, destroy) go through task_base's one
+// function pointer, and the small fields sit in task_base's tail padding, so that a
+// timeout whose callable captures up to 8 bytes is a 64-byte node.
 class wheel_entry : public task_base {
 public:
   static constexpr std::uint32_t pending = 0, firing = 1, running = 2, done = 3, cancelled = 4;
+  // Node-private actions of complete_ (after task_base's discard/run).
+  static constexpr unsigned fire_action = 2, drop_action = 3, destroy_action = 4;
+  static constexpr std::uint16_t no_slot = 0xffff;
 
-  wheel_entry() noexcept : task_base(&complete_thunk) {}
+  // refs: 1 for the wheel, plus one per handle created with the node.
+  wheel_entry(complete_fn fn, std::uint32_t refs) noexcept : task_base(fn), refs_(refs) {}
 
   void add_ref() noexcept { refs_.fetch_add(1, std::memory_order_relaxed); }
   void release() noexcept {
-    if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) destroy();
+    if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) complete_(this, destroy_action);
   }
   std::uint32_t state() const noexcept { return state_.load(std::memory_order_acquire); }
   bool cancel() noexcept;
-
-  // Runs the timeout's work (callable, or completes the handler).
-  virtual void fire() noexcept = 0;
   // Never fires: destroys the callable (or completes the handler with operation_aborted).
-  virtual void drop() noexcept = 0;
-  // Frees the node.
-  virtual void destroy() noexcept = 0;
+  void drop() noexcept { complete_(this, drop_action); }
+  // The executor ran (run) or discarded (!run) the due entry; drops the queue's reference.
+  void settle(bool run) noexcept;
+  // Its deadline passed on the wheel: queued on the executor, running or done.
+  bool is_due() const noexcept;
 
-  wheel_entry* prev_ = nullptr;
-  wheel_entry* next_in_slot_ = nullptr;
-  std::uint64_t when_ = 0; // deadline in ticks
-  std::int16_t level_ = -1;
-  std::int16_t slot_ = -1;
-  wheel_core* wheel_ = nullptr;
+  std::uint16_t slot_index_ = no_slot; // level * slots_per_level + slot; no_slot when unlinked
   std::atomic<std::uint32_t> state_{pending};
+  wheel_entry* prev_ = nullptr;
+  std::uint64_t when_ = 0; // deadline in ticks
+  wheel_core* wheel_ = nullptr;
 
 protected:
   ~wheel_entry() = default;
 
+  // The whole complete_ of a node type: discard/run go through settle(), the private
+  // actions to the type's fire(), drop() and destroy().
+  template <class Node>
+  static void dispatch_action(task_base* t, unsigned action) noexcept {
+    auto* n = static_cast<Node*>(t);
+    switch (action) {
+    case discard_action:
+    case run_action:
+      n->settle(action == run_action);
+      break;
+    case fire_action:
+      n->on_fire();
+      break;
+    case drop_action:
+      n->on_drop();
+      break;
+    default:
+      n->on_destroy();
+      break;
+    }
+  }
+
 private:
-  static void complete_thunk(task_base* t, bool run);
-  std::atomic<std::uint32_t> refs_{1};
+  bool claim(std::uint32_t to) noexcept;
+  std::atomic<std::uint32_t> refs_;
 };
 
 class wheel_core final : public clock_listener {
@@ -90,10 +120,10 @@ public:
   // Stops the wheel; returns the entries that never fired (cancelled; the caller
   // takes the wheel's references).
   std::vector<wheel_entry*> stop();
-  std::size_t pending() const;
-  bool stopped() const;
+  std::size_t pending() const noexcept;
   const boost::asio::any_io_executor& executor() const noexcept { return ex_; }
   clock::time_point now() const noexcept;
+  std::uint64_t elapsed() const noexcept { return elapsed_published_.load(std::memory_order_acquire); }
 
   void on_time_advanced() override;
 
@@ -103,14 +133,36 @@ private:
     std::size_t slot;
     std::uint64_t deadline;
   };
+  // Due entries on their way to the executor: linked through task_base::next_.
+  struct chain {
+    wheel_entry* head = nullptr;
+    wheel_entry* tail = nullptr;
+    std::size_t count = 0;
+    void push(wheel_entry* e) noexcept;
+    void append(wheel_entry* first, wheel_entry* last, std::size_t n) noexcept;
+  };
+  // One slot: entries in the order they were linked, through task_base::next_ / prev_.
+  struct slot_list {
+    wheel_entry* head = nullptr;
+    wheel_entry* tail = nullptr;
+    std::size_t count = 0;
+  };
+  static constexpr std::uint64_t never = ~std::uint64_t(0);
 
   std::uint64_t tick_of(clock::time_point t) const noexcept;
   std::uint64_t deadline_tick(clock::time_point now, clock::duration delay) const noexcept;
+  bool push_inbox(wheel_entry* e) noexcept;
+  std::uint64_t drain_inbox_locked(chain& fired) noexcept;
   void link_locked(wheel_entry* e) noexcept;
   void unlink_locked(wheel_entry* e) noexcept;
+  static wheel_entry* next_in_slot(wheel_entry* e) noexcept;
+  void set_occupied(std::size_t index, bool on) noexcept;
+  std::size_t next_occupied(std::size_t level, std::size_t from) const noexcept;
   std::optional<expiration> next_expiration_locked() const noexcept;
-  void advance_locked(std::uint64_t now_tick, std::vector<wheel_entry*>& out);
-  void dispatch(std::vector<wheel_entry*>& fired) noexcept;
+  void advance_locked(std::uint64_t now_tick, chain& fired) noexcept;
+  void fire_locked(wheel_entry* e, chain& fired) noexcept;
+  void dispatch(chain& fired) noexcept;
+  void wake() noexcept;
   void run();
 
   wheel_options opts_;
@@ -121,13 +173,22 @@ private:
   std::uint64_t mask_;
   clock::time_point start_;
 
+  // Producers' line: new timeouts go onto a lock-free stack that the mutex holder
+  // (timer thread, cancel, advance) moves into the slots; `closed_inbox` once stopped.
+  alignas(64) std::atomic<wheel_entry*> inbox_{nullptr};
+  std::atomic<std::size_t> inserted_{0};
+  // The tick the timer thread sleeps until (a producer with an earlier deadline wakes
+  // it); 0 while it is awake or when there is no thread.
+  alignas(64) std::atomic<std::uint64_t> sleeping_until_{0};
+  std::atomic<std::size_t> removed_{0};             // fired, cancelled or stopped (written under mtx_)
+  std::atomic<std::uint64_t> elapsed_published_{0}; // elapsed_, for handles
+
   mutable std::mutex mtx_;
   std::condition_variable cv_;
-  std::vector<wheel_entry*> slots_;     // levels * slots heads
-  std::vector<std::uint64_t> occupied_; // one bit per slot, per level
+  std::vector<slot_list> slots_;        // levels * slots
+  std::vector<std::uint64_t> occupied_; // one bit per slot, words_per_level_ words per level
+  std::size_t words_per_level_ = 1;
   std::uint64_t elapsed_ = 0;
-  std::uint64_t sleeping_until_ = ~std::uint64_t(0);
-  std::size_t pending_ = 0;
   bool stopped_ = false;
   std::thread thread_;
 };
