@@ -325,8 +325,8 @@ void pool_core::run_task(worker& w, task_base* t) noexcept {
   w.busy.store(true, std::memory_order_relaxed);
   if (t->is_scheduled()) {
     auto* st = static_cast<scheduled_task_base*>(t);
-    if (st->sink_)
-      st->sink_->accept(st); // due: it joins its serial executor's queue
+    if (task_sink* sink = st->sink())
+      sink->accept(st); // due: it joins its serial executor's queue
     else
       run_scheduled(st);
   } else {
@@ -362,7 +362,7 @@ void pool_core::run_scheduled(scheduled_task_base* t) noexcept {
   if (!ok) {
     std::exception_ptr e = t->failure();
     report(e);
-    if (t->periodic_.on_error == on_exception::stop) {
+    if (t->extras().periodic.on_error == on_exception::stop) {
       t->destroy_callable();
       t->finish();
       t->release();
@@ -386,9 +386,9 @@ void pool_core::run_detached(scheduled_task_base* t) noexcept {
 
 void pool_core::reschedule(scheduled_task_base* t, clock::time_point started) {
   const clock::time_point current = now();
-  const clock::duration period = t->period_;
+  const clock::duration period = t->extras().period;
   clock::time_point next;
-  if (t->fixed_delay_) {
+  if (t->extras().fixed_delay) {
     next = saturating_add(current, period);
   } else {
     const clock::time_point due = t->due();
@@ -396,7 +396,7 @@ void pool_core::reschedule(scheduled_task_base* t, clock::time_point started) {
     if (grid > current) {
       next = grid;
     } else {
-      switch (t->periodic_.missed) {
+      switch (t->extras().periodic.missed) {
       case missed_tick::burst:
         next = grid;
         break;
@@ -502,8 +502,7 @@ void pool_core::discard_task(task_base* t) noexcept {
 }
 
 void pool_core::heap_push_locked(timed_node* n) {
-  n->seq_ = next_seq_++;
-  const bool head = heap_.push(n);
+  const bool head = heap_.push(n, next_seq_++);
   if (head) {
     update_next_due_locked();
     wake_for_new_head_locked();
@@ -647,8 +646,7 @@ void pool_core::drain_inbox_locked() noexcept {
       static_cast<scheduled_task_base*>(t)->release(); // cancelled while in the inbox
       continue;
     }
-    n->seq_ = next_seq_++;
-    heap_.push(n);
+    heap_.push(n, next_seq_++);
   }
 }
 
@@ -698,7 +696,7 @@ bool pool_core::add_wait(wait_node* n, clock::time_point due, clock::time_point 
 void pool_core::cancel_wait(wait_node* n) noexcept {
   {
     std::lock_guard lk(mtx_);
-    drain_inbox_locked(); // a wait still in the inbox is in the heap after this
+    drain_inbox_locked();                      // a wait still in the inbox is in the heap after this
     if (n->heap_index_ == not_in_heap) return; // already fired or aborted
     const bool was_head = n->heap_index_ == 0;
     heap_.remove(n);
@@ -774,10 +772,8 @@ std::vector<pending_task> pool_core::shutdown_now() {
       std::this_thread::yield();
     }
     ready_.consumer_lock().unlock();
-    // Ready work first (it became ready earlier), then delayed work in due order.
-    std::sort(taken.begin(), taken.end(), [](task_base* a, task_base* b) {
-      return due_before(static_cast<timed_node*>(a), static_cast<timed_node*>(b));
-    });
+    // Ready work first (it became ready earlier), then delayed work in due order
+    // (the heap's drain order).
     taken.insert(taken.begin(), ready.begin(), ready.end());
     wake_all_locked();
   }

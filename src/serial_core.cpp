@@ -137,22 +137,22 @@ void serial_core::accept(scheduled_task_base* t) noexcept {
 
 void serial_core::track(scheduled_task_base* t) noexcept {
   std::lock_guard lk(reg_mtx_);
-  t->reg_prev_ = nullptr;
-  t->reg_next_ = reg_head_;
-  if (reg_head_) reg_head_->reg_prev_ = t;
+  t->extras().reg_prev = nullptr;
+  t->extras().reg_next = reg_head_;
+  if (reg_head_) reg_head_->extras().reg_prev = t;
   reg_head_ = t;
 }
 
 void serial_core::forget(scheduled_task_base* t) noexcept {
   std::lock_guard lk(reg_mtx_);
-  if (t->reg_prev_)
-    t->reg_prev_->reg_next_ = t->reg_next_;
+  if (t->extras().reg_prev)
+    t->extras().reg_prev->extras().reg_next = t->extras().reg_next;
   else if (reg_head_ == t)
-    reg_head_ = t->reg_next_;
+    reg_head_ = t->extras().reg_next;
   else
     return; // never tracked
-  if (t->reg_next_) t->reg_next_->reg_prev_ = t->reg_prev_;
-  t->reg_prev_ = t->reg_next_ = nullptr;
+  if (t->extras().reg_next) t->extras().reg_next->extras().reg_prev = t->extras().reg_prev;
+  t->extras().reg_prev = t->extras().reg_next = nullptr;
 }
 
 void serial_core::dispose() noexcept {
@@ -162,7 +162,7 @@ void serial_core::dispose() noexcept {
   std::vector<scheduled_task_base*> live;
   {
     std::lock_guard lk(reg_mtx_);
-    for (auto* t = reg_head_; t; t = t->reg_next_)
+    for (auto* t = reg_head_; t; t = t->extras().reg_next)
       if (t->try_add_ref()) live.push_back(t);
   }
   for (auto* t : live) {

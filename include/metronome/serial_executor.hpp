@@ -225,8 +225,8 @@ private:
   template <class R, class F>
   detail::scheduled_task_base* new_task(F&& f, detail::task_kind kind) const {
     if (state_->is_disposed()) throw rejected_execution("metronome: serial_executor is disposed");
-    auto* t = detail::make_scheduled_task<R>(&state_->timers(), std::forward<F>(f), kind);
-    t->sink_ = state_;
+    auto* t = detail::make_scheduled_task<R, true>(&state_->timers(), std::forward<F>(f), kind);
+    t->extras().sink = state_;
     return t;
   }
 
@@ -264,9 +264,9 @@ private:
                                   periodic_options options) const {
     const clock::duration p = detail::checked_period(period);
     auto* t = new_task<void>(std::forward<F>(f), detail::task_kind::periodic);
-    t->period_ = p;
-    t->fixed_delay_ = fixed_delay;
-    t->periodic_ = options;
+    t->extras().period = p;
+    t->extras().fixed_delay = fixed_delay;
+    t->extras().periodic = options;
     scheduled_future<void> h(adopt(t));
     state_->track(t);
     if (state_->is_disposed()) reject(t);

@@ -12,11 +12,16 @@ using namespace metronome::detail;
 
 namespace {
 struct node : timed_node {
-  node(long long due, std::uint64_t seq) : timed_node(nullptr) {
+  node(long long due, std::uint64_t s) : timed_node(nullptr), seq(s) {
     set_due(mclock::time_point(mclock::duration(due)));
-    seq_ = seq;
   }
+  std::uint64_t seq;
 };
+bool push(delay_heap& heap, timed_node* n) { return heap.push(n, static_cast<node*>(n)->seq); }
+bool due_before(const timed_node* a, const timed_node* b) {
+  return a->due() < b->due() ||
+         (a->due() == b->due() && static_cast<const node*>(a)->seq < static_cast<const node*>(b)->seq);
+}
 } // namespace
 
 BOOST_AUTO_TEST_SUITE(delay_heap_suite)
@@ -27,7 +32,7 @@ BOOST_AUTO_TEST_CASE(pops_in_due_then_sequence_order) {
   delay_heap heap;
   for (std::uint64_t i = 0; i < 5000; ++i) {
     nodes.push_back(std::make_unique<node>(rng() % 300, i)); // many equal due times
-    heap.push(nodes.back().get());
+    push(heap, nodes.back().get());
   }
   timed_node* prev = nullptr;
   std::size_t popped = 0;
@@ -47,7 +52,7 @@ BOOST_AUTO_TEST_CASE(removes_any_node_and_keeps_indices_consistent) {
   delay_heap heap;
   for (std::uint64_t i = 0; i < 2000; ++i) {
     nodes.push_back(std::make_unique<node>(rng() % 10000, i));
-    heap.push(nodes.back().get());
+    push(heap, nodes.back().get());
   }
   std::shuffle(nodes.begin(), nodes.end(), rng);
   for (std::size_t i = 0; i < 1000; ++i) {
@@ -67,9 +72,9 @@ BOOST_AUTO_TEST_CASE(removes_any_node_and_keeps_indices_consistent) {
 BOOST_AUTO_TEST_CASE(push_reports_a_new_head) {
   node a(10, 0), b(5, 1), c(7, 2);
   delay_heap heap;
-  BOOST_TEST(heap.push(&a));
-  BOOST_TEST(heap.push(&b));
-  BOOST_TEST(!heap.push(&c));
+  BOOST_TEST(push(heap, &a));
+  BOOST_TEST(push(heap, &b));
+  BOOST_TEST(!push(heap, &c));
   BOOST_TEST(heap.top() == &b);
 }
 
@@ -78,15 +83,15 @@ BOOST_AUTO_TEST_CASE(remove_if_keeps_heap_order) {
   delay_heap heap;
   for (std::uint64_t i = 0; i < 100; ++i) {
     nodes.push_back(std::make_unique<node>(static_cast<long long>((i * 37) % 101), i));
-    heap.push(nodes.back().get());
+    push(heap, nodes.back().get());
   }
   std::size_t removed = 0;
-  heap.remove_if([](timed_node* n) { return n->seq_ % 2 == 0; }, [&](timed_node*) { ++removed; });
+  heap.remove_if([](timed_node* n) { return static_cast<node*>(n)->seq % 2 == 0; }, [&](timed_node*) { ++removed; });
   BOOST_TEST(removed == 50u);
   timed_node* prev = nullptr;
   while (!heap.empty()) {
     timed_node* n = heap.pop();
-    BOOST_TEST(n->seq_ % 2 == 1u);
+    BOOST_TEST(static_cast<node*>(n)->seq % 2 == 1u);
     if (prev) BOOST_TEST(!due_before(n, prev));
     prev = n;
   }
@@ -100,6 +105,29 @@ BOOST_AUTO_TEST_CASE(saturating_add_never_wraps) {
   BOOST_TEST((saturating_add(now, std::chrono::milliseconds(3)) == now + std::chrono::milliseconds(3)));
   BOOST_TEST((saturating_add(mclock::time_point::max() - std::chrono::nanoseconds(1), std::chrono::seconds(1)) ==
               mclock::time_point::max()));
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(delay_heap_drain_suite)
+
+// shutdown_now() hands back delayed work in this order.
+BOOST_AUTO_TEST_CASE(drain_gives_due_then_fifo_order) {
+  std::mt19937 rng(11);
+  std::vector<std::unique_ptr<node>> nodes;
+  delay_heap heap;
+  for (std::uint64_t i = 0; i < 3000; ++i) {
+    nodes.push_back(std::make_unique<node>(rng() % 100, i)); // many equal due times
+    push(heap, nodes.back().get());
+  }
+  std::vector<timed_node*> out;
+  heap.drain([&](timed_node* n) { out.push_back(n); });
+  BOOST_TEST(heap.empty());
+  BOOST_REQUIRE(out.size() == 3000u);
+  for (std::size_t i = 1; i < out.size(); ++i) {
+    BOOST_TEST(!due_before(out[i], out[i - 1]));
+    BOOST_TEST(out[i]->heap_index_ == not_in_heap);
+  }
 }
 
 BOOST_AUTO_TEST_SUITE_END()

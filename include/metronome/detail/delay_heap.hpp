@@ -3,6 +3,8 @@
 
 #include <metronome/detail/task.hpp>
 
+#include <algorithm>
+#include <stdexcept>
 #include <vector>
 
 namespace metronome::detail {
@@ -19,9 +21,10 @@ public:
   timed_node* top() const noexcept { return entries_.front().node; }
   clock::rep top_due() const noexcept { return entries_.front().due; }
 
-  // Returns true when `n` became the head.
-  bool push(timed_node* n) {
-    entries_.push_back(entry{n->due_.load(std::memory_order_relaxed), n->seq_, n});
+  // Returns true when `n` became the head. `seq` orders equal due times (FIFO).
+  bool push(timed_node* n, std::uint64_t seq) {
+    if (entries_.size() >= not_in_heap) throw std::length_error("metronome: too many delayed tasks");
+    entries_.push_back(entry{n->due_.load(std::memory_order_relaxed), seq, n});
     sift_up(entries_.size() - 1);
     return n->heap_index_ == 0;
   }
@@ -34,11 +37,12 @@ public:
 
   void remove(timed_node* n) noexcept { remove_at(n->heap_index_); }
 
-  // Takes every node out (no order); used by shutdown paths.
+  // Takes every node out, in due order (then FIFO); used by shutdown paths.
   template <class F>
   void drain(F&& f) {
     auto all = std::move(entries_);
     entries_.clear();
+    std::sort(all.begin(), all.end(), before);
     for (auto& e : all) {
       e.node->heap_index_ = not_in_heap;
       f(e.node);
@@ -59,7 +63,7 @@ public:
     }
     if (gone.empty()) return;
     entries_ = std::move(keep);
-    for (std::size_t i = 0; i < entries_.size(); ++i) entries_[i].node->heap_index_ = i;
+    for (std::size_t i = 0; i < entries_.size(); ++i) entries_[i].node->heap_index_ = static_cast<heap_index_t>(i);
     for (std::size_t i = entries_.size() / arity + 1; i-- > 0;) sift_down(i);
     for (auto* n : gone) {
       n->heap_index_ = not_in_heap;
@@ -82,7 +86,7 @@ private:
 
   void place(std::size_t i, const entry& e) noexcept {
     entries_[i] = e;
-    e.node->heap_index_ = i;
+    e.node->heap_index_ = static_cast<heap_index_t>(i);
   }
 
   void remove_at(std::size_t i) noexcept {

@@ -40,6 +40,17 @@ protected:
   ~task_sink() = default;
 };
 
+// Fields only periodic tasks and tasks of a serial executor need: carried inline by
+// those node types only (same allocation), so that a plain one-shot task stays small.
+struct task_extras {
+  std::shared_ptr<task_sink> sink;         // set for tasks of a serial executor
+  scheduled_task_base* reg_prev = nullptr; // the serial executor's registry (for dispose)
+  scheduled_task_base* reg_next = nullptr;
+  clock::duration period{0};
+  bool fixed_delay = false;
+  periodic_options periodic;
+};
+
 // The state shared by a scheduled task and its handles. One allocation holds the
 // node, the callable and the result. Reference counted: one reference per handle
 // and one while the pool holds it (queued or running).
@@ -56,7 +67,7 @@ public:
   void add_ref() noexcept { refs_.fetch_add(1, std::memory_order_relaxed); }
   void release() noexcept {
     if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-      if (sink_) sink_->forget(this);
+      if (task_sink* s = sink()) s->forget(this);
       delete this;
     }
   }
@@ -92,15 +103,15 @@ public:
   virtual bool invoke() noexcept = 0; // false if the callable threw (error stored)
   virtual void destroy_callable() noexcept = 0;
 
+  task_sink* sink() const noexcept { return extras_ ? extras_->sink.get() : nullptr; }
+  // Only for node types made with extras (periodic, serial executor).
+  task_extras& extras() noexcept { return *extras_; }
+
   pool_core* pool_;
-  std::shared_ptr<task_sink> sink_;         // set for tasks of a serial executor
-  scheduled_task_base* reg_prev_ = nullptr; // the serial executor's registry (for dispose)
-  scheduled_task_base* reg_next_ = nullptr;
-  clock::duration period_{0};
-  bool fixed_delay_ = false;
-  periodic_options periodic_;
 
 protected:
+  task_extras* extras_ = nullptr; // into this same node, or none
+
   virtual ~scheduled_task_base() = default;
   std::exception_ptr error_;
 
@@ -126,13 +137,16 @@ public:
   using scheduled_task_base::scheduled_task_base;
 };
 
-template <class R, class F>
+struct no_extras {};
+
+template <class R, class F, bool Extras>
 class scheduled_task final : public scheduled_result<R> {
 public:
   template <class G>
   scheduled_task(pool_core* pool, G&& g) : scheduled_result<R>(pool) {
     ::new (static_cast<void*>(&storage_)) F(std::forward<G>(g));
-    alive_ = true;
+    this->callable_alive_ = true;
+    if constexpr (Extras) this->extras_ = &extras_storage_;
   }
 
   bool invoke() noexcept override {
@@ -151,8 +165,8 @@ public:
   }
 
   void destroy_callable() noexcept override {
-    if (alive_) {
-      alive_ = false;
+    if (this->callable_alive_) {
+      this->callable_alive_ = false;
       std::launder(reinterpret_cast<F*>(&storage_))->~F();
     }
   }
@@ -161,14 +175,15 @@ private:
   ~scheduled_task() override { destroy_callable(); }
 
   alignas(F) unsigned char storage_[sizeof(F)];
-  bool alive_ = false;
+  [[no_unique_address]] std::conditional_t<Extras, task_extras, no_extras> extras_storage_;
 };
 
-template <class R, class F>
+// Extras: the node carries task_extras (periodic tasks, serial executors' tasks).
+template <class R, bool Extras, class F>
 scheduled_task_base* make_scheduled_task(pool_core* pool, F&& f, task_kind kind) {
   static_assert(std::is_invocable_v<std::decay_t<F>&>, "metronome: the task must be callable with no arguments");
   if (is_empty_callable(f)) throw std::invalid_argument("metronome: empty function");
-  auto* t = new scheduled_task<R, std::decay_t<F>>(pool, std::forward<F>(f));
+  auto* t = new scheduled_task<R, std::decay_t<F>, Extras>(pool, std::forward<F>(f));
   t->kind_ = kind;
   return t;
 }

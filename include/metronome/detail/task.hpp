@@ -40,7 +40,9 @@ struct task_base {
   task_kind kind_ = task_kind::op;
 };
 
-inline constexpr std::size_t not_in_heap = std::numeric_limits<std::size_t>::max();
+// A heap position; the heap refuses to grow to not_in_heap entries.
+using heap_index_t = std::uint32_t;
+inline constexpr heap_index_t not_in_heap = std::numeric_limits<heap_index_t>::max();
 
 // A node that can sit in the delay heap: ordered by (due, seq).
 struct timed_node : task_base {
@@ -51,10 +53,12 @@ struct timed_node : task_base {
   }
   void set_due(clock::time_point t) noexcept { due_.store(t.time_since_epoch().count(), std::memory_order_relaxed); }
 
-  // Written under the pool mutex; read by handles (delay()) without it.
+  // The two small fields first: they sit in task_base's tail padding.
+  bool callable_alive_ = false; // scheduled tasks: the callable is constructed
+  heap_index_t heap_index_ = not_in_heap;
+  // Written under the pool mutex; read by handles (delay()) without it. The FIFO
+  // sequence number of equal due times lives in the heap entry only.
   std::atomic<clock::rep> due_{0};
-  std::uint64_t seq_ = 0;
-  std::size_t heap_index_ = not_in_heap;
 };
 
 // A pending async_delay: completes with success when due, or operation_aborted when
@@ -63,12 +67,6 @@ struct wait_node : timed_node {
   explicit wait_node(complete_fn fn) noexcept : timed_node(fn) { kind_ = task_kind::wait; }
   bool aborted_ = false;
 };
-
-inline bool due_before(const timed_node* a, const timed_node* b) noexcept {
-  auto da = a->due_.load(std::memory_order_relaxed);
-  auto db = b->due_.load(std::memory_order_relaxed);
-  return da < db || (da == db && a->seq_ < b->seq_);
-}
 
 // Saturating now + d: never wraps past time_point::max().
 template <class Rep, class Period>

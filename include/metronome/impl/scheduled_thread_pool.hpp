@@ -10,7 +10,9 @@ namespace metronome {
 
 template <class R, class F>
 detail::scheduled_task_base* scheduled_thread_pool::make_task(F&& f, detail::task_kind kind) {
-  return detail::make_scheduled_task<R>(core_.get(), std::forward<F>(f), kind);
+  if (kind == detail::task_kind::periodic)
+    return detail::make_scheduled_task<R, true>(core_.get(), std::forward<F>(f), kind);
+  return detail::make_scheduled_task<R, false>(core_.get(), std::forward<F>(f), kind);
 }
 
 template <class R>
@@ -49,9 +51,9 @@ scheduled_future<void> scheduled_thread_pool::periodic(F&& f, std::chrono::durat
                                                        periodic_options options) {
   const clock::duration p = detail::checked_period(period);
   auto* t = make_task<void>(std::forward<F>(f), detail::task_kind::periodic);
-  t->period_ = p;
-  t->fixed_delay_ = fixed_delay;
-  t->periodic_ = options;
+  t->extras().period = p;
+  t->extras().fixed_delay = fixed_delay;
+  t->extras().periodic = options;
   return enqueue<void>(t, detail::saturating_add(core_->now(), initial));
 }
 
