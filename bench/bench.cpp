@@ -128,6 +128,14 @@ std::vector<long long> fire_delays_us() {
   for (auto& x : v) x = d(rng);
   return v;
 }
+metrics fire_metrics(double submit_s, std::vector<double>& late) {
+  auto l = summarize(late);
+  return {{"submit Mops/s", fire_n / submit_s / 1e6},
+          {"p50 late ms", l.p50},
+          {"p99 late ms", l.p99},
+          {"max late ms", l.max},
+          {"peak MiB", peak_mib()}};
+}
 // Schedules fire_n one-shot timers with `schedule(delay, fn)` on a pool of 2 and
 // measures the submit rate and each timer's lateness against its own scheduling time.
 template <class Schedule>
@@ -146,12 +154,7 @@ metrics measure_fire(Schedule schedule) {
   }
   double submit_s = seconds_since(start);
   wait_for_count(done, fire_n);
-  auto l = summarize(late);
-  return {{"submit Mops/s", fire_n / submit_s / 1e6},
-          {"p50 late ms", l.p50},
-          {"p99 late ms", l.p99},
-          {"max late ms", l.max},
-          {"peak MiB", peak_mib()}};
+  return fire_metrics(submit_s, late);
 }
 metrics fire_metronome() {
   metronome::scheduled_thread_pool pool(2);
@@ -184,12 +187,7 @@ metrics fire_asio() {
   guard.reset();
   t1.join();
   t2.join();
-  auto l = summarize(late);
-  return {{"submit Mops/s", fire_n / submit_s / 1e6},
-          {"p50 late ms", l.p50},
-          {"p99 late ms", l.p99},
-          {"max late ms", l.max},
-          {"peak MiB", peak_mib()}};
+  return fire_metrics(submit_s, late);
 }
 
 // ---------------------------------------------------------------- timeout-cancel

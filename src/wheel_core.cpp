@@ -60,8 +60,6 @@ wheel_core::wheel_core(wheel_options opts, boost::asio::any_io_executor ex, pool
   if (opts_.levels < 1 || bits_ * opts_.levels > 60)
     throw std::invalid_argument("metronome: levels must be >= 1 with log2(slots_per_level) * levels <= 60");
   mask_ = slots - 1;
-  if (opts_.levels * slots > wheel_entry::no_slot)
-    throw std::invalid_argument("metronome: too many wheel slots"); // unreachable with the limits above
   slots_.assign(opts_.levels * slots, slot_list{});
   words_per_level_ = (slots + 63) / 64;
   occupied_.assign(opts_.levels * words_per_level_, 0);
@@ -205,6 +203,31 @@ void wheel_core::fire_locked(wheel_entry* e, chain& fired) noexcept {
   fired.push(e);
 }
 
+// Walks a list linked through next_: entries already due go to `fired`, the others
+// into their slots. Returns the earliest deadline linked (never if none).
+std::uint64_t wheel_core::place_locked(wheel_entry* e, chain& fired) noexcept {
+  std::uint64_t earliest = never;
+  std::size_t due = 0;
+  while (e) {
+    wheel_entry* next = next_in_slot(e);
+    if (e->when_ <= elapsed_) {
+      fire_locked(e, fired);
+      ++due;
+    } else {
+      link_locked(e);
+      if (e->when_ < earliest) earliest = e->when_;
+    }
+    e = next;
+  }
+  count_removed_locked(due);
+  return earliest;
+}
+
+// Fired, cancelled or stopped entries leave pending(); only mutex holders write removed_.
+void wheel_core::count_removed_locked(std::size_t n) noexcept {
+  if (n) removed_.store(removed_.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+}
+
 void wheel_core::advance_locked(std::uint64_t now_tick, chain& fired) noexcept {
   std::size_t due = 0;
   for (;;) {
@@ -223,20 +246,11 @@ void wheel_core::advance_locked(std::uint64_t now_tick, chain& fired) noexcept {
       due += list.count;
       continue;
     }
-    for (wheel_entry* e = list.head; e;) {
-      wheel_entry* next = next_in_slot(e);
-      if (e->when_ <= elapsed_) { // due: to the executor
-        fire_locked(e, fired);
-        ++due;
-      } else {
-        link_locked(e); // cascades to a lower level
-      }
-      e = next;
-    }
+    place_locked(list.head, fired); // cascades to lower levels
   }
   if (now_tick > elapsed_) elapsed_ = now_tick;
   elapsed_published_.store(elapsed_, std::memory_order_release);
-  if (due) removed_.store(removed_.load(std::memory_order_relaxed) + due, std::memory_order_relaxed);
+  count_removed_locked(due);
 }
 
 bool wheel_core::push_inbox(wheel_entry* e) noexcept {
@@ -253,22 +267,7 @@ bool wheel_core::push_inbox(wheel_entry* e) noexcept {
 std::uint64_t wheel_core::drain_inbox_locked(chain& fired) noexcept {
   wheel_entry* e = inbox_.load(std::memory_order_seq_cst);
   if (e == nullptr || e == closed_inbox) return never;
-  e = inbox_.exchange(nullptr, std::memory_order_seq_cst);
-  std::uint64_t earliest = never;
-  std::size_t due = 0;
-  while (e) {
-    wheel_entry* next = next_in_slot(e);
-    if (e->when_ <= elapsed_) {
-      fire_locked(e, fired);
-      ++due;
-    } else {
-      link_locked(e);
-      if (e->when_ < earliest) earliest = e->when_;
-    }
-    e = next;
-  }
-  if (due) removed_.store(removed_.load(std::memory_order_relaxed) + due, std::memory_order_relaxed);
-  return earliest;
+  return place_locked(inbox_.exchange(nullptr, std::memory_order_seq_cst), fired);
 }
 
 void wheel_core::dispatch(chain& fired) noexcept {
@@ -345,7 +344,7 @@ bool wheel_core::cancel(wheel_entry* e) noexcept {
     if (e->state() == wheel_entry::pending && e->slot_index_ != wheel_entry::no_slot && e->when_ > elapsed_) {
       unlink_locked(e);
       e->state_.store(wheel_entry::cancelled, std::memory_order_release);
-      removed_.store(removed_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+      count_removed_locked(1);
       won = true;
     }
   }
@@ -381,7 +380,7 @@ std::vector<wheel_entry*> wheel_core::stop() {
     }
     for (auto* e : left) e->state_.store(wheel_entry::cancelled, std::memory_order_release);
     for (auto& o : occupied_) o = 0;
-    removed_.store(removed_.load(std::memory_order_relaxed) + left.size(), std::memory_order_relaxed);
+    count_removed_locked(left.size());
     cv_.notify_all();
   }
   if (thread_.joinable()) {

@@ -145,7 +145,7 @@ public:
 
 private:
   template <class R, class F>
-  detail::scheduled_task_base* make_task(F&& f, detail::task_kind kind);
+  detail::scheduled_task_base* make_one_shot(F&& f);
   template <class R>
   scheduled_future<R> enqueue(detail::scheduled_task_base* t, clock::time_point due);
   template <class F, class Rep1, class Period1, class Rep2, class Period2>

@@ -22,18 +22,24 @@ bool due_before(const timed_node* a, const timed_node* b) {
   return a->due() < b->due() ||
          (a->due() == b->due() && static_cast<const node*>(a)->seq < static_cast<const node*>(b)->seq);
 }
+// Pushes `count` nodes, node i with due time due_of(i) and sequence number i.
+template <class DueOf>
+std::vector<std::unique_ptr<node>> fill(delay_heap& heap, std::uint64_t count, DueOf due_of) {
+  std::vector<std::unique_ptr<node>> nodes;
+  for (std::uint64_t i = 0; i < count; ++i) {
+    nodes.push_back(std::make_unique<node>(static_cast<long long>(due_of(i)), i));
+    push(heap, nodes.back().get());
+  }
+  return nodes;
+}
 } // namespace
 
 BOOST_AUTO_TEST_SUITE(delay_heap_suite)
 
 BOOST_AUTO_TEST_CASE(pops_in_due_then_sequence_order) {
   std::mt19937 rng(7);
-  std::vector<std::unique_ptr<node>> nodes;
   delay_heap heap;
-  for (std::uint64_t i = 0; i < 5000; ++i) {
-    nodes.push_back(std::make_unique<node>(rng() % 300, i)); // many equal due times
-    push(heap, nodes.back().get());
-  }
+  auto nodes = fill(heap, 5000, [&](std::uint64_t) { return rng() % 300; }); // many equal due times
   timed_node* prev = nullptr;
   std::size_t popped = 0;
   while (!heap.empty()) {
@@ -48,12 +54,8 @@ BOOST_AUTO_TEST_CASE(pops_in_due_then_sequence_order) {
 
 BOOST_AUTO_TEST_CASE(removes_any_node_and_keeps_indices_consistent) {
   std::mt19937 rng(11);
-  std::vector<std::unique_ptr<node>> nodes;
   delay_heap heap;
-  for (std::uint64_t i = 0; i < 2000; ++i) {
-    nodes.push_back(std::make_unique<node>(rng() % 10000, i));
-    push(heap, nodes.back().get());
-  }
+  auto nodes = fill(heap, 2000, [&](std::uint64_t) { return rng() % 10000; });
   std::shuffle(nodes.begin(), nodes.end(), rng);
   for (std::size_t i = 0; i < 1000; ++i) {
     heap.remove(nodes[i].get());
@@ -79,12 +81,8 @@ BOOST_AUTO_TEST_CASE(push_reports_a_new_head) {
 }
 
 BOOST_AUTO_TEST_CASE(remove_if_keeps_heap_order) {
-  std::vector<std::unique_ptr<node>> nodes;
   delay_heap heap;
-  for (std::uint64_t i = 0; i < 100; ++i) {
-    nodes.push_back(std::make_unique<node>(static_cast<long long>((i * 37) % 101), i));
-    push(heap, nodes.back().get());
-  }
+  auto nodes = fill(heap, 100, [](std::uint64_t i) { return (i * 37) % 101; });
   std::size_t removed = 0;
   heap.remove_if([](timed_node* n) { return static_cast<node*>(n)->seq % 2 == 0; }, [&](timed_node*) { ++removed; });
   BOOST_TEST(removed == 50u);
@@ -107,19 +105,11 @@ BOOST_AUTO_TEST_CASE(saturating_add_never_wraps) {
               mclock::time_point::max()));
 }
 
-BOOST_AUTO_TEST_SUITE_END()
-
-BOOST_AUTO_TEST_SUITE(delay_heap_drain_suite)
-
 // shutdown_now() hands back delayed work in this order.
 BOOST_AUTO_TEST_CASE(drain_gives_due_then_fifo_order) {
   std::mt19937 rng(11);
-  std::vector<std::unique_ptr<node>> nodes;
   delay_heap heap;
-  for (std::uint64_t i = 0; i < 3000; ++i) {
-    nodes.push_back(std::make_unique<node>(rng() % 100, i)); // many equal due times
-    push(heap, nodes.back().get());
-  }
+  auto nodes = fill(heap, 3000, [&](std::uint64_t) { return rng() % 100; }); // many equal due times
   std::vector<timed_node*> out;
   heap.drain([&](timed_node* n) { out.push_back(n); });
   BOOST_TEST(heap.empty());

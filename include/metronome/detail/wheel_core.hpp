@@ -73,7 +73,9 @@ public:
   // Its deadline passed on the wheel: queued on the executor, running or done.
   bool is_due() const noexcept;
 
-  std::uint16_t slot_index_ = no_slot; // level * slots_per_level + slot; no_slot when unlinked
+  // level * slots_per_level + slot, no_slot when unlinked. Fits: the option limits
+  // (slots <= 4096, log2(slots) * levels <= 60) allow at most 20,480 slots.
+  std::uint16_t slot_index_ = no_slot;
   std::atomic<std::uint32_t> state_{pending};
   wheel_entry* prev_ = nullptr;
   std::uint64_t when_ = 0; // deadline in ticks
@@ -83,7 +85,7 @@ protected:
   ~wheel_entry() = default;
 
   // The whole complete_ of a node type: discard/run go through settle(), the private
-  // actions to the type's fire(), drop() and destroy().
+  // actions to the type's on_fire(), on_drop() and on_destroy().
   template <class Node>
   static void dispatch_action(task_base* t, unsigned action) noexcept {
     auto* n = static_cast<Node*>(t);
@@ -153,6 +155,8 @@ private:
   std::uint64_t deadline_tick(clock::time_point now, clock::duration delay) const noexcept;
   bool push_inbox(wheel_entry* e) noexcept;
   std::uint64_t drain_inbox_locked(chain& fired) noexcept;
+  std::uint64_t place_locked(wheel_entry* first, chain& fired) noexcept;
+  void count_removed_locked(std::size_t n) noexcept;
   void link_locked(wheel_entry* e) noexcept;
   void unlink_locked(wheel_entry* e) noexcept;
   static wheel_entry* next_in_slot(wheel_entry* e) noexcept;

@@ -8,11 +8,10 @@
 
 namespace metronome {
 
+// One-shot tasks carry no extras (those are for periodic and serial-executor tasks).
 template <class R, class F>
-detail::scheduled_task_base* scheduled_thread_pool::make_task(F&& f, detail::task_kind kind) {
-  if (kind == detail::task_kind::periodic)
-    return detail::make_scheduled_task<R, true>(core_.get(), std::forward<F>(f), kind);
-  return detail::make_scheduled_task<R, false>(core_.get(), std::forward<F>(f), kind);
+detail::scheduled_task_base* scheduled_thread_pool::make_one_shot(F&& f) {
+  return detail::make_scheduled_task<R, false>(core_.get(), std::forward<F>(f), detail::task_kind::one_shot);
 }
 
 template <class R>
@@ -26,21 +25,21 @@ scheduled_future<R> scheduled_thread_pool::enqueue(detail::scheduled_task_base* 
 template <class F>
 auto scheduled_thread_pool::submit(F&& f) {
   using R = std::invoke_result_t<std::decay_t<F>&>;
-  auto* t = make_task<R>(std::forward<F>(f), detail::task_kind::one_shot);
+  auto* t = make_one_shot<R>(std::forward<F>(f));
   return enqueue<R>(t, clock::time_point::min());
 }
 
 template <class F, class Rep, class Period>
 auto scheduled_thread_pool::schedule(F&& f, std::chrono::duration<Rep, Period> delay) {
   using R = std::invoke_result_t<std::decay_t<F>&>;
-  auto* t = make_task<R>(std::forward<F>(f), detail::task_kind::one_shot);
+  auto* t = make_one_shot<R>(std::forward<F>(f));
   return enqueue<R>(t, detail::saturating_add(core_->now(), delay));
 }
 
 template <class F, class Duration>
 auto scheduled_thread_pool::schedule_at(F&& f, std::chrono::time_point<clock, Duration> when) {
   using R = std::invoke_result_t<std::decay_t<F>&>;
-  auto* t = make_task<R>(std::forward<F>(f), detail::task_kind::one_shot);
+  auto* t = make_one_shot<R>(std::forward<F>(f));
   auto since = detail::saturating_duration(when.time_since_epoch());
   return enqueue<R>(t, clock::time_point(since));
 }
@@ -50,7 +49,7 @@ scheduled_future<void> scheduled_thread_pool::periodic(F&& f, std::chrono::durat
                                                        std::chrono::duration<Rep2, Period2> period, bool fixed_delay,
                                                        periodic_options options) {
   const clock::duration p = detail::checked_period(period);
-  auto* t = make_task<void>(std::forward<F>(f), detail::task_kind::periodic);
+  auto* t = detail::make_scheduled_task<void, true>(core_.get(), std::forward<F>(f), detail::task_kind::periodic);
   t->extras().period = p;
   t->extras().fixed_delay = fixed_delay;
   t->extras().periodic = options;
