@@ -4,7 +4,10 @@
 
 #include <boost/asio/post.hpp>
 
+#include <algorithm>
 #include <bit>
+#include <cmath>
+#include <pthread.h>
 #include <stdexcept>
 #include <utility>
 
@@ -54,13 +57,16 @@ wheel_core::wheel_core(wheel_options opts, boost::asio::any_io_executor ex, pool
     : opts_(opts), ex_(std::move(ex)), pool_(pool), manual_(opts.time_source) {
   const auto slots = opts_.slots_per_level;
   if (opts_.tick <= clock::duration::zero()) throw std::invalid_argument("metronome: wheel tick must be positive");
-  if (slots < 2 || slots > 4096 || (slots & (slots - 1)) != 0)
-    throw std::invalid_argument("metronome: slots_per_level must be a power of two from 2 to 4096");
-  bits_ = static_cast<unsigned>(std::countr_zero(slots));
-  if (opts_.levels < 1 || bits_ * opts_.levels > 60)
-    throw std::invalid_argument("metronome: levels must be >= 1 with log2(slots_per_level) * levels <= 60");
+  if (slots < 4 || slots > 4096 || (slots & (slots - 1)) != 0)
+    throw std::invalid_argument("metronome: slots_per_level must be a power of two from 4 to 4096");
+  const auto bits = static_cast<unsigned>(std::countr_zero(slots));
+  span_bits_ = bits - 1;
+  if (opts_.levels < 1 || bits + span_bits_ * (opts_.levels - 1) > 60)
+    throw std::invalid_argument(
+        "metronome: levels must be >= 1 with log2(slots_per_level) + log2(slots_per_level / 2) * (levels - 1) <= 60");
   mask_ = slots - 1;
-  slots_.assign(opts_.levels * slots, slot_list{});
+  slots_.assign(opts_.levels * slots + opts_.levels, slot_list{});
+  cascades_.assign(opts_.levels, cascade{});
   words_per_level_ = (slots + 63) / 64;
   occupied_.assign(opts_.levels * words_per_level_, 0);
   start_ = now();
@@ -94,19 +100,39 @@ std::uint64_t wheel_core::deadline_tick(clock::time_point current, clock::durati
   return ns / tick + (ns % tick != 0 ? 1 : 0); // one divide instruction gives both
 }
 
-void wheel_core::link_locked(wheel_entry* e) noexcept {
-  const std::uint64_t range = std::uint64_t(1) << (bits_ * opts_.levels);
-  const std::uint64_t top_slot_range = range >> bits_;
-  // Deadlines past the covered range wait in the farthest top-level slot; they move
-  // down when that slot comes up. That slot is never the current one.
-  std::uint64_t when = e->when_;
-  if (when - elapsed_ >= range) when = elapsed_ + range - top_slot_range;
-  std::uint64_t masked = (elapsed_ ^ when) | mask_;
-  const unsigned significant = 63u - static_cast<unsigned>(std::countl_zero(masked));
-  std::size_t level = significant / bits_;
-  if (level >= opts_.levels) level = opts_.levels - 1;
-  const std::size_t slot = static_cast<std::size_t>((when >> (level * bits_)) & mask_);
-  const std::size_t index = level * (mask_ + 1) + slot;
+// The lowest level whose ring may hold `when`: the one below the first level whose
+// current or next slot contains it. (Level L's next slot is moving down or empty, so a
+// deadline there belongs one level lower; the level above keeps what is further.)
+std::size_t wheel_core::level_for(std::uint64_t when) const noexcept {
+  const std::size_t top = opts_.levels - 1;
+  for (std::size_t level = 0; level < top; ++level) {
+    const unsigned up = shift(level + 1);
+    if ((when >> up) - (elapsed_ >> up) <= 1) return level;
+  }
+  return top;
+}
+
+// Links a future entry. It joins the list moving down from the level above when its
+// deadline is in that list's slot (behind the older ones with the same deadline: ties
+// stay in scheduling order), else its slot: at least one slot ahead at level 0, two
+// above (the next one is moving down). Deadlines past the top level's ring wait in its
+// farthest slot.
+void wheel_core::link_locked(wheel_entry* e, std::size_t from_level) noexcept {
+  const std::uint64_t when = e->when_;
+  const std::size_t level = level_for(when);
+  const std::size_t up = level + 1;
+  if (up < opts_.levels && up != from_level && slots_[cascading(up)].count != 0 &&
+      (when >> shift(up)) == (elapsed_ >> shift(up)) + 1) {
+    append_locked(e, cascading(up));
+    return;
+  }
+  const std::uint64_t current = elapsed_ >> shift(level);
+  std::uint64_t number = when >> shift(level);
+  if (number - current > mask_) number = current + mask_;
+  append_locked(e, level * (mask_ + 1) + static_cast<std::size_t>(number & mask_));
+}
+
+void wheel_core::append_locked(wheel_entry* e, std::size_t index) noexcept {
   slot_list& list = slots_[index];
   e->slot_index_ = static_cast<std::uint16_t>(index);
   e->prev_ = list.tail;
@@ -142,7 +168,8 @@ void wheel_core::unlink_locked(wheel_entry* e) noexcept {
 }
 
 void wheel_core::set_occupied(std::size_t index, bool on) noexcept {
-  const std::size_t level = index >> bits_, slot = index & mask_;
+  if (index >= opts_.levels * (mask_ + 1)) return; // a cascading list
+  const std::size_t level = index / (mask_ + 1), slot = index & mask_;
   std::uint64_t& word = occupied_[level * words_per_level_ + slot / 64];
   const std::uint64_t bit = std::uint64_t(1) << (slot % 64);
   word = on ? (word | bit) : (word & ~bit);
@@ -164,20 +191,30 @@ std::size_t wheel_core::next_occupied(std::size_t level, std::size_t from) const
   return mask_ + 1;
 }
 
-// The earliest occupied slot over all levels, by the tick its range starts at.
-std::optional<wheel_core::expiration> wheel_core::next_expiration_locked() const noexcept {
-  std::optional<expiration> best;
-  for (std::size_t level = 0; level < opts_.levels; ++level) {
-    const unsigned shift = static_cast<unsigned>(level * bits_);
-    const std::size_t now_slot = static_cast<std::size_t>((elapsed_ >> shift) & mask_);
-    const std::size_t slot = next_occupied(level, now_slot);
-    if (slot > mask_) continue;
-    const std::uint64_t slot_range = std::uint64_t(1) << shift;
-    const std::uint64_t level_range = slot_range << bits_;
-    const std::uint64_t level_start = elapsed_ & ~(level_range - 1);
-    std::uint64_t deadline = level_start + slot * slot_range;
-    if (slot < now_slot) deadline += level_range;
-    if (!best || deadline < best->deadline) best = expiration{level, slot, deadline};
+// The next tick at which the wheel has something to do: a level-0 slot falls due, a
+// level's next slot starts moving down, or a slot moving down owes its next batch.
+std::uint64_t wheel_core::next_event_locked() const noexcept {
+  const std::uint64_t soonest = elapsed_ + 1;
+  std::uint64_t best = never;
+  auto consider = [&](std::uint64_t t) { best = std::min(best, std::max(t, soonest)); };
+  if (const std::size_t idx = next_occupied(0, static_cast<std::size_t>(soonest & mask_)); idx <= mask_) {
+    const std::uint64_t distance = (idx - elapsed_) & mask_;
+    consider(elapsed_ + (distance == 0 ? mask_ + 1 : distance));
+  }
+  for (std::size_t level = 1; level < opts_.levels; ++level) {
+    if (const auto& list = slots_[cascading(level)]; list.count != 0) {
+      // The first tick by which progress_cascade_locked() owes another batch.
+      const cascade& c = cascades_[level];
+      const std::size_t batch = std::min<std::size_t>(list.count, cascade_batch);
+      const double left = static_cast<double>(list.count - batch) / static_cast<double>(c.total);
+      const double ahead = left * static_cast<double>(c.finish - c.start);
+      consider(ahead >= static_cast<double>(c.finish) ? 0 : c.finish - static_cast<std::uint64_t>(ahead));
+    }
+    const std::uint64_t current = elapsed_ >> shift(level);
+    const std::size_t idx = next_occupied(level, static_cast<std::size_t>((current + 2) & mask_));
+    if (idx > mask_) continue;
+    const std::uint64_t number = current + ((idx - current) & mask_);
+    consider((number - 1) << shift(level)); // it starts moving down when the slot before it is current
   }
   return best;
 }
@@ -204,8 +241,8 @@ void wheel_core::fire_locked(wheel_entry* e, chain& fired) noexcept {
 }
 
 // Walks a list linked through next_: entries already due go to `fired`, the others
-// into their slots. Returns the earliest deadline linked (never if none).
-std::uint64_t wheel_core::place_locked(wheel_entry* e, chain& fired) noexcept {
+// are linked. Returns the earliest deadline linked (never if none).
+std::uint64_t wheel_core::place_locked(wheel_entry* e, chain& fired, std::size_t from_level) noexcept {
   std::uint64_t earliest = never;
   std::size_t due = 0;
   while (e) {
@@ -214,7 +251,7 @@ std::uint64_t wheel_core::place_locked(wheel_entry* e, chain& fired) noexcept {
       fire_locked(e, fired);
       ++due;
     } else {
-      link_locked(e);
+      link_locked(e, from_level);
       if (e->when_ < earliest) earliest = e->when_;
     }
     e = next;
@@ -228,29 +265,82 @@ void wheel_core::count_removed_locked(std::size_t n) noexcept {
   if (n) removed_.store(removed_.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
 }
 
-void wheel_core::advance_locked(std::uint64_t now_tick, chain& fired) noexcept {
-  std::size_t due = 0;
-  for (;;) {
-    auto exp = next_expiration_locked();
-    if (!exp || exp->deadline > now_tick) break;
-    if (exp->deadline > elapsed_) elapsed_ = exp->deadline;
-    const std::size_t index = exp->level * (mask_ + 1) + exp->slot;
-    slot_list list = std::exchange(slots_[index], slot_list{});
-    set_occupied(index, false);
-    if (exp->level == 0) {
-      // Every entry of a level-0 slot is due at this very tick, and the slot's list is
-      // linked through the ready queue's own field: hand the whole list over without
-      // touching a single entry (they stay `pending`; from now on `when_ <= elapsed_`
-      // tells cancel() that they left the wheel).
-      fired.append(list.head, list.tail, list.count);
-      due += list.count;
-      continue;
-    }
-    place_locked(list.head, fired); // cascades to lower levels
+// Slot `index` of `level` (L >= 1) holds deadlines in [n, n + 1) * 2^shift(L) and the
+// slot before it just became current: move it to the level's cascading list, to be
+// linked one level down bit by bit until one lower slot before its first deadline,
+// when that lower slot must be complete to start moving down itself.
+void wheel_core::start_cascade_locked(std::size_t level, std::size_t index, chain& fired) noexcept {
+  slot_list& moving = slots_[cascading(level)];
+  if (moving.count != 0) { // only if an earlier one was not finished (never on schedule)
+    cascades_[level].finish = elapsed_;
+    progress_cascade_locked(level, fired);
   }
-  if (now_tick > elapsed_) elapsed_ = now_tick;
-  elapsed_published_.store(elapsed_, std::memory_order_release);
+  moving = std::exchange(slots_[index], slot_list{});
+  set_occupied(index, false);
+  for (wheel_entry* e = moving.head; e; e = next_in_slot(e))
+    e->slot_index_ = static_cast<std::uint16_t>(cascading(level));
+  const std::uint64_t first = ((elapsed_ >> shift(level)) + 1) << shift(level);
+  const std::uint64_t lower_span = std::uint64_t(1) << shift(level - 1);
+  cascades_[level] = cascade{elapsed_, std::max(elapsed_, first - lower_span - 1), moving.count};
+}
+
+// Links as many of the level's moving entries one level down as its schedule owes by
+// now: all of them at its finish tick, a proportional share before.
+void wheel_core::progress_cascade_locked(std::size_t level, chain& fired) noexcept {
+  slot_list& moving = slots_[cascading(level)];
+  if (moving.count == 0) return;
+  const cascade& c = cascades_[level];
+  std::size_t keep = 0;
+  if (elapsed_ < c.finish) {
+    const double share = static_cast<double>(c.finish - elapsed_) / static_cast<double>(c.finish - c.start);
+    keep = static_cast<std::size_t>(std::ceil(share * static_cast<double>(c.total)));
+  }
+  std::size_t due = 0;
+  while (moving.count > keep) {
+    wheel_entry* e = moving.head;
+    if (wheel_entry* next = next_in_slot(e)) __builtin_prefetch(next);
+    unlink_locked(e);
+    if (e->when_ <= elapsed_) { // only when the clock jumped past the schedule
+      fire_locked(e, fired);
+      ++due;
+    } else {
+      link_locked(e, level);
+    }
+  }
   count_removed_locked(due);
+}
+
+// Moves the wheel to `tick`, which no event lies before: levels top-down finish or
+// continue what they are moving down and start on their next slot, then level 0's slot
+// for this tick goes to the executor.
+void wheel_core::step_locked(std::uint64_t tick, chain& fired) noexcept {
+  elapsed_ = tick;
+  for (std::size_t level = opts_.levels - 1; level >= 1; --level) {
+    const std::uint64_t next = (tick >> shift(level)) + 1;
+    const std::size_t index = level * (mask_ + 1) + static_cast<std::size_t>(next & mask_);
+    if (slots_[index].count != 0) start_cascade_locked(level, index, fired);
+    progress_cascade_locked(level, fired);
+  }
+  const std::size_t index = static_cast<std::size_t>(tick & mask_);
+  slot_list& list = slots_[index];
+  if (list.count == 0) return;
+  slot_list taken = std::exchange(list, slot_list{});
+  set_occupied(index, false);
+  if (opts_.levels == 1) { // one level: deadlines past the ring wait in it and go round again
+    place_locked(taken.head, fired, no_level);
+    return;
+  }
+  // Every entry of a level-0 slot is due at this very tick, and the slot's list is
+  // linked through the ready queue's own field: hand the whole list over without
+  // touching a single entry (they stay `pending`; from now on `when_ <= elapsed_`
+  // tells cancel() that they left the wheel).
+  fired.append(taken.head, taken.tail, taken.count);
+  count_removed_locked(taken.count);
+}
+
+void wheel_core::advance_locked(std::uint64_t now_tick, chain& fired) noexcept {
+  while (elapsed_ < now_tick) step_locked(std::min(now_tick, next_event_locked()), fired);
+  elapsed_published_.store(elapsed_, std::memory_order_release);
 }
 
 bool wheel_core::push_inbox(wheel_entry* e) noexcept {
@@ -267,7 +357,15 @@ bool wheel_core::push_inbox(wheel_entry* e) noexcept {
 std::uint64_t wheel_core::drain_inbox_locked(chain& fired) noexcept {
   wheel_entry* e = inbox_.load(std::memory_order_seq_cst);
   if (e == nullptr || e == closed_inbox) return never;
-  return place_locked(inbox_.exchange(nullptr, std::memory_order_seq_cst), fired);
+  // The stack holds the newest first: reverse it, so that ties keep scheduling order.
+  wheel_entry* oldest = nullptr;
+  for (e = inbox_.exchange(nullptr, std::memory_order_seq_cst); e;) {
+    wheel_entry* next = next_in_slot(e);
+    e->next_.store(oldest, std::memory_order_relaxed);
+    oldest = e;
+    e = next;
+  }
+  return place_locked(oldest, fired, no_level);
 }
 
 void wheel_core::dispatch(chain& fired) noexcept {
@@ -317,9 +415,13 @@ void wheel_core::insert(wheel_entry* e, clock::duration delay) {
   if (mtx_.try_lock()) {
     std::unique_lock lk(mtx_, std::adopt_lock);
     if (!stopped_ && e->when_ > elapsed_) {
-      link_locked(e);
+      chain fired;
+      // Earlier timeouts still in the inbox go first: ties keep scheduling order.
+      if (inbox_.load(std::memory_order_relaxed) != nullptr) drain_inbox_locked(fired);
+      link_locked(e, no_level);
       const bool earlier = e->when_ < sleeping_until_.load(std::memory_order_relaxed);
       lk.unlock();
+      dispatch(fired);
       if (earlier) cv_.notify_one(); // we held the mutex: the timer thread is waiting or will see the slot
       return;
     }
@@ -401,6 +503,11 @@ std::size_t wheel_core::pending() const noexcept {
   return inserted > removed ? inserted - removed : 0;
 }
 
+std::size_t wheel_core::moving(std::size_t level) const {
+  std::lock_guard lk(mtx_);
+  return level < opts_.levels ? slots_[cascading(level)].count : 0;
+}
+
 void wheel_core::on_time_advanced() {
   chain fired;
   {
@@ -414,8 +521,10 @@ void wheel_core::on_time_advanced() {
 
 // The timer thread: moves timeouts, never runs user code. While timeouts keep
 // arriving it wakes every tick to take them from the inbox; otherwise it sleeps until
-// the next expiration, and a producer wakes it only for an earlier deadline.
+// the next event (a slot due, a slot starting or continuing to move down), and a
+// producer wakes it only for an earlier deadline.
 void wheel_core::run() {
+  ::pthread_setname_np(::pthread_self(), "metronome-wheel");
   chain fired;
   std::unique_lock lk(mtx_);
   while (!stopped_) {
@@ -428,12 +537,12 @@ void wheel_core::run() {
       lk.lock();
       continue;
     }
-    auto exp = next_expiration_locked();
-    std::uint64_t until = exp ? exp->deadline : never;
+    std::uint64_t until = next_event_locked();
     if (arrived && elapsed_ + 1 < until) until = elapsed_ + 1;
     sleeping_until_.store(until, std::memory_order_seq_cst);
     // Whatever a producer pushed before it could see `until` is in the inbox now.
-    if (drain_inbox_locked(fired) < until || fired.head) continue;
+    const bool linked = drain_inbox_locked(fired) != never;
+    if (fired.head || (linked && next_event_locked() < until)) continue;
     if (until == never)
       cv_.wait(lk);
     else

@@ -31,6 +31,8 @@ namespace metronome {
 
 namespace detail {
 
+struct wheel_access; // defined by tests
+
 template <class F>
 class wheel_task final : public wheel_entry {
 public:
@@ -286,6 +288,7 @@ public:
   clock::time_point now() const noexcept { return core_->now(); }
 
 private:
+  friend struct detail::wheel_access; // tests reach the core's diagnostics
   std::unique_ptr<detail::wheel_core> core_;
 };
 

@@ -26,6 +26,12 @@ using metronome::scheduled_thread_pool;
 using metronome::wheel_options;
 using metronome::wheel_timer;
 
+namespace metronome::detail {
+struct wheel_access {
+  static std::size_t moving(const wheel_timer& w, std::size_t level) { return w.core_->moving(level); }
+};
+} // namespace metronome::detail
+
 namespace {
 struct manual_wheel {
   manual_clock clock;
@@ -82,11 +88,16 @@ BOOST_AUTO_TEST_CASE(rejects_bad_options) {
   o.slots_per_level = 1;
   bad(o);
   o = {};
+  o.slots_per_level = 2; // a level's slot would span no more than the one below
+  bad(o);
+  o = {};
   o.levels = 0;
   bad(o);
   o = {};
-  o.levels = 11; // 66 bits
+  o.levels = 8; // 9 + 8 * 7 = 65 bits
   bad(o);
+  o.levels = 7; // 57 bits: fine
+  BOOST_CHECK_NO_THROW(wheel_timer(pool, o));
 }
 
 BOOST_AUTO_TEST_CASE(never_early_and_at_most_one_tick_late) {
@@ -124,8 +135,9 @@ BOOST_AUTO_TEST_CASE(fires_in_deadline_order) {
   for (auto& [id, at] : w.fired) BOOST_TEST((at == t0 + std::chrono::milliseconds(deadline_ms[id]))); // on its tick
 }
 
-// 4 slots x 3 levels covers 64 ticks exactly: delays just below, at and above each
-// level's span cascade and still fire on their own tick; later ones wait at the top.
+// 4 slots x 3 levels: slots span 1, 2 and 4 ticks, the top ring covers 16 ticks.
+// Delays just below, at and above each level's reach cascade and still fire on their
+// own tick; later ones wait at the top and go round it again.
 BOOST_AUTO_TEST_CASE(cascades_across_level_boundaries) {
   wheel_options o;
   o.slots_per_level = 4;
@@ -146,7 +158,8 @@ BOOST_AUTO_TEST_CASE(cascades_across_level_boundaries) {
     BOOST_TEST((at == t0 + std::chrono::milliseconds(delays[static_cast<std::size_t>(id)])));
 }
 
-// Levels wider than one 64-bit occupancy word: 256 slots x 2 levels covers 65,536 ticks.
+// Levels wider than one 64-bit occupancy word: 256 slots x 2 levels (level-1 slots span
+// 128 ticks, the top ring 32,768 ticks; later deadlines go round it again).
 BOOST_AUTO_TEST_CASE(wide_levels_fire_on_their_tick) {
   wheel_options o;
   o.slots_per_level = 256;
@@ -177,13 +190,90 @@ BOOST_AUTO_TEST_CASE(wide_levels_fire_on_their_tick) {
 BOOST_AUTO_TEST_CASE(timeouts_of_one_tick_fire_in_scheduling_order) {
   manual_wheel w; // one pool thread: the executor keeps the wheel's order
   for (int i = 0; i < 500; ++i) w.add(i, 5ms);
-  for (int i = 500; i < 1000; ++i) w.add(i, 70ms); // one level up first, then cascaded
+  for (int i = 500; i < 1000; ++i) w.add(i, 600ms); // one level up first, then cascaded
   w.clock.advance(5ms);
   BOOST_TEST(w.count.wait_for_at_least(500));
-  w.clock.advance(65ms);
+  w.clock.advance(595ms);
   BOOST_TEST(w.count.wait_for_at_least(1000));
   std::lock_guard lk(w.m);
   for (std::size_t i = 0; i < w.fired.size(); ++i) BOOST_TEST(w.fired[i].first == static_cast<int>(i));
+}
+
+// A level's slot moves down while the slot before it is current, a share each tick,
+// not in one burst: 256 slots, so level-1 slots span 128 ticks; deadlines 256..383 sit
+// in level-1 slot 2, which moves down from tick 128 and is done by tick 254.
+BOOST_AUTO_TEST_CASE(a_cascade_is_spread_over_the_slot_before_it) {
+  wheel_options o;
+  o.slots_per_level = 256;
+  manual_wheel w(o);
+  constexpr int n = 12800;
+  for (int i = 0; i < n; ++i) w.add(i, std::chrono::milliseconds(256 + i % 128));
+  using access = metronome::detail::wheel_access;
+  w.clock.advance(127ms);
+  BOOST_TEST(access::moving(w.wheel, 1) == 0u); // still linked in its level-1 slot
+  w.clock.advance(1ms);
+  BOOST_TEST(access::moving(w.wheel, 1) == static_cast<std::size_t>(n)); // tick 128: started
+  std::size_t left = n, most = 0;
+  for (int tick = 129; tick <= 254; ++tick) {
+    w.clock.advance(1ms);
+    const std::size_t now = access::moving(w.wheel, 1);
+    BOOST_REQUIRE(now <= left);
+    most = std::max(most, left - now);
+    left = now;
+  }
+  BOOST_TEST(left == 0u);                                    // all moved before the first deadline
+  BOOST_TEST(most <= static_cast<std::size_t>(n / 126 + 2)); // an even share per tick
+  BOOST_TEST(w.fired_count() == 0u);
+  BOOST_TEST(w.wheel.pending() == static_cast<std::size_t>(n));
+  const auto t0 = w.clock.now() - 254ms;
+  for (int tick = 255; tick < 384; ++tick) { // each fires on its tick
+    w.clock.advance(1ms);
+    BOOST_REQUIRE(w.count.wait_for_at_least(tick < 256 ? 0 : (tick - 255) * (n / 128)));
+  }
+  std::lock_guard lk(w.m);
+  BOOST_REQUIRE(w.fired.size() == static_cast<std::size_t>(n));
+  for (auto& [id, at] : w.fired) BOOST_TEST((at == t0 + std::chrono::milliseconds(256 + id % 128)));
+}
+
+// Timeouts with the same deadline fire in scheduling order even when the earlier ones
+// wait a level up (moving down bit by bit) and later ones are scheduled mid-move.
+BOOST_AUTO_TEST_CASE(ties_keep_scheduling_order_across_a_moving_slot) {
+  wheel_options o;
+  o.slots_per_level = 256; // level-1 slots span 128 ticks
+  manual_wheel w(o);
+  for (int i = 0; i < 300; ++i) w.add(i, 300ms); // tick 0: level 1, slot 2
+  w.clock.advance(130ms);                        // slot 2 is moving down
+  BOOST_TEST(metronome::detail::wheel_access::moving(w.wheel, 1) > 0u);
+  for (int i = 300; i < 600; ++i) w.add(i, 170ms); // same deadline, tick 130
+  w.clock.advance(100ms);                          // moved
+  for (int i = 600; i < 900; ++i) w.add(i, 70ms);  // same deadline, level 0
+  w.clock.advance(69ms);
+  BOOST_TEST(w.fired_count() == 0u);
+  w.clock.advance(1ms);
+  BOOST_TEST(w.count.wait_for_at_least(900));
+  std::lock_guard lk(w.m);
+  for (std::size_t i = 0; i < w.fired.size(); ++i) BOOST_TEST(w.fired[i].first == static_cast<int>(i));
+}
+
+// One level only: a ring of 8 slots; deadlines past it go round again.
+BOOST_AUTO_TEST_CASE(a_single_level_goes_round) {
+  wheel_options o;
+  o.slots_per_level = 8;
+  o.levels = 1;
+  manual_wheel w(o);
+  const std::vector<long> delays = {1, 7, 8, 9, 15, 16, 17, 50};
+  for (std::size_t i = 0; i < delays.size(); ++i) w.add(static_cast<int>(i), std::chrono::milliseconds(delays[i]));
+  const auto t0 = w.clock.now();
+  int expected = 0;
+  for (long step = 1; step <= 50; ++step) {
+    w.clock.advance(1ms);
+    for (long d : delays) expected += d == step;
+    BOOST_REQUIRE(w.count.wait_for_at_least(expected));
+    BOOST_REQUIRE(w.fired_count() == static_cast<std::size_t>(expected)); // none early
+  }
+  std::lock_guard lk(w.m);
+  for (auto& [id, at] : w.fired)
+    BOOST_TEST((at == t0 + std::chrono::milliseconds(delays[static_cast<std::size_t>(id)])));
 }
 
 // A due timeout still queued on the executor can be cancelled: it never runs.

@@ -11,7 +11,6 @@
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
-#include <optional>
 #include <thread>
 #include <vector>
 
@@ -21,13 +20,14 @@ namespace metronome {
 struct wheel_options {
   /// Resolution: a timeout fires on the first tick at or after its deadline. > 0.
   clock::duration tick = std::chrono::milliseconds(1);
-  /// Slots per level: a power of two from 2 to 4096. The first level covers
-  /// slots_per_level ticks; a timeout within that span never cascades, and its slot is
-  /// handed to the executor whole when due (256 at 1 ms: everything under 256 ms).
-  std::size_t slots_per_level = 256;
-  /// Levels; slots_per_level^levels ticks are covered exactly (256^5 ticks of 1 ms:
-  /// 34 years), later deadlines wait at the top level and move down as time passes.
-  /// log2(slots_per_level) * levels <= 60.
+  /// Slots per level (S): a power of two from 4 to 4096. Each level is a ring of S
+  /// slots; a slot of level L spans (S/2)^L ticks, so the first level takes every
+  /// deadline less than S/2 to S ticks away, and a level's slot moves down while the
+  /// slot before it is current (spread over that time, never in one burst).
+  std::size_t slots_per_level = 512;
+  /// Levels: S * (S/2)^(levels-1) ticks are covered (256 * 128^4 ticks of 1 ms: two
+  /// years); later deadlines wait at the top level and move down as time passes.
+  /// log2(S) + log2(S/2) * (levels-1) <= 60.
   std::size_t levels = 5;
   /// Most timeouts pending at once; 0 = unbounded. Beyond it schedule() throws
   /// rejected_execution (Netty's maxPendingTimeouts).
@@ -73,8 +73,8 @@ public:
   // Its deadline passed on the wheel: queued on the executor, running or done.
   bool is_due() const noexcept;
 
-  // level * slots_per_level + slot, no_slot when unlinked. Fits: the option limits
-  // (slots <= 4096, log2(slots) * levels <= 60) allow at most 20,480 slots.
+  // level * slots_per_level + slot, or a level's cascading list after all slots;
+  // no_slot when unlinked. Fits: the option limits allow at most 20,485 lists.
   std::uint16_t slot_index_ = no_slot;
   std::atomic<std::uint32_t> state_{pending};
   wheel_entry* prev_ = nullptr;
@@ -126,14 +126,17 @@ public:
   const boost::asio::any_io_executor& executor() const noexcept { return ex_; }
   clock::time_point now() const noexcept;
   std::uint64_t elapsed() const noexcept { return elapsed_published_.load(std::memory_order_acquire); }
+  // Diagnostics (tests): timeouts of `level`'s slot that is moving down, not yet moved.
+  std::size_t moving(std::size_t level) const;
 
   void on_time_advanced() override;
 
 private:
-  struct expiration {
-    std::size_t level;
-    std::size_t slot;
-    std::uint64_t deadline;
+  // A level's slot moving down: started when the slot before it became current,
+  // finished before anything in it can be needed one level down.
+  struct cascade {
+    std::uint64_t start = 0, finish = 0;
+    std::size_t total = 0;
   };
   // Due entries on their way to the executor: linked through task_base::next_.
   struct chain {
@@ -155,14 +158,23 @@ private:
   std::uint64_t deadline_tick(clock::time_point now, clock::duration delay) const noexcept;
   bool push_inbox(wheel_entry* e) noexcept;
   std::uint64_t drain_inbox_locked(chain& fired) noexcept;
-  std::uint64_t place_locked(wheel_entry* first, chain& fired) noexcept;
+  static constexpr std::size_t no_level = ~std::size_t(0);
+  static constexpr std::size_t cascade_batch = 256; // fewest entries a cascade moves per wake-up
+  std::uint64_t place_locked(wheel_entry* first, chain& fired, std::size_t from_level) noexcept;
   void count_removed_locked(std::size_t n) noexcept;
-  void link_locked(wheel_entry* e) noexcept;
+  unsigned shift(std::size_t level) const noexcept { return static_cast<unsigned>(level * span_bits_); }
+  std::size_t cascading(std::size_t level) const noexcept { return opts_.levels * (mask_ + 1) + level; }
+  std::size_t level_for(std::uint64_t when) const noexcept;
+  void link_locked(wheel_entry* e, std::size_t from_level) noexcept;
+  void append_locked(wheel_entry* e, std::size_t index) noexcept;
   void unlink_locked(wheel_entry* e) noexcept;
   static wheel_entry* next_in_slot(wheel_entry* e) noexcept;
   void set_occupied(std::size_t index, bool on) noexcept;
   std::size_t next_occupied(std::size_t level, std::size_t from) const noexcept;
-  std::optional<expiration> next_expiration_locked() const noexcept;
+  std::uint64_t next_event_locked() const noexcept;
+  void start_cascade_locked(std::size_t level, std::size_t index, chain& fired) noexcept;
+  void progress_cascade_locked(std::size_t level, chain& fired) noexcept;
+  void step_locked(std::uint64_t tick, chain& fired) noexcept;
   void advance_locked(std::uint64_t now_tick, chain& fired) noexcept;
   void fire_locked(wheel_entry* e, chain& fired) noexcept;
   void dispatch(chain& fired) noexcept;
@@ -173,7 +185,7 @@ private:
   boost::asio::any_io_executor ex_;
   pool_core* pool_;
   manual_clock* manual_;
-  unsigned bits_;
+  unsigned span_bits_; // log2(slots_per_level / 2): a level-L slot spans 2^(L * span_bits_) ticks
   std::uint64_t mask_;
   clock::time_point start_;
 
@@ -189,7 +201,8 @@ private:
 
   mutable std::mutex mtx_;
   std::condition_variable cv_;
-  std::vector<slot_list> slots_;        // levels * slots
+  std::vector<slot_list> slots_;        // levels * slots rings, then one cascading list per level
+  std::vector<cascade> cascades_;       // per level (level 0 never cascades)
   std::vector<std::uint64_t> occupied_; // one bit per slot, words_per_level_ words per level
   std::size_t words_per_level_ = 1;
   std::uint64_t elapsed_ = 0;
