@@ -1,5 +1,6 @@
 #include <metronome/detail/node_cache.hpp>
 
+#include <atomic>
 #include <mutex>
 #include <vector>
 
@@ -10,7 +11,8 @@ namespace {
 constexpr std::size_t class_sizes[] = {64, 96, 128, 192, 256};
 constexpr int classes = 5;
 constexpr unsigned batch = 64;
-constexpr std::size_t depot_bytes = 2u << 20;
+constexpr std::size_t depot_bytes = 2u << 20;    // kept for reuse, per class
+constexpr std::size_t excess_bytes = 256u << 20; // held for an idle moment, per class
 
 struct free_node {
   free_node* next;
@@ -30,29 +32,60 @@ void free_chain(free_node* n) noexcept {
   }
 }
 
+// Threads that must not spend time in free() (pool workers running a burst) leave
+// batches beyond the depot's bound as excess, which they free when idle.
+thread_local bool defer_frees = false;
+
 struct depot {
   std::mutex m;
   std::vector<free_node*> batches[classes];
+  std::vector<free_node*> excess[classes];
+  std::atomic<std::size_t> excess_count{0}; // over all classes; read without the mutex
 
   free_node* take(int c) noexcept {
     std::lock_guard lk(m);
-    if (batches[c].empty()) return nullptr;
-    free_node* b = batches[c].back();
-    batches[c].pop_back();
-    return b;
+    for (auto* from : {&excess[c], &batches[c]}) {
+      if (from->empty()) continue;
+      free_node* b = from->back();
+      from->pop_back();
+      if (from == &excess[c]) excess_count.fetch_sub(1, std::memory_order_relaxed);
+      return b;
+    }
+    return nullptr;
   }
   void give(int c, free_node* b) noexcept {
     {
       std::lock_guard lk(m);
-      if (batches[c].size() * batch * class_sizes[c] < depot_bytes) {
-        try {
+      try {
+        if (batches[c].size() * batch * class_sizes[c] < depot_bytes) {
           batches[c].push_back(b);
           return;
-        } catch (...) {
         }
+        if (defer_frees && excess[c].size() * batch * class_sizes[c] < excess_bytes) {
+          excess[c].push_back(b);
+          excess_count.fetch_add(1, std::memory_order_relaxed);
+          return;
+        }
+      } catch (...) {
       }
     }
     free_chain(b);
+  }
+  bool trim(std::size_t max_batches) noexcept {
+    if (excess_count.load(std::memory_order_relaxed) == 0) return false;
+    free_node* taken[8];
+    std::size_t n = 0;
+    {
+      std::lock_guard lk(m);
+      for (int c = 0; c < classes && n < max_batches && n < 8; ++c)
+        while (!excess[c].empty() && n < max_batches && n < 8) {
+          taken[n++] = excess[c].back();
+          excess[c].pop_back();
+        }
+      excess_count.fetch_sub(n, std::memory_order_relaxed);
+    }
+    for (std::size_t i = 0; i < n; ++i) free_chain(taken[i]);
+    return n != 0;
   }
 };
 
@@ -60,6 +93,13 @@ depot& the_depot() {
   static depot* d = new depot; // never destroyed: threads may free nodes during exit
   return *d;
 }
+
+} // namespace
+
+void node_cache_defer_frees(bool on) noexcept { defer_frees = on; }
+bool node_cache_trim(std::size_t max_batches) noexcept { return the_depot().trim(max_batches); }
+
+namespace {
 
 struct thread_cache {
   free_node* head[classes] = {};

@@ -1,4 +1,5 @@
 #include <metronome/detail/pool_core.hpp>
+#include <metronome/detail/node_cache.hpp>
 #include <metronome/detail/report.hpp>
 #include <metronome/manual_clock.hpp>
 #include <metronome/scheduled_thread_pool.hpp>
@@ -140,6 +141,7 @@ void pool_core::start_worker(bool core) {
 void pool_core::worker_main(worker& w) {
   this_worker = &w;
   set_thread_name(opts_.thread_name_prefix, w.id);
+  node_cache_defer_frees(true); // free task nodes beyond the cache when idle, not mid-burst
   for (;;) {
     task_base* t = next_task(w);
     if (!t) break;
@@ -152,6 +154,8 @@ void pool_core::worker_main(worker& w) {
   }
   // Continuations left behind by shutdown_now are dropped, and reported.
   while (w.local_head) discard_task(pop_local(w));
+  while (node_cache_trim(8)) {
+  }
   this_worker = nullptr;
   std::lock_guard lk(mtx_);
   retired_completed_.fetch_add(w.completed.load());
@@ -194,6 +198,9 @@ task_base* pool_core::next_task(worker& w) {
       }
     }
     spinning_.fetch_sub(1, std::memory_order_seq_cst);
+    // Idle: free a little of the task nodes a burst left beyond the node cache, then
+    // look for work again; park once there is none left to free.
+    if (node_cache_trim(2)) continue;
 
     std::unique_lock lk(mtx_);
     task_base* t = park(w, lk);

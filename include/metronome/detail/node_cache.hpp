@@ -12,10 +12,17 @@ namespace metronome::detail {
 // and glibc falls back to its locked arena. Here each thread keeps a free list per
 // size class (64, 96, 128, 192, 256 bytes); a thread with too many hands a batch of 64 nodes to
 // a global depot, and a thread with none takes a whole batch: one mutex operation per
-// 64 nodes. The depot keeps at most ~2 MiB per class; the rest goes back to malloc.
+// 64 nodes. The depot keeps at most ~2 MiB per class; the rest goes back to malloc
+// (from a pool worker: when it is idle, see node_cache_defer_frees).
 // Larger nodes go straight to operator new.
 void* node_allocate(std::size_t size);
 void node_deallocate(void* p, std::size_t size) noexcept;
+// For the calling thread: batches beyond the depot's bound are kept (up to 256 MiB per
+// class) instead of freed, so a pool worker in a burst never waits in free(); it calls
+// node_cache_trim() when it runs out of work. Later allocations reuse the excess first.
+void node_cache_defer_frees(bool on) noexcept;
+// Frees up to `max_batches` (at most 8) batches of excess; false when there was none.
+bool node_cache_trim(std::size_t max_batches) noexcept;
 
 // std::allocator<void> in an executor means "use the recycling cache".
 template <class T>
