@@ -65,7 +65,7 @@ wheel_core::wheel_core(wheel_options opts, boost::asio::any_io_executor ex, pool
     throw std::invalid_argument(
         "metronome: levels must be >= 1 with log2(slots_per_level) + log2(slots_per_level / 2) * (levels - 1) <= 60");
   mask_ = slots - 1;
-  slots_.assign(opts_.levels * slots + opts_.levels, slot_list{});
+  slots_.assign(opts_.levels * slots, slot_list{});
   cascades_.assign(opts_.levels, cascade{});
   words_per_level_ = (slots + 63) / 64;
   occupied_.assign(opts_.levels * words_per_level_, 0);
@@ -112,20 +112,18 @@ std::size_t wheel_core::level_for(std::uint64_t when) const noexcept {
   return top;
 }
 
-// Links a future entry. It joins the list moving down from the level above when its
-// deadline is in that list's slot (behind the older ones with the same deadline: ties
-// stay in scheduling order), else its slot: at least one slot ahead at level 0, two
-// above (the next one is moving down). Deadlines past the top level's ring wait in its
-// farthest slot.
+// Links a future entry into its slot: at least one slot ahead at level 0, two above
+// (a level's next slot is the one moving down). Except when its deadline is in the
+// slot moving down from the level above: then it joins that slot's tail, behind the
+// older ones with the same deadline (ties stay in scheduling order). Deadlines past the
+// top level's ring wait in its farthest slot.
 void wheel_core::link_locked(wheel_entry* e, std::size_t from_level) noexcept {
   const std::uint64_t when = e->when_;
-  const std::size_t level = level_for(when);
+  std::size_t level = level_for(when);
   const std::size_t up = level + 1;
-  if (up < opts_.levels && up != from_level && slots_[cascading(up)].count != 0 &&
-      (when >> shift(up)) == (elapsed_ >> shift(up)) + 1) {
-    append_locked(e, cascading(up));
-    return;
-  }
+  if (up < opts_.levels && up != from_level && (when >> shift(up)) == (elapsed_ >> shift(up)) + 1 &&
+      slots_[cascading(up)].count != 0)
+    level = up;
   const std::uint64_t current = elapsed_ >> shift(level);
   std::uint64_t number = when >> shift(level);
   if (number - current > mask_) number = current + mask_;
@@ -168,7 +166,6 @@ void wheel_core::unlink_locked(wheel_entry* e) noexcept {
 }
 
 void wheel_core::set_occupied(std::size_t index, bool on) noexcept {
-  if (index >= opts_.levels * (mask_ + 1)) return; // a cascading list
   const std::size_t level = index / (mask_ + 1), slot = index & mask_;
   std::uint64_t& word = occupied_[level * words_per_level_ + slot / 64];
   const std::uint64_t bit = std::uint64_t(1) << (slot % 64);
@@ -202,7 +199,7 @@ std::uint64_t wheel_core::next_event_locked() const noexcept {
     consider(elapsed_ + (distance == 0 ? mask_ + 1 : distance));
   }
   for (std::size_t level = 1; level < opts_.levels; ++level) {
-    if (const auto& list = slots_[cascading(level)]; list.count != 0) {
+    if (const auto& list = slots_[cascading(level)]; list.count != 0 && cascades_[level].number != 0) {
       // The first tick by which progress_cascade_locked() owes another batch.
       const cascade& c = cascades_[level];
       const std::size_t batch = std::min<std::size_t>(list.count, cascade_batch);
@@ -212,9 +209,9 @@ std::uint64_t wheel_core::next_event_locked() const noexcept {
     }
     const std::uint64_t current = elapsed_ >> shift(level);
     const std::size_t idx = next_occupied(level, static_cast<std::size_t>((current + 2) & mask_));
-    if (idx > mask_) continue;
-    const std::uint64_t number = current + ((idx - current) & mask_);
-    consider((number - 1) << shift(level)); // it starts moving down when the slot before it is current
+    const std::uint64_t distance = (idx - current) & mask_;
+    if (idx > mask_ || distance < 2) continue;          // found only the current or the moving slot
+    consider((current + distance - 1) << shift(level)); // moves down once the slot before it is current
   }
   return best;
 }
@@ -265,31 +262,32 @@ void wheel_core::count_removed_locked(std::size_t n) noexcept {
   if (n) removed_.store(removed_.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
 }
 
-// Slot `index` of `level` (L >= 1) holds deadlines in [n, n + 1) * 2^shift(L) and the
-// slot before it just became current: move it to the level's cascading list, to be
-// linked one level down bit by bit until one lower slot before its first deadline,
-// when that lower slot must be complete to start moving down itself.
-void wheel_core::start_cascade_locked(std::size_t level, std::size_t index, chain& fired) noexcept {
-  slot_list& moving = slots_[cascading(level)];
-  if (moving.count != 0) { // only if an earlier one was not finished (never on schedule)
-    cascades_[level].finish = elapsed_;
-    progress_cascade_locked(level, fired);
+// Level L's next slot n (deadlines in [n, n + 1) * 2^shift(L)) is occupied and the
+// slot before it just became current: it starts moving down, to be linked one level
+// down bit by bit until one lower slot before its first deadline, when that lower slot
+// must be complete to start moving down itself. The entries stay where they are.
+void wheel_core::start_cascade_locked(std::size_t level, chain& fired) noexcept {
+  const std::uint64_t number = (elapsed_ >> shift(level)) + 1;
+  cascade& c = cascades_[level];
+  if (c.number == number) return; // already moving
+  // The one before is finished on schedule; after a clock jump it may not be.
+  const std::size_t before = level * (mask_ + 1) + static_cast<std::size_t>((number - 1) & mask_);
+  if (slots_[before].count != 0) {
+    wheel_entry* left = std::exchange(slots_[before], slot_list{}).head;
+    set_occupied(before, false);
+    place_locked(left, fired, level);
   }
-  moving = std::exchange(slots_[index], slot_list{});
-  set_occupied(index, false);
-  for (wheel_entry* e = moving.head; e; e = next_in_slot(e))
-    e->slot_index_ = static_cast<std::uint16_t>(cascading(level));
-  const std::uint64_t first = ((elapsed_ >> shift(level)) + 1) << shift(level);
+  const std::uint64_t first = number << shift(level);
   const std::uint64_t lower_span = std::uint64_t(1) << shift(level - 1);
-  cascades_[level] = cascade{elapsed_, std::max(elapsed_, first - lower_span - 1), moving.count};
+  c = cascade{number, elapsed_, std::max(elapsed_, first - lower_span - 1), slots_[cascading(level)].count};
 }
 
 // Links as many of the level's moving entries one level down as its schedule owes by
 // now: all of them at its finish tick, a proportional share before.
 void wheel_core::progress_cascade_locked(std::size_t level, chain& fired) noexcept {
   slot_list& moving = slots_[cascading(level)];
-  if (moving.count == 0) return;
   const cascade& c = cascades_[level];
+  if (moving.count == 0 || c.number != (elapsed_ >> shift(level)) + 1) return;
   std::size_t keep = 0;
   if (elapsed_ < c.finish) {
     const double share = static_cast<double>(c.finish - elapsed_) / static_cast<double>(c.finish - c.start);
@@ -316,9 +314,7 @@ void wheel_core::progress_cascade_locked(std::size_t level, chain& fired) noexce
 void wheel_core::step_locked(std::uint64_t tick, chain& fired) noexcept {
   elapsed_ = tick;
   for (std::size_t level = opts_.levels - 1; level >= 1; --level) {
-    const std::uint64_t next = (tick >> shift(level)) + 1;
-    const std::size_t index = level * (mask_ + 1) + static_cast<std::size_t>(next & mask_);
-    if (slots_[index].count != 0) start_cascade_locked(level, index, fired);
+    if (slots_[cascading(level)].count != 0) start_cascade_locked(level, fired);
     progress_cascade_locked(level, fired);
   }
   const std::size_t index = static_cast<std::size_t>(tick & mask_);
@@ -505,7 +501,8 @@ std::size_t wheel_core::pending() const noexcept {
 
 std::size_t wheel_core::moving(std::size_t level) const {
   std::lock_guard lk(mtx_);
-  return level < opts_.levels ? slots_[cascading(level)].count : 0;
+  if (level == 0 || level >= opts_.levels) return 0;
+  return cascades_[level].number == (elapsed_ >> shift(level)) + 1 ? slots_[cascading(level)].count : 0;
 }
 
 void wheel_core::on_time_advanced() {

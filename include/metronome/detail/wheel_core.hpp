@@ -73,8 +73,8 @@ public:
   // Its deadline passed on the wheel: queued on the executor, running or done.
   bool is_due() const noexcept;
 
-  // level * slots_per_level + slot, or a level's cascading list after all slots;
-  // no_slot when unlinked. Fits: the option limits allow at most 20,485 lists.
+  // level * slots_per_level + slot, no_slot when unlinked. Fits: the option limits
+  // allow at most 20,480 slots.
   std::uint16_t slot_index_ = no_slot;
   std::atomic<std::uint32_t> state_{pending};
   wheel_entry* prev_ = nullptr;
@@ -135,6 +135,7 @@ private:
   // A level's slot moving down: started when the slot before it became current,
   // finished before anything in it can be needed one level down.
   struct cascade {
+    std::uint64_t number = 0; // the slot's number (deadline >> shift); 0: none yet
     std::uint64_t start = 0, finish = 0;
     std::size_t total = 0;
   };
@@ -163,7 +164,10 @@ private:
   std::uint64_t place_locked(wheel_entry* first, chain& fired, std::size_t from_level) noexcept;
   void count_removed_locked(std::size_t n) noexcept;
   unsigned shift(std::size_t level) const noexcept { return static_cast<unsigned>(level * span_bits_); }
-  std::size_t cascading(std::size_t level) const noexcept { return opts_.levels * (mask_ + 1) + level; }
+  // Level L's next slot: never linked into by the ring rule, it is the one moving down.
+  std::size_t cascading(std::size_t level) const noexcept {
+    return level * (mask_ + 1) + static_cast<std::size_t>(((elapsed_ >> shift(level)) + 1) & mask_);
+  }
   std::size_t level_for(std::uint64_t when) const noexcept;
   void link_locked(wheel_entry* e, std::size_t from_level) noexcept;
   void append_locked(wheel_entry* e, std::size_t index) noexcept;
@@ -172,7 +176,7 @@ private:
   void set_occupied(std::size_t index, bool on) noexcept;
   std::size_t next_occupied(std::size_t level, std::size_t from) const noexcept;
   std::uint64_t next_event_locked() const noexcept;
-  void start_cascade_locked(std::size_t level, std::size_t index, chain& fired) noexcept;
+  void start_cascade_locked(std::size_t level, chain& fired) noexcept;
   void progress_cascade_locked(std::size_t level, chain& fired) noexcept;
   void step_locked(std::uint64_t tick, chain& fired) noexcept;
   void advance_locked(std::uint64_t now_tick, chain& fired) noexcept;
@@ -201,7 +205,7 @@ private:
 
   mutable std::mutex mtx_;
   std::condition_variable cv_;
-  std::vector<slot_list> slots_;        // levels * slots rings, then one cascading list per level
+  std::vector<slot_list> slots_;        // levels * slots
   std::vector<cascade> cascades_;       // per level (level 0 never cascades)
   std::vector<std::uint64_t> occupied_; // one bit per slot, words_per_level_ words per level
   std::size_t words_per_level_ = 1;
