@@ -1,5 +1,6 @@
 #include <metronome/detail/node_cache.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <mutex>
 #include <vector>
@@ -74,11 +75,12 @@ struct depot {
   bool trim(std::size_t max_batches) noexcept {
     if (excess_count.load(std::memory_order_relaxed) == 0) return false;
     free_node* taken[8];
+    const std::size_t limit = std::min<std::size_t>(max_batches, 8);
     std::size_t n = 0;
     {
       std::lock_guard lk(m);
-      for (int c = 0; c < classes && n < max_batches && n < 8; ++c)
-        while (!excess[c].empty() && n < max_batches && n < 8) {
+      for (int c = 0; c < classes && n < limit; ++c)
+        while (!excess[c].empty() && n < limit) {
           taken[n++] = excess[c].back();
           excess[c].pop_back();
         }

@@ -60,6 +60,23 @@ struct manual_wheel {
     return fired.size();
   }
 };
+// Schedules one timeout per delay (ms), advances the clock a tick at a time up to `last`
+// and checks that none fires early and each runs on its own tick.
+void fires_each_on_its_tick(manual_wheel& w, const std::vector<long>& delays, long last) {
+  for (std::size_t i = 0; i < delays.size(); ++i) w.add(static_cast<int>(i), std::chrono::milliseconds(delays[i]));
+  const auto t0 = w.clock.now();
+  int expected = 0;
+  for (long step = 1; step <= last; ++step) {
+    w.clock.advance(1ms);
+    for (long d : delays) expected += d == step;
+    BOOST_REQUIRE(w.count.wait_for_at_least(expected));
+    BOOST_REQUIRE(w.fired_count() == static_cast<std::size_t>(expected)); // none early
+  }
+  std::lock_guard lk(w.m);
+  for (auto& [id, at] : w.fired)
+    BOOST_TEST((at == t0 + std::chrono::milliseconds(delays[static_cast<std::size_t>(id)])));
+}
+
 } // namespace
 
 // A timeout whose function captures one pointer is one 64-byte node (no vtable; small
@@ -144,18 +161,7 @@ BOOST_AUTO_TEST_CASE(cascades_across_level_boundaries) {
   o.levels = 3;
   manual_wheel w(o);
   const std::vector<long> delays = {1, 3, 4, 5, 15, 16, 17, 63, 64, 65, 100, 200, 1000};
-  for (std::size_t i = 0; i < delays.size(); ++i) w.add(static_cast<int>(i), std::chrono::milliseconds(delays[i]));
-  const auto t0 = w.clock.now();
-  int expected = 0;
-  for (long step = 1; step <= 1000; ++step) {
-    w.clock.advance(1ms);
-    for (long d : delays) expected += d == step;
-    BOOST_REQUIRE(w.count.wait_for_at_least(expected));
-    BOOST_REQUIRE(w.fired_count() == static_cast<std::size_t>(expected)); // none early
-  }
-  std::lock_guard lk(w.m);
-  for (auto& [id, at] : w.fired)
-    BOOST_TEST((at == t0 + std::chrono::milliseconds(delays[static_cast<std::size_t>(id)])));
+  fires_each_on_its_tick(w, delays, 1000);
 }
 
 // Levels wider than one 64-bit occupancy word: 256 slots x 2 levels (level-1 slots span
@@ -262,18 +268,7 @@ BOOST_AUTO_TEST_CASE(a_single_level_goes_round) {
   o.levels = 1;
   manual_wheel w(o);
   const std::vector<long> delays = {1, 7, 8, 9, 15, 16, 17, 50};
-  for (std::size_t i = 0; i < delays.size(); ++i) w.add(static_cast<int>(i), std::chrono::milliseconds(delays[i]));
-  const auto t0 = w.clock.now();
-  int expected = 0;
-  for (long step = 1; step <= 50; ++step) {
-    w.clock.advance(1ms);
-    for (long d : delays) expected += d == step;
-    BOOST_REQUIRE(w.count.wait_for_at_least(expected));
-    BOOST_REQUIRE(w.fired_count() == static_cast<std::size_t>(expected)); // none early
-  }
-  std::lock_guard lk(w.m);
-  for (auto& [id, at] : w.fired)
-    BOOST_TEST((at == t0 + std::chrono::milliseconds(delays[static_cast<std::size_t>(id)])));
+  fires_each_on_its_tick(w, delays, 50);
 }
 
 // A due timeout still queued on the executor can be cancelled: it never runs.
