@@ -141,7 +141,7 @@ void pool_core::start_worker(bool core) {
 void pool_core::worker_main(worker& w) {
   this_worker = &w;
   set_thread_name(opts_.thread_name_prefix, w.id);
-  node_cache_defer_frees(true); // free task nodes beyond the cache when idle, not mid-burst
+  node_cache_defer_frees(true); // unmap emptied node chunks when idle, not mid-burst
   for (;;) {
     task_base* t = next_task(w);
     if (!t) break;
@@ -198,8 +198,8 @@ task_base* pool_core::next_task(worker& w) {
       }
     }
     spinning_.fetch_sub(1, std::memory_order_seq_cst);
-    // Idle: free a little of the task nodes a burst left beyond the node cache, then
-    // look for work again; park once there is none left to free.
+    // Idle: unmap a little of the node chunks a burst left empty, then look for work
+    // again; park once there is none left to unmap.
     if (node_cache_trim(2)) continue;
 
     std::unique_lock lk(mtx_);

@@ -7,22 +7,26 @@
 
 namespace metronome::detail {
 
-// Recycles task nodes between threads. In a pool the producer allocates and the
-// workers free, so per-thread caches alone never hand memory back to the producer
-// and glibc falls back to its locked arena. Here each thread keeps a free list per
-// size class (64, 96, 128, 192, 256 bytes); a thread with too many hands a batch of 64 nodes to
-// a global depot, and a thread with none takes a whole batch: one mutex operation per
-// 64 nodes. The depot keeps at most ~2 MiB per class; the rest goes back to malloc
-// (from a pool worker: when it is idle, see node_cache_defer_frees).
-// Larger nodes go straight to operator new.
+// Task node memory. In a pool the producer allocates and the workers free, so
+// per-thread free lists alone never hand memory back to the producer, and glibc
+// falls back to its locked arena (and a 64-byte block costs it 80 bytes). Here nodes
+// of each size class (64, 96, 128, 192, 256 bytes) are carved from 256 KiB chunks
+// mapped from the system: a thread keeps the nodes it frees and hands the oldest back
+// 64 at a time, each to its own chunk's free list; a thread with none takes a chunk's
+// whole free list, or carves new nodes off its own chunk (no lock). A chunk whose
+// nodes are all back is empty: up to 8 are kept for reuse, the rest unmapped (from a
+// pool worker: when it is idle, see node_cache_defer_frees). Larger nodes go straight
+// to operator new; AddressSanitizer builds use operator new for every node.
 void* node_allocate(std::size_t size);
 void node_deallocate(void* p, std::size_t size) noexcept;
-// For the calling thread: batches beyond the depot's bound are kept (up to 256 MiB per
-// class) instead of freed, so a pool worker in a burst never waits in free(); it calls
-// node_cache_trim() when it runs out of work. Later allocations reuse the excess first.
+// For the calling thread: chunks that empty beyond the kept ones stay mapped instead
+// of being unmapped, so a pool worker in a burst never waits in munmap(); it calls
+// node_cache_trim() when it runs out of work. Later allocations reuse them first.
 void node_cache_defer_frees(bool on) noexcept;
-// Frees up to `max_batches` (at most 8) batches of excess; false when there was none.
-bool node_cache_trim(std::size_t max_batches) noexcept;
+// Unmaps up to `max_chunks` empty chunks beyond the kept ones; false when there was none.
+bool node_cache_trim(std::size_t max_chunks) noexcept;
+// Bytes of chunks mapped now (in use, partly free, or empty and kept); 0 under ASan.
+std::size_t node_cache_mapped_bytes() noexcept;
 
 // std::allocator<void> in an executor means "use the recycling cache".
 template <class T>

@@ -155,6 +155,7 @@ private:
   };
   static constexpr std::uint64_t never = ~std::uint64_t(0);
 
+  std::uint64_t divide_by_tick(std::uint64_t ns, std::uint64_t& rest) const noexcept;
   std::uint64_t tick_of(clock::time_point t) const noexcept;
   std::uint64_t deadline_tick(clock::time_point now, clock::duration delay) const noexcept;
   bool push_inbox(wheel_entry* e) noexcept;
@@ -191,6 +192,7 @@ private:
   manual_clock* manual_;
   unsigned span_bits_; // log2(slots_per_level / 2): a level-L slot spans 2^(L * span_bits_) ticks
   std::uint64_t mask_;
+  std::uint64_t tick_magic_; // floor(2^64 / tick in ns), see divide_by_tick
   clock::time_point start_;
 
   // Producers' line: new timeouts go onto a lock-free stack that the mutex holder
@@ -201,6 +203,7 @@ private:
   // it); 0 while it is awake or when there is no thread.
   alignas(64) std::atomic<std::uint64_t> sleeping_until_{0};
   std::atomic<std::size_t> removed_{0};             // fired, cancelled or stopped (written under mtx_)
+  std::atomic<std::size_t> linked_{0};              // inserted by a producer holding mtx_ (written under it)
   std::atomic<std::uint64_t> elapsed_published_{0}; // elapsed_, for handles
 
   mutable std::mutex mtx_;

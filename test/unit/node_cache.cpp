@@ -1,0 +1,126 @@
+#include <metronome/detail/node_cache.hpp>
+
+#include <boost/test/unit_test.hpp>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <set>
+#include <thread>
+#include <vector>
+
+using metronome::detail::node_allocate;
+using metronome::detail::node_cache_defer_frees;
+using metronome::detail::node_cache_mapped_bytes;
+using metronome::detail::node_cache_trim;
+using metronome::detail::node_deallocate;
+
+namespace {
+
+constexpr std::size_t sizes[] = {64, 96, 128, 192, 256, 257};
+constexpr std::size_t mib = 1u << 20;
+// Empty chunks the cache keeps for reuse, plus a chunk or two per thread and class
+// still holding a thread's few most recently freed nodes.
+constexpr std::size_t slack = 4 * mib;
+
+// AddressSanitizer builds give every node its own heap block: nothing is mapped.
+bool cache_on() {
+  void* p = node_allocate(64);
+  const bool on = node_cache_mapped_bytes() != 0;
+  node_deallocate(p, 64);
+  return on;
+}
+
+std::vector<void*> allocate_n(std::size_t n, std::size_t size) {
+  std::vector<void*> v;
+  v.reserve(n);
+  for (std::size_t i = 0; i < n; ++i) v.push_back(node_allocate(size));
+  return v;
+}
+
+void free_all(std::vector<void*>& v, std::size_t size) {
+  for (void* p : v) node_deallocate(p, size);
+  v.clear();
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_CASE(nodes_are_distinct_aligned_and_hold_their_whole_size) {
+  for (std::size_t size : sizes) {
+    auto v = allocate_n(5000, size);
+    std::set<std::uintptr_t> seen;
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      const auto a = reinterpret_cast<std::uintptr_t>(v[i]);
+      BOOST_TEST(a % alignof(std::max_align_t) == 0u);
+      seen.insert(a);
+      std::memset(v[i], static_cast<int>(i & 0xff), size);
+    }
+    BOOST_TEST(seen.size() == v.size());
+    // No node overlaps another: every byte still has the value written to its node.
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      const auto* b = static_cast<const unsigned char*>(v[i]);
+      BOOST_TEST((b[0] == (i & 0xff) && b[size - 1] == (i & 0xff)));
+    }
+    free_all(v, size);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(freed_nodes_are_reused_not_mapped_again) {
+  if (!cache_on()) return;
+  auto v = allocate_n(100000, 64);
+  free_all(v, 64);
+  const std::size_t after_first = node_cache_mapped_bytes();
+  for (int round = 0; round < 10; ++round) {
+    v = allocate_n(100000, 64);
+    free_all(v, 64);
+  }
+  BOOST_TEST(node_cache_mapped_bytes() <= after_first + slack);
+}
+
+// The producer/worker pattern: one thread allocates, another frees. Once every node
+// of a chunk is back the chunk is empty, and beyond the few kept it is unmapped.
+BOOST_AUTO_TEST_CASE(nodes_freed_on_another_thread_return_their_chunks) {
+  if (!cache_on()) return;
+  const std::size_t before = node_cache_mapped_bytes();
+  auto v = allocate_n(300000, 96); // ~28 MiB
+  BOOST_TEST(node_cache_mapped_bytes() >= before + 20 * mib);
+  std::thread([&] { free_all(v, 96); }).join(); // its exit hands back what it kept
+  BOOST_TEST(node_cache_mapped_bytes() <= before + slack);
+}
+
+// A pool worker defers: chunks that empty stay mapped until it calls trim when idle.
+BOOST_AUTO_TEST_CASE(a_deferring_thread_keeps_empty_chunks_until_trimmed) {
+  if (!cache_on()) return;
+  const std::size_t before = node_cache_mapped_bytes();
+  auto v = allocate_n(300000, 128); // ~37 MiB
+  std::size_t while_deferred = 0, trimmed = 0;
+  std::thread([&] {
+    node_cache_defer_frees(true);
+    free_all(v, 128);
+    while_deferred = node_cache_mapped_bytes();
+    while (node_cache_trim(2)) {
+    }
+    trimmed = node_cache_mapped_bytes();
+    BOOST_TEST(!node_cache_trim(8)); // nothing left beyond the kept chunks
+  }).join();
+  BOOST_TEST(while_deferred >= before + 30 * mib);
+  BOOST_TEST(trimmed <= before + slack);
+}
+
+// A thread's cached nodes and its half-carved chunk go back when it exits: other
+// threads then reuse them instead of mapping more.
+BOOST_AUTO_TEST_CASE(a_thread_s_cache_is_handed_back_at_exit) {
+  if (!cache_on()) return;
+  for (int t = 0; t < 20; ++t)
+    std::thread([] {
+      auto v = allocate_n(3000, 192);
+      free_all(v, 192);
+    }).join();
+  const std::size_t settled = node_cache_mapped_bytes();
+  for (int t = 0; t < 20; ++t)
+    std::thread([] {
+      auto v = allocate_n(3000, 192);
+      free_all(v, 192);
+    }).join();
+  BOOST_TEST(node_cache_mapped_bytes() <= settled + 512 * 1024);
+}
