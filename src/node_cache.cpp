@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <mutex>
 #include <new>
@@ -27,7 +28,8 @@ namespace metronome::detail {
 void* node_allocate(std::size_t size) { return ::operator new(size); }
 void node_deallocate(void* p, std::size_t) noexcept { ::operator delete(p); }
 void node_cache_defer_frees(bool) noexcept {}
-bool node_cache_trim(std::size_t) noexcept { return false; }
+bool node_cache_trim(std::size_t, bool) noexcept { return false; }
+bool node_cache_trim_pending() noexcept { return false; }
 std::size_t node_cache_mapped_bytes() noexcept { return 0; }
 
 #else
@@ -41,6 +43,15 @@ constexpr std::size_t chunk_bytes = 256u << 10; // aligned: a node finds its chu
 constexpr std::size_t header_bytes = 64;        // the chunk's header; nodes follow it
 constexpr std::size_t keep_empty = 8;           // empty chunks kept for reuse (2 MiB)
 constexpr std::size_t populate_window = 64u << 10;
+// A deferring thread unmaps surplus chunks only once no thread has needed a new chunk
+// for this long: a pool that goes idle between bursts keeps them instead of unmapping
+// and faulting them in again each time (a munmap also interrupts the other cores).
+constexpr std::chrono::milliseconds trim_delay = node_cache_trim_delay;
+
+std::int64_t now_ns() noexcept {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 
 struct free_node {
   free_node* next;
@@ -115,8 +126,9 @@ struct depot {
   std::atomic<std::size_t> partial_count[classes] = {};
   chunk* empty = nullptr; // every carved node back: reusable by any class, or unmapped
   std::size_t empty_count = 0;
-  std::atomic<std::size_t> surplus{0}; // empty chunks beyond keep_empty
-  std::atomic<std::size_t> mapped{0};  // chunks mapped
+  std::atomic<std::size_t> surplus{0};      // empty chunks beyond keep_empty
+  std::atomic<std::size_t> mapped{0};       // chunks mapped
+  std::atomic<std::int64_t> last_demand{0}; // when a thread last needed a new chunk (ns)
 
   void list_partial(chunk* ch) noexcept {
     ch->prev = nullptr;
@@ -171,26 +183,56 @@ struct depot {
     ch->nfree = 0;
     return list;
   }
-  // Hands back a list of nodes (linked through next), each to its own chunk.
+  // Hands back a list of nodes (linked through next), each to its own chunk. The
+  // nodes are sorted by chunk before taking the mutex (a batch usually spans one or
+  // two chunks), so that the mutex is held for a few splices, not a walk of the list.
   void give(free_node* list) noexcept {
-    if (!list) return;
-    chunk* unmap = nullptr;
-    {
-      std::lock_guard lk(m);
+    struct run {
+      chunk* ch;
+      free_node* head;
+      free_node* tail;
+      std::uint32_t n;
+    };
+    constexpr int max_runs = 8;
+    while (list) {
+      run runs[max_runs];
+      int nruns = 0;
+      free_node* rest = nullptr; // nodes of a ninth chunk and beyond: the next round
       while (list) {
         free_node* n = list;
         list = n->next;
         chunk* ch = chunk_of(n);
-        n->next = ch->free;
-        ch->free = n;
-        ++ch->nfree;
-        if (ch->retired && ch->nfree == ch->carved)
-          retire_empty(ch, unmap);
-        else if (!ch->listed)
-          list_partial(ch);
+        int r = 0;
+        while (r < nruns && runs[r].ch != ch) ++r;
+        if (r == nruns) {
+          if (nruns == max_runs) {
+            n->next = rest;
+            rest = n;
+            continue;
+          }
+          runs[nruns++] = run{ch, nullptr, n, 0};
+        }
+        n->next = runs[r].head;
+        runs[r].head = n;
+        ++runs[r].n;
       }
+      chunk* unmap = nullptr;
+      {
+        std::lock_guard lk(m);
+        for (int r = 0; r < nruns; ++r) {
+          chunk* ch = runs[r].ch;
+          runs[r].tail->next = ch->free;
+          ch->free = runs[r].head;
+          ch->nfree += runs[r].n;
+          if (ch->retired && ch->nfree == ch->carved)
+            retire_empty(ch, unmap);
+          else if (!ch->listed)
+            list_partial(ch);
+        }
+      }
+      release(unmap);
+      list = rest;
     }
-    release(unmap);
   }
   // The owner carves no more from ch, of which `carved` nodes were handed out.
   void retire(chunk* ch, std::uint32_t carved) noexcept {
@@ -204,6 +246,7 @@ struct depot {
     release(unmap);
   }
   chunk* fresh(int c) {
+    last_demand.store(now_ns(), std::memory_order_relaxed);
     chunk* ch = nullptr;
     {
       std::lock_guard lk(m);
@@ -222,8 +265,10 @@ struct depot {
     ch->cls = static_cast<std::uint8_t>(c);
     return ch;
   }
-  bool trim(std::size_t max_chunks) noexcept {
+  bool trim(std::size_t max_chunks, bool force) noexcept {
     if (surplus.load(std::memory_order_relaxed) == 0) return false;
+    if (!force && now_ns() - last_demand.load(std::memory_order_relaxed) < std::int64_t(trim_delay.count()) * 1000000)
+      return false;
     chunk* unmap = nullptr;
     {
       std::lock_guard lk(m);
@@ -350,7 +395,8 @@ void* allocate_slow(int c) {
 } // namespace
 
 void node_cache_defer_frees(bool on) noexcept { defer_frees = on; }
-bool node_cache_trim(std::size_t max_chunks) noexcept { return the_depot().trim(max_chunks); }
+bool node_cache_trim(std::size_t max_chunks, bool force) noexcept { return the_depot().trim(max_chunks, force); }
+bool node_cache_trim_pending() noexcept { return the_depot().surplus.load(std::memory_order_relaxed) != 0; }
 std::size_t node_cache_mapped_bytes() noexcept {
   return the_depot().mapped.load(std::memory_order_relaxed) * chunk_bytes;
 }

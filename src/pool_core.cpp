@@ -154,7 +154,7 @@ void pool_core::worker_main(worker& w) {
   }
   // Continuations left behind by shutdown_now are dropped, and reported.
   while (w.local_head) discard_task(pop_local(w));
-  while (node_cache_trim(8)) {
+  while (node_cache_trim(8, true)) {
   }
   this_worker = nullptr;
   std::lock_guard lk(mtx_);
@@ -245,14 +245,18 @@ task_base* pool_core::park(worker& w, std::unique_lock<std::mutex>& lk) {
     if (!heap_.empty() && !manual_ && leader_ == nullptr) {
       leader_ = &w;
       auto due = heap_.top()->due();
-      if (due == clock::time_point::max())
+      if (node_cache_trim_pending()) // wake to unmap the node chunks a burst left empty
+        leader_cv_.wait_until(lk, std::min(due, clock::now() + node_cache_trim_delay));
+      else if (due == clock::time_point::max())
         leader_cv_.wait(lk);
       else
         leader_cv_.wait_until(lk, due);
       leader_ = nullptr;
     } else {
       ++followers_;
-      if (!w.core)
+      if (node_cache_trim_pending()) // wake to unmap the node chunks a burst left empty
+        follower_cv_.wait_for(lk, node_cache_trim_delay);
+      else if (!w.core)
         timed_out = follower_cv_.wait_for(lk, opts_.keep_alive) == std::cv_status::timeout;
       else
         follower_cv_.wait(lk);
@@ -264,6 +268,12 @@ task_base* pool_core::park(worker& w, std::unique_lock<std::mutex>& lk) {
     if (timed_out && ready_.empty() && !terminated_.load() && (heap_.empty() || leader_ != nullptr)) {
       --awake_; // this elastic thread retires
       return nullptr;
+    }
+    if (node_cache_trim_pending()) {
+      lk.unlock();
+      while (node_cache_trim(8)) {
+      }
+      lk.lock();
     }
   }
 }

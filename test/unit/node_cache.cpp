@@ -3,6 +3,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <set>
@@ -13,6 +14,7 @@ using metronome::detail::node_allocate;
 using metronome::detail::node_cache_defer_frees;
 using metronome::detail::node_cache_mapped_bytes;
 using metronome::detail::node_cache_trim;
+using metronome::detail::node_cache_trim_pending;
 using metronome::detail::node_deallocate;
 
 namespace {
@@ -88,23 +90,38 @@ BOOST_AUTO_TEST_CASE(nodes_freed_on_another_thread_return_their_chunks) {
   BOOST_TEST(node_cache_mapped_bytes() <= before + slack);
 }
 
-// A pool worker defers: chunks that empty stay mapped until it calls trim when idle.
+// A pool worker defers: chunks that empty stay mapped until it trims, which it does
+// once no thread has needed a new chunk for node_cache_trim_delay (or when forced, as
+// on its exit).
 BOOST_AUTO_TEST_CASE(a_deferring_thread_keeps_empty_chunks_until_trimmed) {
   if (!cache_on()) return;
   const std::size_t before = node_cache_mapped_bytes();
-  auto v = allocate_n(300000, 128); // ~37 MiB
-  std::size_t while_deferred = 0, trimmed = 0;
-  std::thread([&] {
-    node_cache_defer_frees(true);
-    free_all(v, 128);
-    while_deferred = node_cache_mapped_bytes();
-    while (node_cache_trim(2)) {
-    }
-    trimmed = node_cache_mapped_bytes();
-    BOOST_TEST(!node_cache_trim(8)); // nothing left beyond the kept chunks
-  }).join();
-  BOOST_TEST(while_deferred >= before + 30 * mib);
-  BOOST_TEST(trimmed <= before + slack);
+  for (const bool force : {false, true}) {
+    auto v = allocate_n(300000, 128); // ~37 MiB
+    std::size_t while_deferred = 0, trimmed = 0;
+    bool pending = false, left = true;
+    std::thread([&] {
+      node_cache_defer_frees(true);
+      free_all(v, 128);
+      while_deferred = node_cache_mapped_bytes();
+      pending = node_cache_trim_pending();
+      if (force) {
+        while (node_cache_trim(2, true)) {
+        }
+      } else { // within a few trim delays the unforced trim starts unmapping
+        const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+        while (!node_cache_trim(2) && std::chrono::steady_clock::now() < give_up) std::this_thread::yield();
+        while (node_cache_trim(2)) {
+        }
+      }
+      trimmed = node_cache_mapped_bytes();
+      left = node_cache_trim_pending();
+    }).join();
+    BOOST_TEST(while_deferred >= before + 30 * mib);
+    BOOST_TEST(pending);
+    BOOST_TEST(trimmed <= before + slack);
+    BOOST_TEST(!left); // nothing beyond the kept chunks
+  }
 }
 
 // A thread's cached nodes and its half-carved chunk go back when it exits: other

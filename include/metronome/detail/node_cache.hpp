@@ -1,6 +1,7 @@
 #ifndef METRONOME_DETAIL_NODE_CACHE_HPP
 #define METRONOME_DETAIL_NODE_CACHE_HPP
 
+#include <chrono>
 #include <cstddef>
 #include <memory>
 #include <new>
@@ -23,8 +24,14 @@ void node_deallocate(void* p, std::size_t size) noexcept;
 // of being unmapped, so a pool worker in a burst never waits in munmap(); it calls
 // node_cache_trim() when it runs out of work. Later allocations reuse them first.
 void node_cache_defer_frees(bool on) noexcept;
-// Unmaps up to `max_chunks` empty chunks beyond the kept ones; false when there was none.
-bool node_cache_trim(std::size_t max_chunks) noexcept;
+// Unmaps up to `max_chunks` empty chunks beyond the kept ones; false when there was none
+// or (unless `force`) when a thread needed a new chunk within the last 20 ms: a pool
+// idle between bursts keeps them rather than unmapping and faulting them in again.
+bool node_cache_trim(std::size_t max_chunks, bool force = false) noexcept;
+// Empty chunks beyond the kept ones wait for node_cache_trim().
+bool node_cache_trim_pending() noexcept;
+// How long after the last demand for a chunk node_cache_trim() unmaps.
+inline constexpr std::chrono::milliseconds node_cache_trim_delay{20};
 // Bytes of chunks mapped now (in use, partly free, or empty and kept); 0 under ASan.
 std::size_t node_cache_mapped_bytes() noexcept;
 
