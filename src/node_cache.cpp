@@ -43,11 +43,6 @@ constexpr std::size_t chunk_bytes = 256u << 10; // aligned: a node finds its chu
 constexpr std::size_t header_bytes = 64;        // the chunk's header; nodes follow it
 constexpr std::size_t keep_empty = 8;           // empty chunks kept for reuse (2 MiB)
 constexpr std::size_t populate_window = 64u << 10;
-// A deferring thread unmaps surplus chunks only once no thread has needed a new chunk
-// for this long: a pool that goes idle between bursts keeps them instead of unmapping
-// and faulting them in again each time (a munmap also interrupts the other cores).
-constexpr std::chrono::milliseconds trim_delay = node_cache_trim_delay;
-
 std::int64_t now_ns() noexcept {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
@@ -112,14 +107,6 @@ void populate(char* from, char* to) noexcept {
   (void)::madvise(from, static_cast<std::size_t>(to - from), MADV_POPULATE_WRITE);
 }
 
-void unmap_chunks(chunk* list) noexcept {
-  while (list) {
-    chunk* next = list->next;
-    ::munmap(list, chunk_bytes);
-    list = next;
-  }
-}
-
 struct depot {
   std::mutex m;
   chunk* partial[classes] = {}; // chunks with nodes handed back and some still in use
@@ -147,6 +134,29 @@ struct depot {
     ch->listed = false;
     partial_count[ch->cls].fetch_sub(1, std::memory_order_relaxed);
   }
+  // Under m: publishes how many empty chunks wait beyond keep_empty.
+  void note_surplus() noexcept {
+    surplus.store(empty_count > keep_empty ? empty_count - keep_empty : 0, std::memory_order_relaxed);
+  }
+  // Under m: the most recently emptied chunk, or nullptr.
+  chunk* pop_empty() noexcept {
+    chunk* e = empty;
+    if (e) {
+      empty = e->next;
+      --empty_count;
+    }
+    note_surplus();
+    return e;
+  }
+  // Under m: moves up to `max` empty chunks beyond keep_empty onto `unmap`.
+  void take_surplus(chunk*& unmap, std::size_t max) noexcept {
+    for (std::size_t i = 0; i < max && empty_count > keep_empty; ++i) {
+      chunk* e = pop_empty();
+      e->next = unmap;
+      unmap = e;
+    }
+    note_surplus();
+  }
   // Under m. The chunk is empty: kept for reuse; beyond keep_empty, either moved to
   // `unmap` or, on a deferring thread, left as surplus for trim().
   void retire_empty(chunk* ch, chunk*& unmap) noexcept {
@@ -154,21 +164,18 @@ struct depot {
     ch->next = empty;
     empty = ch;
     ++empty_count;
-    while (empty_count > keep_empty && !defer_frees) {
-      chunk* e = empty;
-      empty = e->next;
-      --empty_count;
-      e->next = unmap;
-      unmap = e;
-    }
-    surplus.store(empty_count > keep_empty ? empty_count - keep_empty : 0, std::memory_order_relaxed);
+    take_surplus(unmap, defer_frees ? 0 : empty_count);
   }
+  // Unmaps the chunks of a list built by take_surplus (after the mutex is released).
   void release(chunk* unmap) noexcept {
     std::size_t n = 0;
-    for (chunk* c = unmap; c; c = c->next) ++n;
-    if (n == 0) return;
-    unmap_chunks(unmap);
-    mapped.fetch_sub(n, std::memory_order_relaxed);
+    while (unmap) {
+      chunk* next = unmap->next;
+      ::munmap(unmap, chunk_bytes);
+      unmap = next;
+      ++n;
+    }
+    if (n != 0) mapped.fetch_sub(n, std::memory_order_relaxed);
   }
 
   // A chunk's whole free list (its nodes all of class c), or nullptr.
@@ -250,12 +257,7 @@ struct depot {
     chunk* ch = nullptr;
     {
       std::lock_guard lk(m);
-      if (empty) {
-        ch = empty;
-        empty = ch->next;
-        --empty_count;
-        surplus.store(empty_count > keep_empty ? empty_count - keep_empty : 0, std::memory_order_relaxed);
-      }
+      ch = pop_empty();
     }
     if (!ch) {
       ch = map_chunk();
@@ -267,19 +269,13 @@ struct depot {
   }
   bool trim(std::size_t max_chunks, bool force) noexcept {
     if (surplus.load(std::memory_order_relaxed) == 0) return false;
-    if (!force && now_ns() - last_demand.load(std::memory_order_relaxed) < std::int64_t(trim_delay.count()) * 1000000)
+    if (!force &&
+        now_ns() - last_demand.load(std::memory_order_relaxed) < std::int64_t(node_cache_trim_delay.count()) * 1000000)
       return false;
     chunk* unmap = nullptr;
     {
       std::lock_guard lk(m);
-      for (std::size_t i = 0; i < max_chunks && empty_count > keep_empty; ++i) {
-        chunk* e = empty;
-        empty = e->next;
-        --empty_count;
-        e->next = unmap;
-        unmap = e;
-      }
-      surplus.store(empty_count > keep_empty ? empty_count - keep_empty : 0, std::memory_order_relaxed);
+      take_surplus(unmap, max_chunks);
     }
     const bool any = unmap != nullptr;
     release(unmap);
@@ -315,6 +311,15 @@ std::uint32_t carved_of(const class_cache& k, int c) noexcept {
   return static_cast<std::uint32_t>(static_cast<std::size_t>(k.bump - first) / class_sizes[c]);
 }
 
+// The thread carves no more from its chunk of class c: the depot may empty it.
+void retire_current(class_cache& k, int c) noexcept {
+  if (k.current) {
+    const std::uint32_t carved = carved_of(k, c);
+    the_depot().retire(std::exchange(k.current, nullptr), carved);
+  }
+  k.bump = k.bump_end = k.ready = nullptr;
+}
+
 struct reaper {
   bool armed = false;
   ~reaper() {
@@ -325,11 +330,7 @@ struct reaper {
       d.give(std::exchange(k.freed, nullptr));
       k.nfreed = 0;
       d.give(std::exchange(k.stock, nullptr));
-      if (k.current) {
-        const std::uint32_t carved = carved_of(k, c);
-        d.retire(std::exchange(k.current, nullptr), carved);
-      }
-      k.bump = k.bump_end = k.ready = nullptr;
+      retire_current(k, c);
     }
     cache_state = 2;
   }
@@ -345,13 +346,8 @@ void arm() noexcept {
 void* carve(class_cache& k, int c) {
   const std::size_t size = class_sizes[c];
   if (k.bump == k.bump_end) {
-    depot& d = the_depot();
-    if (k.current) {
-      const std::uint32_t carved = carved_of(k, c);
-      d.retire(std::exchange(k.current, nullptr), carved);
-    }
-    k.bump = k.bump_end = k.ready = nullptr;
-    chunk* ch = d.fresh(c);
+    retire_current(k, c);
+    chunk* ch = the_depot().fresh(c);
     k.current = ch;
     k.bump = reinterpret_cast<char*>(ch) + header_bytes;
     k.bump_end = k.bump + std::size_t(capacity_of(c)) * size;

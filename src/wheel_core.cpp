@@ -453,7 +453,7 @@ void wheel_core::insert(wheel_entry* e, clock::duration delay) {
       link_locked(e, no_level);
       const bool earlier = e->when_ < sleeping_until_.load(std::memory_order_relaxed);
       lk.unlock();
-      if (fired.head) dispatch(fired);
+      dispatch(fired);
       if (earlier) cv_.notify_one(); // we held the mutex: the timer thread is waiting or will see the slot
       return;
     }

@@ -30,7 +30,9 @@ void node_cache_defer_frees(bool on) noexcept;
 bool node_cache_trim(std::size_t max_chunks, bool force = false) noexcept;
 // Empty chunks beyond the kept ones wait for node_cache_trim().
 bool node_cache_trim_pending() noexcept;
-// How long after the last demand for a chunk node_cache_trim() unmaps.
+// How long after the last demand for a chunk node_cache_trim() unmaps: a pool idle
+// between bursts keeps its chunks instead of unmapping and faulting them in again each
+// time (and a munmap interrupts the other cores to flush their TLBs).
 inline constexpr std::chrono::milliseconds node_cache_trim_delay{20};
 // Bytes of chunks mapped now (in use, partly free, or empty and kept); 0 under ASan.
 std::size_t node_cache_mapped_bytes() noexcept;
