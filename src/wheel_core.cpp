@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
-#include <pthread.h>
 #include <stdexcept>
 #include <time.h>
 #include <type_traits>
@@ -558,7 +557,7 @@ void wheel_core::on_time_advanced() {
 // the next event (a slot due, a slot starting or continuing to move down), and a
 // producer wakes it only for an earlier deadline.
 void wheel_core::run() {
-  ::pthread_setname_np(::pthread_self(), "metronome-wheel");
+  init_library_thread("metronome-wheel");
   chain fired;
   std::unique_lock lk(mtx_);
   while (!stopped_) {

@@ -49,6 +49,8 @@ public:
 
 private:
   friend class wheel_entry;
+  // Cancelled only through handles, which hold references.
+  static constexpr bool cancellers_hold_refs = true;
   explicit wheel_task(F&& f) : wheel_entry(&dispatch_action<wheel_task>, 2) { ::new (&storage_) F(std::move(f)); }
   ~wheel_task() = default;
 
@@ -102,6 +104,8 @@ public:
 
 private:
   friend class wheel_entry;
+  // A connected cancellation slot cancels without holding a reference.
+  static constexpr bool cancellers_hold_refs = false;
 
   void on_fire() noexcept {
     delivered_ = true;

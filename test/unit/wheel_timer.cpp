@@ -15,6 +15,7 @@
 
 #include <boost/test/unit_test.hpp>
 
+#include <atomic>
 #include <malloc.h>
 #include <map>
 #include <mutex>
@@ -297,6 +298,37 @@ BOOST_AUTO_TEST_CASE(cancel_while_queued_on_the_executor) {
   std::lock_guard lk(w.m);
   BOOST_REQUIRE(w.fired.size() == 1u);
   BOOST_TEST(w.fired[0].first == 2);
+}
+
+// Without handles the executor owns a due timeout alone (no atomic read-modify-write
+// on that path): it still runs exactly once, unless a handle cancelled it before going
+// away, and its function is freed either way.
+BOOST_AUTO_TEST_CASE(a_due_timeout_without_handles_runs_once_unless_cancelled_and_is_freed) {
+  manual_wheel w;
+  metronome::test::gate busy;
+  metronome::test::counter started;
+  w.pool.submit([&] { // occupy the only pool thread
+    started.add();
+    busy.wait();
+  });
+  BOOST_TEST(started.wait_for_at_least(1));
+  auto kept = std::make_shared<int>(0), dropped = std::make_shared<int>(0);
+  std::atomic<int> kept_runs{0}, dropped_runs{0};
+  w.wheel.schedule([kept, &kept_runs] { kept_runs.fetch_add(1); }, 1ms); // handle discarded at once
+  {
+    auto t = w.wheel.schedule([dropped, &dropped_runs] { dropped_runs.fetch_add(1); }, 1ms);
+    w.clock.advance(1ms); // both due: queued behind the busy task
+    BOOST_TEST(t.is_expired());
+    BOOST_TEST(t.cancel());
+  } // the last handle goes: the queue's reference is the only one left
+  w.add(3, 1ms);
+  w.clock.advance(1ms);
+  busy.open();
+  BOOST_TEST(w.count.wait_for_at_least(1)); // runs after both
+  BOOST_TEST(metronome::test::poll_until([&] { return kept.use_count() == 1 && !w.pool.stats().active; }));
+  BOOST_TEST(kept_runs.load() == 1);
+  BOOST_TEST(dropped_runs.load() == 0);
+  BOOST_TEST(dropped.use_count() == 1);
 }
 
 BOOST_AUTO_TEST_CASE(a_big_jump_fires_everything_due_in_order) {

@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -23,6 +24,10 @@ class pending_task;
 } // namespace metronome
 
 namespace metronome::detail {
+
+// Names the calling library thread (the last 15 characters) and sets its timer slack to
+// 1 ns, so that its timed waits (ticks, heap deadlines) end on time.
+void init_library_thread(std::string name) noexcept;
 
 // Something told when a manual clock moves.
 class clock_listener {

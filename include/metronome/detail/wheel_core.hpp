@@ -90,9 +90,21 @@ protected:
   static void dispatch_action(task_base* t, unsigned action) noexcept {
     auto* n = static_cast<Node*>(t);
     switch (action) {
-    case discard_action:
     case run_action:
-      n->settle(action == run_action);
+      // Node types whose only cancellers hold a reference: with the queue's reference
+      // the last one, nobody else can see the node, so it runs (unless a handle
+      // cancelled it before letting go) and is destroyed without a read-modify-write.
+      if constexpr (Node::cancellers_hold_refs) {
+        if (n->refs_.load(std::memory_order_acquire) == 1) {
+          if (const auto s = n->state_.load(std::memory_order_relaxed); s == pending || s == firing) n->on_fire();
+          n->on_destroy();
+          break;
+        }
+      }
+      n->settle(true);
+      break;
+    case discard_action:
+      n->settle(false);
       break;
     case fire_action:
       n->on_fire();
