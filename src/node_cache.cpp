@@ -3,11 +3,15 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <mutex>
 #include <new>
+#include <thread>
 #include <utility>
 
+#include <pthread.h>
+#include <sched.h>
 #include <sys/mman.h>
 
 #if defined(__has_feature)
@@ -31,6 +35,7 @@ void node_cache_defer_frees(bool) noexcept {}
 bool node_cache_trim(std::size_t, bool) noexcept { return false; }
 bool node_cache_trim_pending() noexcept { return false; }
 std::size_t node_cache_mapped_bytes() noexcept { return 0; }
+std::size_t node_cache_empty_chunks() noexcept { return 0; }
 
 #else
 
@@ -43,6 +48,7 @@ constexpr std::size_t chunk_bytes = 256u << 10; // aligned: a node finds its chu
 constexpr std::size_t header_bytes = 64;        // the chunk's header; nodes follow it
 constexpr std::size_t keep_empty = 8;           // empty chunks kept for reuse (2 MiB)
 constexpr std::size_t populate_window = 64u << 10;
+constexpr std::size_t low_water = 2; // fewer empty chunks than this: the preparer maps more
 std::int64_t now_ns() noexcept {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
@@ -62,6 +68,7 @@ struct chunk {
   std::uint32_t carved = 0; // set when retired
   chunk* prev = nullptr;    // partial list of its class; `next` also links the empty list
   chunk* next = nullptr;
+  std::uint32_t populated = 0; // bytes from the chunk's start whose pages are in
   std::uint8_t cls = 0;
   bool retired = false; // its owner carves no more from it
   bool listed = false;  // in its class's partial list
@@ -116,6 +123,12 @@ struct depot {
   std::atomic<std::size_t> surplus{0};      // empty chunks beyond keep_empty
   std::atomic<std::size_t> mapped{0};       // chunks mapped
   std::atomic<std::int64_t> last_demand{0}; // when a thread last needed a new chunk (ns)
+  // The preparer: a thread that keeps low_water empty chunks mapped and populated
+  // while threads take new ones, so that the kernel zeroes their pages on an idle core
+  // (it runs SCHED_IDLE) instead of in the allocating thread. Started on first demand.
+  std::condition_variable preparer_cv;
+  bool preparer_started = false;
+  bool preparer_wanted = false;
 
   void list_partial(chunk* ch) noexcept {
     ch->prev = nullptr;
@@ -255,17 +268,66 @@ struct depot {
   chunk* fresh(int c) {
     last_demand.store(now_ns(), std::memory_order_relaxed);
     chunk* ch = nullptr;
+    bool wake = false;
     {
       std::lock_guard lk(m);
       ch = pop_empty();
+      if (empty_count < low_water && !preparer_wanted) {
+        preparer_wanted = wake = true;
+        if (!preparer_started) preparer_started = start_preparer();
+      }
     }
-    if (!ch) {
+    if (wake) preparer_cv.notify_one();
+    std::uint32_t populated = 0;
+    if (ch)
+      populated = ch->populated;
+    else {
       ch = map_chunk();
       mapped.fetch_add(1, std::memory_order_relaxed);
     }
     ::new (ch) chunk{};
     ch->cls = static_cast<std::uint8_t>(c);
+    ch->populated = populated;
     return ch;
+  }
+  // Under m. False when no thread could be started (then allocating threads populate).
+  bool start_preparer() noexcept {
+    try {
+      std::thread([this] { prepare(); }).detach();
+      return true;
+    } catch (...) {
+      return false;
+    }
+  }
+  void prepare() noexcept {
+    ::pthread_setname_np(::pthread_self(), "metronome-mem");
+    sched_param none{};
+    (void)::sched_setscheduler(0, SCHED_IDLE, &none); // only on a core nobody else wants
+    std::unique_lock lk(m);
+    for (;;) {
+      preparer_cv.wait(lk, [&] { return preparer_wanted; });
+      while (empty_count < low_water) {
+        lk.unlock();
+        chunk* ch = nullptr;
+        try {
+          ch = map_chunk();
+        } catch (const std::bad_alloc&) {
+        }
+        if (ch) {
+          mapped.fetch_add(1, std::memory_order_relaxed);
+          populate(reinterpret_cast<char*>(ch), reinterpret_cast<char*>(ch) + chunk_bytes);
+          ::new (ch) chunk{};
+          ch->populated = chunk_bytes;
+        }
+        lk.lock();
+        if (!ch) break;
+        ch->next = empty;
+        empty = ch;
+        ++empty_count;
+        note_surplus();
+      }
+      preparer_wanted = false;
+    }
   }
   bool trim(std::size_t max_chunks, bool force) noexcept {
     if (surplus.load(std::memory_order_relaxed) == 0) return false;
@@ -283,8 +345,24 @@ struct depot {
   }
 };
 
+depot& the_depot();
+
+depot* make_depot() {
+  auto* d = new depot;
+  // fork(): the mutex is not held across it, and the child, which has no preparer
+  // thread, starts its own on demand.
+  ::pthread_atfork([] { the_depot().m.lock(); }, [] { the_depot().m.unlock(); },
+                   [] {
+                     depot& c = the_depot();
+                     ::new (&c.preparer_cv) std::condition_variable;
+                     c.preparer_started = c.preparer_wanted = false;
+                     c.m.unlock();
+                   });
+  return d;
+}
+
 depot& the_depot() {
-  static depot* d = new depot; // never destroyed: threads may hand nodes back during exit
+  static depot* d = make_depot(); // never destroyed: threads may hand nodes back during exit
   return *d;
 }
 
@@ -314,6 +392,7 @@ std::uint32_t carved_of(const class_cache& k, int c) noexcept {
 // The thread carves no more from its chunk of class c: the depot may empty it.
 void retire_current(class_cache& k, int c) noexcept {
   if (k.current) {
+    k.current->populated = static_cast<std::uint32_t>(k.ready - reinterpret_cast<char*>(k.current));
     const std::uint32_t carved = carved_of(k, c);
     the_depot().retire(std::exchange(k.current, nullptr), carved);
   }
@@ -351,7 +430,7 @@ void* carve(class_cache& k, int c) {
     k.current = ch;
     k.bump = reinterpret_cast<char*>(ch) + header_bytes;
     k.bump_end = k.bump + std::size_t(capacity_of(c)) * size;
-    k.ready = reinterpret_cast<char*>(ch);
+    k.ready = reinterpret_cast<char*>(ch) + ch->populated;
   }
   if (k.bump + size > k.ready) { // populate the next window, so that a thread with few nodes maps little
     char* const window_end = std::min(k.ready + populate_window, reinterpret_cast<char*>(k.current) + chunk_bytes);
@@ -395,6 +474,11 @@ bool node_cache_trim(std::size_t max_chunks, bool force) noexcept { return the_d
 bool node_cache_trim_pending() noexcept { return the_depot().surplus.load(std::memory_order_relaxed) != 0; }
 std::size_t node_cache_mapped_bytes() noexcept {
   return the_depot().mapped.load(std::memory_order_relaxed) * chunk_bytes;
+}
+std::size_t node_cache_empty_chunks() noexcept {
+  depot& d = the_depot();
+  std::lock_guard lk(d.m);
+  return d.empty_count;
 }
 
 void* node_allocate(std::size_t size) {

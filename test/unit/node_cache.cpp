@@ -10,14 +10,30 @@
 #include <thread>
 #include <vector>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 using metronome::detail::node_allocate;
 using metronome::detail::node_cache_defer_frees;
+using metronome::detail::node_cache_empty_chunks;
 using metronome::detail::node_cache_mapped_bytes;
 using metronome::detail::node_cache_trim;
 using metronome::detail::node_cache_trim_pending;
 using metronome::detail::node_deallocate;
 
 namespace {
+
+#if defined(__SANITIZE_THREAD__)
+constexpr bool thread_sanitizer = true;
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+constexpr bool thread_sanitizer = true;
+#else
+constexpr bool thread_sanitizer = false;
+#endif
+#else
+constexpr bool thread_sanitizer = false;
+#endif
 
 constexpr std::size_t sizes[] = {64, 96, 128, 192, 256, 257};
 constexpr std::size_t mib = 1u << 20;
@@ -39,6 +55,21 @@ std::vector<void*> allocate_n(std::size_t n, std::size_t size) {
   for (std::size_t i = 0; i < n; ++i) v.push_back(node_allocate(size));
   return v;
 }
+
+// Waits (up to 20 s) for the background thread to have `n` empty chunks ready.
+bool ready_chunks_reach(std::size_t n) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (node_cache_empty_chunks() < n)
+    if (std::chrono::steady_clock::now() > until)
+      return false;
+    else
+      std::this_thread::yield();
+  return true;
+}
+
+// Takes more chunks than the cache keeps empty (8), so that all kept ones are used and
+// new ones are needed.
+constexpr std::size_t past_the_kept = 12 * (256u << 10) / 64;
 
 void free_all(std::vector<void*>& v, std::size_t size) {
   for (void* p : v) node_deallocate(p, size);
@@ -140,4 +171,32 @@ BOOST_AUTO_TEST_CASE(a_thread_s_cache_is_handed_back_at_exit) {
       free_all(v, 192);
     }).join();
   BOOST_TEST(node_cache_mapped_bytes() <= settled + 512 * 1024);
+}
+
+// A thread that takes new chunks finds them mapped and populated: the background
+// thread keeps two ready while there is demand.
+BOOST_AUTO_TEST_CASE(new_chunks_are_prepared_in_the_background) {
+  if (!cache_on()) return;
+  auto v = allocate_n(past_the_kept, 64);
+  BOOST_TEST(ready_chunks_reach(2));
+  free_all(v, 64);
+}
+
+// fork(): the child has no background thread of its own until it needs one, and then
+// starts it (the parent's, running at the fork, is not copied).
+BOOST_AUTO_TEST_CASE(a_forked_child_prepares_its_own_chunks) {
+  if (!cache_on() || thread_sanitizer) return; // TSan refuses threads started after fork()
+  auto v = allocate_n(past_the_kept, 64); // the parent's background thread is running
+  BOOST_REQUIRE(ready_chunks_reach(2));
+  const pid_t pid = ::fork();
+  BOOST_REQUIRE(pid >= 0);
+  if (pid == 0) {
+    auto w = allocate_n(past_the_kept, 64);
+    ::_exit(ready_chunks_reach(2) ? 0 : 1);
+  }
+  int status = 0;
+  BOOST_REQUIRE(::waitpid(pid, &status, 0) == pid);
+  BOOST_TEST(WIFEXITED(status));
+  BOOST_TEST(WEXITSTATUS(status) == 0);
+  free_all(v, 64);
 }
