@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <mutex>
 #include <new>
@@ -48,7 +47,7 @@ constexpr std::size_t chunk_bytes = 256u << 10; // aligned: a node finds its chu
 constexpr std::size_t header_bytes = 64;        // the chunk's header; nodes follow it
 constexpr std::size_t keep_empty = 8;           // empty chunks kept for reuse (2 MiB)
 constexpr std::size_t populate_window = 64u << 10;
-constexpr std::size_t low_water = 2; // fewer empty chunks than this: the preparer maps more
+constexpr int prepared_slots = 2; // chunks mapped and populated ahead of demand
 std::int64_t now_ns() noexcept {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
@@ -123,12 +122,15 @@ struct depot {
   std::atomic<std::size_t> surplus{0};      // empty chunks beyond keep_empty
   std::atomic<std::size_t> mapped{0};       // chunks mapped
   std::atomic<std::int64_t> last_demand{0}; // when a thread last needed a new chunk (ns)
-  // The preparer: a thread that keeps low_water empty chunks mapped and populated
-  // while threads take new ones, so that the kernel zeroes their pages on an idle core
-  // (it runs SCHED_IDLE) instead of in the allocating thread. Started on first demand.
-  std::condition_variable preparer_cv;
-  bool preparer_started = false;
-  bool preparer_wanted = false;
+  // The preparer: a thread that keeps prepared_slots chunks mapped and populated ahead
+  // of threads that need new ones, so that the kernel zeroes their pages on an idle
+  // core (it runs SCHED_IDLE) instead of in the allocating thread. It never takes the
+  // mutex (preempted while holding it at that priority, it would stall every thread
+  // that frees or allocates): chunks go through atomic slots, demand through an atomic
+  // wait. Started on first demand.
+  std::atomic<chunk*> prepared[prepared_slots] = {};
+  std::atomic<unsigned> demand{0};
+  std::atomic<bool> preparer_started{false};
 
   void list_partial(chunk* ch) noexcept {
     ch->prev = nullptr;
@@ -268,65 +270,59 @@ struct depot {
   chunk* fresh(int c) {
     last_demand.store(now_ns(), std::memory_order_relaxed);
     chunk* ch = nullptr;
-    bool wake = false;
     {
       std::lock_guard lk(m);
       ch = pop_empty();
-      if (empty_count < low_water && !preparer_wanted) {
-        preparer_wanted = wake = true;
-        if (!preparer_started) preparer_started = start_preparer();
-      }
     }
-    if (wake) preparer_cv.notify_one();
     std::uint32_t populated = 0;
-    if (ch)
+    if (ch) {
       populated = ch->populated;
-    else {
-      ch = map_chunk();
-      mapped.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      for (auto& slot : prepared)
+        if (!ch && slot.load(std::memory_order_relaxed)) ch = slot.exchange(nullptr, std::memory_order_acquire);
+      if (ch) {
+        populated = chunk_bytes;
+      } else {
+        ch = map_chunk();
+        mapped.fetch_add(1, std::memory_order_relaxed);
+      }
+      want_prepared();
     }
     ::new (ch) chunk{};
     ch->cls = static_cast<std::uint8_t>(c);
     ch->populated = populated;
     return ch;
   }
-  // Under m. False when no thread could be started (then allocating threads populate).
-  bool start_preparer() noexcept {
-    try {
-      std::thread([this] { prepare(); }).detach();
-      return true;
-    } catch (...) {
-      return false;
+  void want_prepared() noexcept {
+    if (!preparer_started.load(std::memory_order_relaxed) && !preparer_started.exchange(true)) {
+      try {
+        std::thread([this] { prepare(); }).detach();
+      } catch (...) {
+        return; // no thread: allocating threads populate their chunks themselves
+      }
     }
+    demand.fetch_add(1, std::memory_order_release);
+    demand.notify_one();
   }
   void prepare() noexcept {
     ::pthread_setname_np(::pthread_self(), "metronome-mem");
     sched_param none{};
     (void)::sched_setscheduler(0, SCHED_IDLE, &none); // only on a core nobody else wants
-    std::unique_lock lk(m);
     for (;;) {
-      preparer_cv.wait(lk, [&] { return preparer_wanted; });
-      while (empty_count < low_water) {
-        lk.unlock();
+      const unsigned seen = demand.load(std::memory_order_acquire);
+      for (auto& slot : prepared) {
+        if (slot.load(std::memory_order_relaxed)) continue;
         chunk* ch = nullptr;
         try {
           ch = map_chunk();
         } catch (const std::bad_alloc&) {
+          break;
         }
-        if (ch) {
-          mapped.fetch_add(1, std::memory_order_relaxed);
-          populate(reinterpret_cast<char*>(ch), reinterpret_cast<char*>(ch) + chunk_bytes);
-          ::new (ch) chunk{};
-          ch->populated = chunk_bytes;
-        }
-        lk.lock();
-        if (!ch) break;
-        ch->next = empty;
-        empty = ch;
-        ++empty_count;
-        note_surplus();
+        mapped.fetch_add(1, std::memory_order_relaxed);
+        populate(reinterpret_cast<char*>(ch), reinterpret_cast<char*>(ch) + chunk_bytes);
+        slot.store(ch, std::memory_order_release); // only this thread fills the slots
       }
-      preparer_wanted = false;
+      demand.wait(seen, std::memory_order_acquire);
     }
   }
   bool trim(std::size_t max_chunks, bool force) noexcept {
@@ -354,8 +350,7 @@ depot* make_depot() {
   ::pthread_atfork([] { the_depot().m.lock(); }, [] { the_depot().m.unlock(); },
                    [] {
                      depot& c = the_depot();
-                     ::new (&c.preparer_cv) std::condition_variable;
-                     c.preparer_started = c.preparer_wanted = false;
+                     c.preparer_started.store(false, std::memory_order_relaxed);
                      c.m.unlock();
                    });
   return d;
@@ -477,8 +472,10 @@ std::size_t node_cache_mapped_bytes() noexcept {
 }
 std::size_t node_cache_empty_chunks() noexcept {
   depot& d = the_depot();
+  std::size_t n = 0;
+  for (auto& slot : d.prepared) n += slot.load(std::memory_order_relaxed) != nullptr;
   std::lock_guard lk(d.m);
-  return d.empty_count;
+  return n + d.empty_count;
 }
 
 void* node_allocate(std::size_t size) {

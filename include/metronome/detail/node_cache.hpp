@@ -36,8 +36,8 @@ bool node_cache_trim_pending() noexcept;
 inline constexpr std::chrono::milliseconds node_cache_trim_delay{20};
 // Bytes of chunks mapped now (in use, partly free, or empty and kept); 0 under ASan.
 std::size_t node_cache_mapped_bytes() noexcept;
-// Empty chunks ready for reuse (a background thread keeps at least two mapped and
-// populated while threads take new ones); 0 under ASan.
+// Empty chunks ready for use: kept ones, and up to two that a background thread maps
+// and populates ahead of threads that need new chunks; 0 under ASan.
 std::size_t node_cache_empty_chunks() noexcept;
 
 // std::allocator<void> in an executor means "use the recycling cache".
