@@ -279,7 +279,7 @@ struct depot {
       populated = ch->populated;
     } else {
       for (auto& slot : prepared)
-        if (!ch && slot.load(std::memory_order_relaxed)) ch = slot.exchange(nullptr, std::memory_order_acquire);
+        if (slot.load(std::memory_order_relaxed) && (ch = slot.exchange(nullptr, std::memory_order_acquire))) break;
       if (ch) {
         populated = chunk_bytes;
       } else {

@@ -6,10 +6,11 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <pthread.h>
-#include <sys/prctl.h>
 #include <stdexcept>
 #include <string>
+
+#include <pthread.h>
+#include <sys/prctl.h>
 
 namespace metronome::detail {
 

@@ -563,7 +563,7 @@ void wheel_core::run() {
   while (!stopped_) {
     sleeping_until_.store(0, std::memory_order_relaxed);
     const bool arrived = drain_inbox_locked(fired) != never;
-    advance_locked(tick_of(clock::now()), fired);
+    advance_locked(tick_of(now()), fired);
     if (fired.head) {
       lk.unlock();
       dispatch(fired);

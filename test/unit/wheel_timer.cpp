@@ -38,6 +38,8 @@ struct wheel_access {
 namespace {
 struct manual_wheel {
   manual_clock clock;
+  metronome::test::gate busy; // declared before the pool: outlives the task waiting on it
+  metronome::test::counter busy_started;
   scheduled_thread_pool pool{1};
   wheel_timer wheel;
   std::mutex m;
@@ -61,6 +63,19 @@ struct manual_wheel {
   std::size_t fired_count() {
     std::lock_guard lk(m);
     return fired.size();
+  }
+  // Occupies the only pool thread until busy.open(): due timeouts queue behind it.
+  void occupy_pool() {
+    pool.submit([this] {
+      busy_started.add();
+      busy.wait();
+    });
+    BOOST_REQUIRE(busy_started.wait_for_at_least(1));
+  }
+  // What fired ran in id order (the tests number timeouts in scheduling order).
+  void check_fired_in_id_order() {
+    std::lock_guard lk(m);
+    for (std::size_t i = 0; i < fired.size(); ++i) BOOST_TEST(fired[i].first == static_cast<int>(i));
   }
 };
 // Schedules one timeout per delay (ms), advances the clock a tick at a time up to `last`
@@ -204,8 +219,7 @@ BOOST_AUTO_TEST_CASE(timeouts_of_one_tick_fire_in_scheduling_order) {
   BOOST_TEST(w.count.wait_for_at_least(500));
   w.clock.advance(595ms);
   BOOST_TEST(w.count.wait_for_at_least(1000));
-  std::lock_guard lk(w.m);
-  for (std::size_t i = 0; i < w.fired.size(); ++i) BOOST_TEST(w.fired[i].first == static_cast<int>(i));
+  w.check_fired_in_id_order();
 }
 
 // A level's slot moves down while the slot before it is current, a share each tick,
@@ -260,8 +274,7 @@ BOOST_AUTO_TEST_CASE(ties_keep_scheduling_order_across_a_moving_slot) {
   BOOST_TEST(w.fired_count() == 0u);
   w.clock.advance(1ms);
   BOOST_TEST(w.count.wait_for_at_least(900));
-  std::lock_guard lk(w.m);
-  for (std::size_t i = 0; i < w.fired.size(); ++i) BOOST_TEST(w.fired[i].first == static_cast<int>(i));
+  w.check_fired_in_id_order();
 }
 
 // One level only: a ring of 8 slots; deadlines past it go round again.
@@ -277,13 +290,7 @@ BOOST_AUTO_TEST_CASE(a_single_level_goes_round) {
 // A due timeout still queued on the executor can be cancelled: it never runs.
 BOOST_AUTO_TEST_CASE(cancel_while_queued_on_the_executor) {
   manual_wheel w;
-  metronome::test::gate busy;
-  metronome::test::counter started;
-  w.pool.submit([&] { // occupy the only pool thread
-    started.add();
-    busy.wait();
-  });
-  BOOST_TEST(started.wait_for_at_least(1));
+  w.occupy_pool();
   auto t = w.add(1, 1ms);
   w.clock.advance(1ms); // due: handed to the pool, behind the busy task
   BOOST_TEST(t.is_expired());
@@ -293,7 +300,7 @@ BOOST_AUTO_TEST_CASE(cancel_while_queued_on_the_executor) {
   BOOST_TEST(!t.cancel());
   auto after = w.add(2, 1ms);
   w.clock.advance(1ms);
-  busy.open();
+  w.busy.open();
   BOOST_TEST(w.count.wait_for_at_least(1));
   std::lock_guard lk(w.m);
   BOOST_REQUIRE(w.fired.size() == 1u);
@@ -305,13 +312,7 @@ BOOST_AUTO_TEST_CASE(cancel_while_queued_on_the_executor) {
 // away, and its function is freed either way.
 BOOST_AUTO_TEST_CASE(a_due_timeout_without_handles_runs_once_unless_cancelled_and_is_freed) {
   manual_wheel w;
-  metronome::test::gate busy;
-  metronome::test::counter started;
-  w.pool.submit([&] { // occupy the only pool thread
-    started.add();
-    busy.wait();
-  });
-  BOOST_TEST(started.wait_for_at_least(1));
+  w.occupy_pool();
   auto kept = std::make_shared<int>(0), dropped = std::make_shared<int>(0);
   std::atomic<int> kept_runs{0}, dropped_runs{0};
   w.wheel.schedule([kept, &kept_runs] { kept_runs.fetch_add(1); }, 1ms); // handle discarded at once
@@ -323,7 +324,7 @@ BOOST_AUTO_TEST_CASE(a_due_timeout_without_handles_runs_once_unless_cancelled_an
   } // the last handle goes: the queue's reference is the only one left
   w.add(3, 1ms);
   w.clock.advance(1ms);
-  busy.open();
+  w.busy.open();
   BOOST_TEST(w.count.wait_for_at_least(1)); // runs after both
   BOOST_TEST(metronome::test::poll_until([&] { return kept.use_count() == 1 && !w.pool.stats().active; }));
   BOOST_TEST(kept_runs.load() == 1);
@@ -336,8 +337,7 @@ BOOST_AUTO_TEST_CASE(a_big_jump_fires_everything_due_in_order) {
   for (int i = 0; i < 100; ++i) w.add(i, std::chrono::milliseconds(1 + i * 37));
   w.clock.advance(1h);
   BOOST_TEST(w.count.wait_for_at_least(100));
-  std::lock_guard lk(w.m);
-  for (std::size_t i = 0; i < w.fired.size(); ++i) BOOST_TEST(w.fired[i].first == static_cast<int>(i));
+  w.check_fired_in_id_order();
 }
 
 BOOST_AUTO_TEST_CASE(cancel_unlinks_at_once_and_frees_the_function) {
