@@ -73,6 +73,7 @@ wheel_core::wheel_core(wheel_options opts, boost::asio::any_io_executor ex, pool
   cascades_.assign(opts_.levels, cascade{});
   words_per_level_ = (slots + 63) / 64;
   occupied_.assign(opts_.levels * words_per_level_, 0);
+  if (opts_.levels > 1) marks_.resize(slots); // a level-0 slot is then one tick
   start_ = now();
   if (manual_)
     manual_->attach(this);
@@ -161,6 +162,8 @@ void wheel_core::link_locked(wheel_entry* e, std::size_t from_level) noexcept {
 void wheel_core::append_locked(wheel_entry* e, std::size_t index) noexcept {
   slot_list& list = slots_[index];
   e->slot_index_ = static_cast<std::uint16_t>(index);
+  e->mark_ = wheel_entry::no_mark;
+  if (index <= mask_ && !marks_.empty() && list.count % mark_every == 0) mark_locked(e, index);
   e->prev_ = list.tail;
   e->next_.store(nullptr, std::memory_order_relaxed);
   if (list.tail)
@@ -169,6 +172,17 @@ void wheel_core::append_locked(wheel_entry* e, std::size_t index) noexcept {
     list.head = e;
   list.tail = e;
   if (list.count++ == 0) set_occupied(index, true);
+}
+
+void wheel_core::mark_locked(wheel_entry* e, std::size_t index) noexcept {
+  auto& marks = marks_[index];
+  if (marks.size() >= wheel_entry::no_mark) return;
+  try {
+    marks.push_back(e);
+  } catch (...) {
+    return; // entry points are only a hint
+  }
+  e->mark_ = static_cast<std::uint8_t>(marks.size() - 1);
 }
 
 wheel_entry* wheel_core::next_in_slot(wheel_entry* e) noexcept {
@@ -188,6 +202,10 @@ void wheel_core::unlink_locked(wheel_entry* e) noexcept {
   else
     list.tail = e->prev_;
   if (--list.count == 0) set_occupied(index, false);
+  if (e->mark_ != wheel_entry::no_mark) { // the walk from the entry point before covers what follows
+    marks_[index][e->mark_] = nullptr;
+    e->mark_ = wheel_entry::no_mark;
+  }
   e->prev_ = nullptr;
   e->next_.store(nullptr, std::memory_order_relaxed);
   e->slot_index_ = wheel_entry::no_slot;
@@ -350,6 +368,7 @@ void wheel_core::step_locked(std::uint64_t tick, chain& fired) noexcept {
   if (list.count == 0) return;
   slot_list taken = std::exchange(list, slot_list{});
   set_occupied(index, false);
+  if (!marks_.empty()) marks_[index].clear();
   if (opts_.levels == 1) { // one level: deadlines past the ring wait in it and go round again
     place_locked(taken.head, fired, no_level);
     return;
@@ -514,6 +533,7 @@ std::vector<wheel_entry*> wheel_core::stop() {
     }
     for (auto* e : left) e->state_.store(wheel_entry::cancelled, std::memory_order_release);
     for (auto& o : occupied_) o = 0;
+    for (auto& m : marks_) m.clear();
     count_removed_locked(left.size());
     cv_.notify_all();
   }
@@ -541,6 +561,11 @@ std::size_t wheel_core::moving(std::size_t level) const {
   return cascades_[level].number == (elapsed_ >> shift(level)) + 1 ? slots_[cascading(level)].count : 0;
 }
 
+std::size_t wheel_core::touched_ahead() const {
+  std::lock_guard lk(mtx_);
+  return touched_entries_;
+}
+
 void wheel_core::on_time_advanced() {
   chain fired;
   {
@@ -550,6 +575,47 @@ void wheel_core::on_time_advanced() {
     advance_locked(tick_of(now()), fired);
   }
   dispatch(fired);
+  std::unique_lock lk(mtx_);
+  if (!stopped_) touch_next_tick(lk); // as the timer thread does while it waits
+}
+
+// Brings the next tick's timeouts into this thread's cache while it waits for that tick,
+// so that the workers find them one core away (~45 ns on this kind of VM) rather than
+// in memory (~150 ns, paid one entry after another: each entry's link is in the one
+// before). The slot's list is walked from all its entry points side by side, so the
+// cache misses overlap. The mutex is let go between groups of entry points: a cancel()
+// waits for one group at most. Returns whether it touched anything.
+bool wheel_core::touch_next_tick(std::unique_lock<std::mutex>& lk) noexcept {
+  const std::uint64_t tick = elapsed_ + 1;
+  if (marks_.empty() || touched_ >= tick) return false;
+  const std::size_t index = static_cast<std::size_t>(tick & mask_);
+  if (slots_[index].count < touch_at_least) return false;
+  touched_ = tick;
+  touched_entries_ = 0;
+  constexpr std::size_t group = 32;
+  wheel_entry* cursor[group + 1];
+  for (std::size_t first = 0; !stopped_ && elapsed_ < tick && first < marks_[index].size(); first += group) {
+    const auto& marks = marks_[index];
+    std::size_t n = std::min(group, marks.size() - first);
+    std::copy_n(marks.begin() + static_cast<std::ptrdiff_t>(first), n, cursor);
+    if (wheel_entry* head = slots_[index].head; first == 0 && head && head->mark_ == wheel_entry::no_mark)
+      cursor[n++] = head; // the first entry point was unlinked: nobody walks from before it
+    for (bool walking = true; walking;) {
+      walking = false;
+      for (std::size_t i = 0; i < n; ++i) {
+        if (wheel_entry* e = cursor[i]) { // each step reads the next entry: n misses in flight
+          ++touched_entries_;
+          wheel_entry* next = next_in_slot(e);
+          cursor[i] = next && next->mark_ == wheel_entry::no_mark ? next : nullptr;
+          walking = true;
+        }
+      }
+    }
+    lk.unlock();
+    lk.lock();
+    if (tick_of(now()) >= tick) break; // due: hand it over rather than touch the rest
+  }
+  return true;
 }
 
 // The timer thread: moves timeouts, never runs user code. While timeouts keep
@@ -570,6 +636,7 @@ void wheel_core::run() {
       lk.lock();
       continue;
     }
+    if (touch_next_tick(lk)) continue; // the lock was let go: look again
     std::uint64_t until = next_event_locked();
     if (arrived && elapsed_ + 1 < until) until = elapsed_ + 1;
     sleeping_until_.store(until, std::memory_order_seq_cst);

@@ -32,6 +32,7 @@ using metronome::wheel_timer;
 namespace metronome::detail {
 struct wheel_access {
   static std::size_t moving(const wheel_timer& w, std::size_t level) { return w.core_->moving(level); }
+  static std::size_t touched_ahead(const wheel_timer& w) { return w.core_->touched_ahead(); }
 };
 } // namespace metronome::detail
 
@@ -220,6 +221,35 @@ BOOST_AUTO_TEST_CASE(timeouts_of_one_tick_fire_in_scheduling_order) {
   w.clock.advance(595ms);
   BOOST_TEST(w.count.wait_for_at_least(1000));
   w.check_fired_in_id_order();
+}
+
+// While it waits for a tick, the wheel walks that tick's timeouts from entry points
+// (one per 32 linked) to bring them into cache: every timeout still linked is visited
+// exactly once, whatever was cancelled (entry points included), and entry points of an
+// earlier round of the slot are gone. (The manual clock walks it in advance().)
+BOOST_AUTO_TEST_CASE(the_next_tick_is_walked_once_per_timeout_despite_cancels) {
+  manual_wheel w;
+  std::vector<wheel_timer::timeout> handles;
+  for (int i = 0; i < 1000; ++i) handles.push_back(w.add(i, 10ms));
+  std::size_t cancelled = 0;
+  for (int i = 0; i < 1000; ++i) // every third (entry points 0, 96, 192...) and 30..40 (around 32)
+    if (i % 3 == 0 || (i >= 30 && i <= 40)) cancelled += handles[static_cast<std::size_t>(i)].cancel() ? 1 : 0;
+  const std::size_t left = 1000 - cancelled;
+  w.clock.advance(8ms);
+  BOOST_TEST(metronome::detail::wheel_access::touched_ahead(w.wheel) == 0u); // tick 9 is empty
+  w.clock.advance(1ms);
+  BOOST_TEST(metronome::detail::wheel_access::touched_ahead(w.wheel) == left);
+  w.clock.advance(1ms);
+  BOOST_TEST(w.count.wait_for_at_least(left));
+  BOOST_TEST(w.fired_count() == left);
+  handles.clear(); // frees the nodes
+  // The same slot one round later, filled by a level-1 slot moving down.
+  for (int i = 0; i < 300; ++i) handles.push_back(w.add(i, 512ms)); // tick 522, slot 10 again
+  w.clock.advance(511ms);
+  BOOST_TEST(metronome::detail::wheel_access::touched_ahead(w.wheel) == 300u);
+  w.clock.advance(1ms);
+  BOOST_TEST(w.count.wait_for_at_least(left + 300));
+  BOOST_TEST(w.wheel.pending() == 0u);
 }
 
 // A level's slot moves down while the slot before it is current, a share each tick,
@@ -428,6 +458,38 @@ BOOST_AUTO_TEST_CASE(fires_onto_any_executor_on_the_real_clock) {
   }
   guard.reset();
   t.join();
+}
+
+// On the real clock the timer thread walks each busy tick ahead of time while another
+// thread cancels timeouts of those ticks: every timeout fires once unless its cancel won.
+BOOST_AUTO_TEST_CASE(busy_ticks_on_the_real_clock_fire_what_was_not_cancelled) {
+  constexpr int n = 20000;
+  std::vector<std::atomic<int>> runs(n);
+  std::vector<char> won(n, 0);
+  {
+    scheduled_thread_pool pool(2);
+    wheel_timer wheel(pool);
+    std::vector<wheel_timer::timeout> handles;
+    handles.reserve(n);
+    for (int i = 0; i < n; ++i) // ~5,000 per tick over four ticks
+      handles.push_back(wheel.schedule([&runs, i] { runs[static_cast<std::size_t>(i)].fetch_add(1); },
+                                       20ms + std::chrono::milliseconds(i % 4)));
+    std::thread canceller([&] {
+      for (std::size_t i = 0; i < n; i += 3) won[i] = handles[i].cancel() ? 1 : 0;
+    });
+    canceller.join();
+    BOOST_TEST(metronome::test::poll_until([&] { return wheel.pending() == 0; }));
+    handles.clear();
+    pool.shutdown();
+    BOOST_TEST(pool.await_termination(20s));
+  }
+  int wrong = 0, cancelled = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    wrong += runs[i].load() != (won[i] ? 0 : 1) ? 1 : 0;
+    cancelled += won[i];
+  }
+  BOOST_TEST(wrong == 0);
+  BOOST_TEST_MESSAGE(cancelled << " of " << n << " cancelled before firing");
 }
 
 BOOST_AUTO_TEST_CASE(async_wait_completes_and_cancels) {

@@ -75,6 +75,11 @@ public:
 
   // level * slots_per_level + slot, no_slot when unlinked. Fits: the option limits
   // allow at most 20,480 slots.
+  // In a level-0 slot: its place among that slot's entry points (wheel_core::marks_),
+  // or no_mark. Only the mutex holder reads or writes it; stale once handed over. One
+  // byte, so that it fits beside task_base::kind_ and a small timeout stays 64 bytes.
+  std::uint8_t mark_ = no_mark;
+  static constexpr std::uint8_t no_mark = 0xff;
   std::uint16_t slot_index_ = no_slot;
   std::atomic<std::uint32_t> state_{pending};
   wheel_entry* prev_ = nullptr;
@@ -140,6 +145,8 @@ public:
   std::uint64_t elapsed() const noexcept { return elapsed_published_.load(std::memory_order_acquire); }
   // Diagnostics (tests): timeouts of `level`'s slot that is moving down, not yet moved.
   std::size_t moving(std::size_t level) const;
+  // Diagnostics (tests): timeouts the last touch_next_tick() walked.
+  std::size_t touched_ahead() const;
 
   void on_time_advanced() override;
 
@@ -189,6 +196,8 @@ private:
   void set_occupied(std::size_t index, bool on) noexcept;
   std::size_t next_occupied(std::size_t level, std::size_t from) const noexcept;
   std::uint64_t next_event_locked() const noexcept;
+  void mark_locked(wheel_entry* e, std::size_t index) noexcept;
+  bool touch_next_tick(std::unique_lock<std::mutex>& lk) noexcept;
   void start_cascade_locked(std::size_t level, chain& fired) noexcept;
   void progress_cascade_locked(std::size_t level, chain& fired) noexcept;
   void step_locked(std::uint64_t tick, chain& fired) noexcept;
@@ -223,6 +232,13 @@ private:
   std::vector<slot_list> slots_;        // levels * slots
   std::vector<cascade> cascades_;       // per level (level 0 never cascades)
   std::vector<std::uint64_t> occupied_; // one bit per slot, words_per_level_ words per level
+  // Entry points of each level-0 slot's list (one every mark_every entries appended;
+  // nullptr where one was unlinked): the timer thread walks them side by side to bring
+  // the next tick's timeouts into cache before the workers need them (touch_next_tick).
+  static constexpr std::size_t mark_every = 32, touch_at_least = 256;
+  std::vector<std::vector<wheel_entry*>> marks_;
+  std::uint64_t touched_ = 0;       // the last tick whose slot was touched ahead
+  std::size_t touched_entries_ = 0; // and how many timeouts that walk visited
   std::size_t words_per_level_ = 1;
   std::uint64_t elapsed_ = 0;
   bool stopped_ = false;
