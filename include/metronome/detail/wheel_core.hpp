@@ -73,13 +73,13 @@ public:
   // Its deadline passed on the wheel: queued on the executor, running or done.
   bool is_due() const noexcept;
 
-  // level * slots_per_level + slot, no_slot when unlinked. Fits: the option limits
-  // allow at most 20,480 slots.
   // In a level-0 slot: its place among that slot's entry points (wheel_core::marks_),
   // or no_mark. Only the mutex holder reads or writes it; stale once handed over. One
   // byte, so that it fits beside task_base::kind_ and a small timeout stays 64 bytes.
   std::uint8_t mark_ = no_mark;
   static constexpr std::uint8_t no_mark = 0xff;
+  // level * slots_per_level + slot, no_slot when unlinked. Fits: the option limits
+  // allow at most 20,480 slots.
   std::uint16_t slot_index_ = no_slot;
   std::atomic<std::uint32_t> state_{pending};
   wheel_entry* prev_ = nullptr;
@@ -232,9 +232,10 @@ private:
   std::vector<slot_list> slots_;        // levels * slots
   std::vector<cascade> cascades_;       // per level (level 0 never cascades)
   std::vector<std::uint64_t> occupied_; // one bit per slot, words_per_level_ words per level
-  // Entry points of each level-0 slot's list (one every mark_every entries appended;
-  // nullptr where one was unlinked): the timer thread walks them side by side to bring
-  // the next tick's timeouts into cache before the workers need them (touch_next_tick).
+  // Entry points of each level-0 slot's list (the entry linked whenever the slot's
+  // count is a multiple of mark_every, at most 255; nullptr where one was unlinked):
+  // the timer thread walks them side by side to bring the next tick's timeouts into
+  // cache before the workers need them (touch_next_tick).
   static constexpr std::size_t mark_every = 32, touch_at_least = 256;
   std::vector<std::vector<wheel_entry*>> marks_;
   std::uint64_t touched_ = 0;       // the last tick whose slot was touched ahead
