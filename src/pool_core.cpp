@@ -44,6 +44,16 @@ constexpr clock::rep no_due = std::numeric_limits<clock::rep>::max();
 constexpr int spin_rounds = 32;
 constexpr int spin_pause_rounds = 16;
 
+// A scheduled task cancelled while it waited in a queue (inbox, heap): drops the
+// queue's reference; true if so, and the task goes no further.
+bool release_if_cancelled(task_base* t) noexcept {
+  if (!t->is_scheduled()) return false;
+  auto* st = static_cast<scheduled_task_base*>(t);
+  if (st->phase() == scheduled_task_base::pending) return false;
+  st->release();
+  return true;
+}
+
 task_base* pop_local(worker& w) noexcept {
   task_base* t = w.local_head;
   w.local_head = t->next_.load(std::memory_order_relaxed);
@@ -662,12 +672,8 @@ void pool_core::drain_inbox_locked() noexcept {
       cpu_relax(); // a submitter is between its exchange and its link
       continue;
     }
-    auto* n = static_cast<timed_node*>(t);
-    if (t->is_scheduled() && static_cast<scheduled_task_base*>(t)->phase() != scheduled_task_base::pending) {
-      static_cast<scheduled_task_base*>(t)->release(); // cancelled while in the inbox
-      continue;
-    }
-    heap_.push(n, next_seq_++);
+    if (release_if_cancelled(t)) continue;
+    heap_.push(static_cast<timed_node*>(t), next_seq_++);
   }
 }
 
@@ -803,9 +809,7 @@ std::vector<pending_task> pool_core::shutdown_now() {
   for (task_base* t : taken) {
     if (t->kind_ == task_kind::wait) {
       t->complete(false); // completes with operation_aborted
-    } else if (t->is_scheduled() && static_cast<scheduled_task_base*>(t)->phase() != scheduled_task_base::pending) {
-      static_cast<scheduled_task_base*>(t)->release(); // cancelled while queued
-    } else {
+    } else if (!release_if_cancelled(t)) {
       out.push_back(pending_task(t));
     }
   }
