@@ -32,7 +32,8 @@ completion_hook* const hooks_closed = reinterpret_cast<completion_hook*>(alignof
 
 } // namespace
 
-scheduled_task_base::scheduled_task_base(pool_core* pool) noexcept : timed_node(&complete_thunk), pool_(pool) {}
+scheduled_task_base::scheduled_task_base(pool_core* pool) noexcept
+    : timed_node(&complete_thunk), anchor_(pool->anchor()), generation_(pool->anchor_generation()) {}
 
 void scheduled_task_base::complete_thunk(task_base* t, unsigned action) {
   const bool run = action == run_action;
@@ -71,6 +72,13 @@ bool scheduled_task_base::finish_cancelled() noexcept {
   return true;
 }
 
+bool scheduled_task_base::begin_cancel(std::uint32_t& old) noexcept {
+  old = state_.load(std::memory_order_acquire);
+  while ((old & phase_mask) == pending)
+    if (state_.compare_exchange_weak(old, (old & has_waiters) | cancelled, std::memory_order_acq_rel)) return true;
+  return false;
+}
+
 bool scheduled_task_base::try_rearm() noexcept {
   std::uint32_t s = state_.load(std::memory_order_acquire);
   for (;;) {
@@ -85,8 +93,14 @@ bool scheduled_task_base::cancel() noexcept {
     const std::uint32_t phase = s & phase_mask;
     if (phase == pending) {
       if (state_.compare_exchange_weak(s, (s & has_waiters) | cancelled, std::memory_order_acq_rel)) {
-        // We own the callable now: no worker can start it.
-        pool_->on_cancelled(this);
+        // We own the callable now: no worker can start it. Take it out of the delay
+        // queue at once if the pool still exists (the anchor tells: see pool_anchor.hpp).
+        bool removed = false;
+        {
+          std::lock_guard lk(anchor_->mtx);
+          if (anchor_->generation == generation_) removed = pool()->on_cancelled_locked(this);
+        }
+        if (removed) release(); // the queue's reference; ours (the caller's handle) remains
         destroy_callable();
         notify_terminal(s);
         return true;
@@ -146,8 +160,10 @@ bool scheduled_task_base::wait_until(clock::time_point deadline) const {
 }
 
 clock::duration scheduled_task_base::delay() const noexcept {
-  if (is_terminal()) return clock::duration::zero(); // the pool may be gone
-  return due() - pool_->now();
+  if (is_terminal()) return clock::duration::zero();
+  std::lock_guard lk(anchor_->mtx);
+  if (anchor_->generation != generation_) return clock::duration::zero(); // the pool is gone
+  return due() - pool()->now();
 }
 
 std::exception_ptr scheduled_task_base::failure() const {

@@ -1,10 +1,13 @@
 #include <metronome/detail/pool_core.hpp>
 #include <metronome/detail/report.hpp>
 #include <metronome/detail/serial_core.hpp>
+#include <metronome/detail/test_hooks.hpp>
 #include <metronome/errors.hpp>
 #include <metronome/scheduled_thread_pool.hpp>
 
 #include <vector>
+
+#include <pthread.h>
 
 namespace metronome::detail {
 
@@ -19,6 +22,17 @@ pool_core& default_timer_pool() {
     o.thread_name_prefix = "mtr-timer";
     return o;
   }());
+  // fork(): the child gets the pool with its mutex free and its thread started anew, so
+  // serial executors made before the fork keep timing their delayed work in the child.
+  static const bool fork_hooks = [] {
+    ::pthread_atfork([] { pool.core().lock_for_fork(); }, [] { pool.core().unlock_after_fork(); },
+                     [] {
+                       pool.core().unlock_after_fork();
+                       pool.core().restart_in_child();
+                     });
+    return true;
+  }();
+  (void)fork_hooks;
   return pool.core();
 }
 
@@ -37,9 +51,18 @@ bool serial_core::running_in_this_thread() const noexcept { return current_drain
 bool serial_core::try_enqueue(task_base* t) noexcept {
   if (disposed_.load(std::memory_order_acquire)) return false;
   queue_.push(t);
-  if (pending_.fetch_add(1, std::memory_order_acq_rel) == 0) post_drain();
+  METRONOME_TEST_HOOK(hook_point::serial_after_push);
+  if (pending_.fetch_add(1, std::memory_order_acq_rel) == 0) post_drain(drain_post::producer);
   return true;
 }
+
+bool serial_core::enqueue_due(scheduled_task_base* t) noexcept {
+  // Queued even when disposed: the drain discards what it finds after dispose().
+  queue_.push(t);
+  return pending_.fetch_add(1, std::memory_order_acq_rel) == 0;
+}
+
+void serial_core::post_owed_drain() noexcept { post_drain(drain_post::internal); }
 
 task_base* serial_core::pop_one() noexcept {
   // pending_ > 0 promises a node; a producer may still be linking it.
@@ -79,10 +102,12 @@ void serial_core::drain() noexcept {
       // worker (a futex call on the producer's path) for every few tasks.
       for (int i = 0; i < 64 && pending_.load(std::memory_order_relaxed) == counted; ++i) cpu_relax();
     }
+    METRONOME_TEST_HOOK(hook_point::serial_before_settle);
     if (pending_.fetch_sub(consumed, std::memory_order_acq_rel) == consumed) break; // drained
     if (ran >= opts_.batch) {
       current_drain = outer;
-      post_drain(); // let other work on the executor have a turn
+      METRONOME_TEST_HOOK(hook_point::serial_before_repost);
+      post_drain(drain_post::repost); // let other work on the executor have a turn
       return;
     }
   }
@@ -92,7 +117,7 @@ void serial_core::drain() noexcept {
 void serial_core::run_one(task_base* t) noexcept {
   if (t->is_scheduled()) {
     auto* st = static_cast<scheduled_task_base*>(t);
-    st->pool_->run_scheduled(st);
+    st->pool()->run_scheduled(st);
     return;
   }
   try {
@@ -116,22 +141,17 @@ void serial_core::discard(task_base* t) noexcept {
 }
 
 void serial_core::report(std::exception_ptr e) noexcept {
+  if (!e) return;
   if (opts_.exception_handler) {
     try {
       opts_.exception_handler(e);
     } catch (...) {
+      print_unhandled(std::current_exception(), "a serial executor's exception handler");
     }
   } else if (owner_pool_) {
     owner_pool_->report(e);
   } else {
     print_unhandled(e, "serial task");
-  }
-}
-
-void serial_core::accept(scheduled_task_base* t) noexcept {
-  if (!try_enqueue(t)) {
-    t->finish_cancelled();
-    t->release();
   }
 }
 

@@ -43,16 +43,25 @@ public:
   const Executor& inner() const noexcept { return inner_; }
 
 private:
-  void post_drain() noexcept override {
+  void post_drain(drain_post how) noexcept override {
     try {
       auto drain = [self = shared_from_this()] { self->drain(); };
       if constexpr (std::is_same_v<Executor, scheduled_thread_pool::executor_type>) {
-        // Straight onto our own pool; from one of its workers (a re-post after a full
-        // batch) without waking anybody: this worker takes the next task itself.
         auto& core =
             static_cast<scheduled_thread_pool&>(boost::asio::query(inner_, boost::asio::execution::context)).core();
         task_base* op = executor_op<decltype(drain), recycling_allocator<void>>::create(std::move(drain), {});
-        core.push_ready_quiet(op);
+        switch (how) {
+        case drain_post::producer:
+          core.post(op, false); // the executor path's rules (after shutdown: from outside, dropped)
+          break;
+        case drain_post::internal:
+          core.push_ready(op);
+          break;
+        case drain_post::repost:
+          // Only the drain's own re-post skips the wake-up: its worker takes it next.
+          core.repost_from_worker(op);
+          break;
+        }
       } else {
         boost::asio::post(inner_, std::move(drain));
       }

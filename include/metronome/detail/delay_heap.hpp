@@ -39,7 +39,7 @@ public:
 
   // Takes every node out, in due order (then FIFO); used by shutdown paths.
   template <class F>
-  void drain(F&& f) {
+  void drain(F&& f) noexcept {
     auto all = std::move(entries_);
     entries_.clear();
     std::sort(all.begin(), all.end(), before);
@@ -49,30 +49,50 @@ public:
     }
   }
 
-  // Removes the nodes matching `pred`, calling `f` on each; O(n).
+  // Removes the nodes matching `pred`, calling `f` on each; O(n), allocates nothing.
   template <class Pred, class F>
-  void remove_if(Pred&& pred, F&& f) {
-    std::vector<entry> keep;
-    keep.reserve(entries_.size());
-    std::vector<timed_node*> gone;
-    for (auto& e : entries_) {
-      if (pred(e.node))
-        gone.push_back(e.node);
-      else
-        keep.push_back(e);
+  void remove_if(Pred&& pred, F&& f) noexcept {
+    std::size_t kept = 0;
+    for (std::size_t i = 0; i < entries_.size(); ++i) {
+      const entry e = entries_[i];
+      if (pred(e.node)) {
+        e.node->heap_index_ = not_in_heap;
+        f(e.node);
+      } else {
+        entries_[kept++] = e;
+      }
     }
-    if (gone.empty()) return;
-    entries_ = std::move(keep);
+    if (kept == entries_.size()) return;
+    entries_.resize(kept);
     for (std::size_t i = 0; i < entries_.size(); ++i) entries_[i].node->heap_index_ = static_cast<heap_index_t>(i);
     for (std::size_t i = entries_.size() / arity + 1; i-- > 0;) sift_down(i);
-    for (auto* n : gone) {
-      n->heap_index_ = not_in_heap;
-      f(n);
+    shrink_if_sparse();
+  }
+
+  // Gives storage back once the heap has emptied out: all of it when empty, else down to
+  // twice the size when under a quarter of the capacity (amortised O(1) per removal).
+  // Allocation failure only keeps the old storage.
+  void shrink_if_sparse() noexcept {
+    const std::size_t cap = entries_.capacity();
+    if (entries_.empty()) {
+      if (cap > min_kept) std::vector<entry>().swap(entries_);
+      return;
+    }
+    if (cap <= min_kept || entries_.size() >= cap / 4) return;
+    try {
+      std::vector<entry> smaller;
+      smaller.reserve(entries_.size() * 2);
+      smaller.assign(entries_.begin(), entries_.end());
+      entries_.swap(smaller);
+    } catch (...) {
     }
   }
 
+  std::size_t capacity() const noexcept { return entries_.capacity(); }
+
 private:
   static constexpr std::size_t arity = 4;
+  static constexpr std::size_t min_kept = 256; // entries kept without shrinking
 
   struct entry {
     clock::rep due;

@@ -2,6 +2,7 @@
 #define METRONOME_DETAIL_POOL_CORE_HPP
 
 #include <metronome/detail/delay_heap.hpp>
+#include <metronome/detail/pool_anchor.hpp>
 #include <metronome/detail/ready_queue.hpp>
 #include <metronome/detail/scheduled_task.hpp>
 #include <metronome/options.hpp>
@@ -42,7 +43,9 @@ struct worker;
 
 // The engine behind scheduled_thread_pool: a lock-free ready queue, a delay heap
 // under one mutex with leader-follower waiting, and worker threads that spin briefly
-// before parking. See docs/design.md for the protocol.
+// before parking. docs/design.md states each hand-over's invariant. The code is in
+// three files: pool_core.cpp (threads, ready queue, parking), pool_delay.cpp (delay
+// queue, promotion, periodic runs, waits), pool_lifecycle.cpp (shutdown, join, stats).
 class pool_core final : public clock_listener {
 public:
   explicit pool_core(pool_options opts);
@@ -56,6 +59,8 @@ public:
   const boost::asio::execution_context* context() const noexcept { return context_; }
   void set_context(const boost::asio::execution_context* c) noexcept { context_ = c; }
   bool is_manual_clock() const noexcept { return manual_ != nullptr; }
+  pool_anchor* anchor() const noexcept { return anchor_; }
+  std::uint32_t anchor_generation() const noexcept { return generation_; }
 
   // ---- Asio executor path: never throws.
   // continuation: relationship.continuation (defer) -> this thread's local queue.
@@ -65,20 +70,22 @@ public:
   void work_finished() noexcept;
 
   // ---- Typed API. Takes the pool's reference on t. May throw rejected_execution
-  // (abort policy). Returns normally when the task was accepted, discarded or run.
+  // (abort policy) or std::bad_alloc (nothing changed: the task is dropped, cancelled).
+  // Returns normally when the task was accepted, discarded or run.
   void submit_scheduled(scheduled_task_base* t, clock::time_point due);
 
   // A delay wait (async_delay). After shutdown() it is queued already aborted.
   // Returns false only when the pool has terminated (the caller completes the wait
-  // with operation_aborted itself).
+  // with operation_aborted itself). @throws std::bad_alloc with nothing queued.
   // `current`: the pool's time as the caller last read it (saves a clock read).
   bool add_wait(wait_node* n, clock::time_point due, clock::time_point current);
   // Per-operation cancellation: if the wait is still in the delay queue, takes it out
   // and queues it aborted. A wait that already fell due completes normally.
   void cancel_wait(wait_node* n) noexcept;
 
-  // Cancel support: removes t from the heap if it is there (drops the heap's ref).
-  void on_cancelled(scheduled_task_base* t) noexcept;
+  // Cancel support, caller holds the anchor's mutex (mtx_): removes t from the heap if
+  // it is there. Returns true when it did: the caller then drops the heap's reference.
+  bool on_cancelled_locked(scheduled_task_base* t) noexcept;
 
   // Runs a scheduled task once on the calling thread (caller_runs, pending_task).
   static void run_detached(scheduled_task_base* t) noexcept;
@@ -87,9 +94,10 @@ public:
   void run_scheduled(scheduled_task_base* t) noexcept;
   // Queues ready work on this pool (internal: also after shutdown).
   void push_ready(task_base* t) noexcept;
-  // From one of this pool's workers: queues t without waking anybody, because the
-  // caller goes back to the queue itself as soon as its task returns.
-  void push_ready_quiet(task_base* t) noexcept;
+  // A serial executor's drain re-posting itself from the worker running it: queues t
+  // without waking anybody, because this worker goes back to the queue as soon as the
+  // drain returns. From any other thread it is push_ready().
+  void repost_from_worker(task_base* t) noexcept;
   // Queues a linked chain (first..last through next_, count nodes) with one push.
   void push_ready_chain(task_base* first, task_base* last, std::size_t count) noexcept;
 
@@ -101,7 +109,7 @@ public:
   bool is_shutdown() const noexcept { return shutdown_.load(std::memory_order_acquire); }
   bool is_terminated() const noexcept { return terminated_.load(std::memory_order_acquire); }
   // The destructor's path: cancel what is not due, run what is ready, join.
-  void close();
+  void close() noexcept;
 
   pool_stats stats() const;
   std::size_t thread_count() const noexcept { return threads_.load(std::memory_order_relaxed); }
@@ -109,6 +117,12 @@ public:
   void report(std::exception_ptr e) noexcept;
 
   void on_time_advanced() override;
+
+  // fork(): the child has none of this pool's threads. The prepare/parent/child hooks
+  // of the process-wide timing pool (default_timer_pool()) call these.
+  void lock_for_fork() noexcept;
+  void unlock_after_fork() noexcept;
+  void restart_in_child() noexcept;
 
 private:
   friend struct worker;
@@ -118,26 +132,30 @@ private:
   task_base* next_task(worker& w);
   task_base* park(worker& w, std::unique_lock<std::mutex>& lk);
   void run_task(worker& w, task_base* t) noexcept;
-  void reschedule(scheduled_task_base* t, clock::time_point started);
+  void reschedule(scheduled_task_base* t, clock::time_point started) noexcept;
+  void end_periodic(scheduled_task_base* t, std::exception_ptr e) noexcept;
   void wake_one() noexcept;
   void wake_some_locked(std::size_t n) noexcept;
   void wake_all_locked() noexcept;
   void wake_for_new_head_locked() noexcept;
   void maybe_wake_after_push() noexcept;
   void join_threads();
-  // Moves due heap nodes to the ready queue; caller holds mtx_. Returns the count.
-  std::size_t promote_due_locked(clock::time_point now);
+  // Moves due heap nodes to the ready queue (a serial executor's to its queue, in due
+  // order); caller holds mtx_ and, after releasing it, posts the drains listed in
+  // `owed` (post_owed_drains). Returns the count moved to the ready queue.
+  std::size_t promote_due_locked(clock::time_point now, task_sink*& owed) noexcept;
+  static void post_owed_drains(task_sink* owed) noexcept;
   void promote_due(clock::time_point current);
   void update_next_due_locked() noexcept;
   void heap_push_locked(timed_node* n);
-  void cancel_task_by_pool(scheduled_task_base* t) noexcept;
-  void reject_scheduled(scheduled_task_base* t);
+  void heap_changed_locked() noexcept;
+  void reject_scheduled(scheduled_task_base* t, bool timed);
   void drop_outside(task_base* t) noexcept;
-  void discard_task(task_base* t) noexcept;
+  void discard_task(task_base* t, const char* why) noexcept;
+  bool discard_oldest_user_task() noexcept;
   void abort_timed(timed_node* n) noexcept;
-  void drain_inbox_locked() noexcept;
-  void push_delayed(timed_node* n, clock::time_point due);
-  void sweep_for_shutdown_locked(std::vector<timed_node*>& gone);
+  void abort_chain(timed_node* first) noexcept;
+  void sweep_for_shutdown_locked(timed_node*& gone) noexcept;
   bool idle_for_termination_locked(int awake_expected) const noexcept;
   void terminate_locked() noexcept;
 
@@ -146,18 +164,20 @@ private:
   const boost::asio::execution_context* context_ = nullptr;
   std::size_t core_threads_;
   std::size_t max_threads_;
+  pool_anchor* anchor_;
+  std::uint32_t generation_;
 
   ready_queue ready_;
 
   alignas(64) std::atomic<int> spinning_{0};
   std::atomic<int> sleepers_{0};
 
-  alignas(64) mutable std::mutex mtx_;
+  // The pool mutex lives in the anchor, so handles that outlive the pool can lock it.
+  std::mutex& mtx_;
   std::condition_variable follower_cv_;
   std::condition_variable leader_cv_;
   std::condition_variable terminated_cv_;
   delay_heap heap_;
-  ready_queue inbox_; // delayed tasks on their way into heap_ (consumer: mtx_ holder)
   std::uint64_t next_seq_ = 0;
   worker* leader_ = nullptr;
   int followers_ = 0;   // workers in follower_cv_ wait
@@ -169,6 +189,8 @@ private:
   std::size_t next_worker_id_ = 1;
   std::vector<std::unique_ptr<worker>> workers_;
   std::mutex join_mtx_;
+  // The heap's earliest due time (no_due when empty): written under mtx_ whenever the
+  // head changes, read without it by workers deciding whether to promote.
   std::atomic<clock::rep> next_due_;
 
   std::atomic<bool> shutdown_{false};

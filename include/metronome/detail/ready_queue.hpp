@@ -131,6 +131,16 @@ public:
     return nullptr; // busy: a producer is linking behind the stub
   }
 
+  // Caller holds consumer_lock(): the oldest queued node for which pred returns true,
+  // or nullptr; the node stays queued. Nodes cannot be popped while the lock is held,
+  // and producers only ever store the last node's link (read here with acquire).
+  template <class Pred>
+  task_base* find_locked(Pred&& pred) noexcept {
+    for (task_base* n = head_.load(std::memory_order_relaxed); n; n = n->next_.load(std::memory_order_acquire))
+      if (n != &stub_ && pred(n)) return n;
+    return nullptr;
+  }
+
 private:
   task_base* taken(task_base* t) noexcept {
     popped_.store(popped_.load(std::memory_order_relaxed) + 1, std::memory_order_seq_cst);

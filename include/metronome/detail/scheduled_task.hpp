@@ -1,6 +1,7 @@
 #ifndef METRONOME_DETAIL_SCHEDULED_TASK_HPP
 #define METRONOME_DETAIL_SCHEDULED_TASK_HPP
 
+#include <metronome/detail/pool_anchor.hpp>
 #include <metronome/detail/task.hpp>
 
 #include <atomic>
@@ -29,12 +30,23 @@ protected:
 class scheduled_task_base;
 
 // Where a due scheduled task goes instead of running on the pool that timed it: a
-// serial executor's queue. accept() takes over the pool's reference.
+// serial executor's queue.
 class task_sink {
 public:
-  virtual void accept(scheduled_task_base* t) noexcept = 0;
+  // Queues t (taking over the pool's reference). Called under the timing pool's mutex,
+  // in due order, so due tasks keep their order whatever the pool size. Returns true
+  // when the caller owes this sink a drain: it calls post_owed_drain() once, after
+  // releasing the mutex (posting may take the mutex again).
+  virtual bool enqueue_due(scheduled_task_base* t) noexcept = 0;
+  virtual void post_owed_drain() noexcept = 0;
+  // An exception of one of its periodic tasks (the sink's handler hears of it).
+  virtual void report(std::exception_ptr e) noexcept = 0;
   // The task is being destroyed: drop it from any registry.
   virtual void forget(scheduled_task_base* t) noexcept = 0;
+
+  // Links sinks owed a drain while the pool's mutex is held (at most one list at a
+  // time: a sink is owed a drain only by the producer that raised its count from 0).
+  task_sink* owed_next_ = nullptr;
 
 protected:
   ~task_sink() = default;
@@ -63,6 +75,10 @@ public:
   static constexpr std::uint32_t has_waiters = 0x10;
 
   explicit scheduled_task_base(pool_core* pool) noexcept;
+
+  // The pool that times this task. Only for the pool's own paths (it is alive while
+  // it runs or queues the task); handles go through the anchor.
+  pool_core* pool() const noexcept { return anchor_->core.load(std::memory_order_relaxed); }
 
   void add_ref() noexcept { refs_.fetch_add(1, std::memory_order_relaxed); }
   void release() noexcept {
@@ -98,7 +114,16 @@ public:
   void finish() noexcept;           // running -> done (value or error stored)
   bool finish_cancelled() noexcept; // pending/running -> cancelled, destroys callable
   bool try_rearm() noexcept;        // running -> pending unless cancel requested
+  // pending -> cancelled, without the rest of finish_cancelled(): for a caller holding a
+  // lock that notifications must not run under. complete_cancel(old) finishes it.
+  bool begin_cancel(std::uint32_t& old) noexcept;
+  void complete_cancel(std::uint32_t old) noexcept {
+    destroy_callable();
+    notify_terminal(old);
+  }
   void set_error(std::exception_ptr e) noexcept { error_ = std::move(e); }
+  // The exception of the last run (pool side, while it runs: failure() reads the phase).
+  const std::exception_ptr& error() const noexcept { return error_; }
 
   virtual bool invoke() noexcept = 0; // false if the callable threw (error stored)
   virtual void destroy_callable() noexcept = 0;
@@ -106,8 +131,6 @@ public:
   task_sink* sink() const noexcept { return extras_ ? extras_->sink.get() : nullptr; }
   // Only for node types made with extras (periodic, serial executor).
   task_extras& extras() noexcept { return *extras_; }
-
-  pool_core* pool_;
 
 protected:
   task_extras* extras_ = nullptr; // into this same node, or none
@@ -119,6 +142,8 @@ private:
   void notify_terminal(std::uint32_t old_state) noexcept;
   static void complete_thunk(task_base* t, unsigned action);
 
+  pool_anchor* anchor_;
+  std::uint32_t generation_; // the pool's anchor generation (see pool_anchor.hpp)
   mutable std::atomic<std::uint32_t> state_{pending};
   std::atomic<std::uint32_t> refs_{1};
   std::atomic<completion_hook*> hooks_{nullptr};
@@ -188,12 +213,15 @@ scheduled_task_base* make_scheduled_task(pool_core* pool, F&& f, task_kind kind)
   return t;
 }
 
+// A period or fixed delay: positive and at least the clock's resolution (1 ns); a
+// floating-point period below that is refused like one <= 0, never rounded up.
 template <class Rep, class Period>
 clock::duration checked_period(std::chrono::duration<Rep, Period> period) {
-  if (period <= std::chrono::duration<Rep, Period>::zero())
+  if (!(period > std::chrono::duration<Rep, Period>::zero()))
     throw std::invalid_argument("metronome: period must be positive");
   auto p = saturating_duration(period);
-  return p <= clock::duration::zero() ? clock::duration(1) : p;
+  if (p <= clock::duration::zero()) throw std::invalid_argument("metronome: period must be at least 1 ns");
+  return p;
 }
 
 } // namespace metronome::detail

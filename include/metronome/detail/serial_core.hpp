@@ -38,7 +38,9 @@ pool_core& default_timer_pool();
 // runs tasks one at a time and lowers the count as it goes, so at most one drain is
 // active and each task happens-before the next (the count is read-modify-written with
 // acq_rel, and drain turns are handed on through the executor's post). After `batch`
-// tasks the drain re-posts itself instead of looping on.
+// tasks the drain re-posts itself instead of looping on. Invariant (docs/design.md):
+// the count is the number of tasks pushed and not yet run; while it is non-zero exactly
+// one drain is queued or running, owed by whoever raised it from 0 or re-posted.
 class serial_core : public task_sink, public std::enable_shared_from_this<serial_core> {
 public:
   serial_core(serial_options opts, pool_core& timers, pool_core* owner_pool);
@@ -47,18 +49,26 @@ public:
   // False when disposed (the caller rejects the task).
   bool try_enqueue(task_base* t) noexcept;
   void drain() noexcept;
+
+  // How a drain is handed to the underlying executor.
+  enum class drain_post {
+    producer, // a producer raised the count from 0 (the executor path's rules apply)
+    internal, // the timing pool hands over due tasks (accepted after shutdown, like them)
+    repost,   // the drain itself, after a full batch, from the thread running it
+  };
   void dispose() noexcept;
   bool is_disposed() const noexcept { return disposed_.load(std::memory_order_acquire); }
   bool running_in_this_thread() const noexcept;
   pool_core& timers() const noexcept { return timers_; }
-  void report(std::exception_ptr e) noexcept;
+  void report(std::exception_ptr e) noexcept override;
   void track(scheduled_task_base* t) noexcept;
 
-  void accept(scheduled_task_base* t) noexcept override;
+  bool enqueue_due(scheduled_task_base* t) noexcept override;
+  void post_owed_drain() noexcept override;
   void forget(scheduled_task_base* t) noexcept override;
 
 protected:
-  virtual void post_drain() noexcept = 0;
+  virtual void post_drain(drain_post how) noexcept = 0;
 
 private:
   task_base* pop_one() noexcept;

@@ -1,0 +1,41 @@
+#ifndef METRONOME_DETAIL_TEST_HOOKS_HPP
+#define METRONOME_DETAIL_TEST_HOOKS_HPP
+
+// Test-only hooks at the hand-over points between threads (docs/design.md lists each
+// protocol and its invariant). A test installs a function that stops the calling thread
+// exactly there (or yields at random: the chaos mode) and checks that nothing is lost.
+// Compiled in only when the library is built with METRONOME_TEST_HOOKS (the project's
+// own test builds); otherwise every hook is an empty statement.
+
+#include <atomic>
+
+namespace metronome::detail {
+
+enum class hook_point {
+  producer_before_wake,   // a task is in the ready queue; the producer has not looked for sleepers
+  worker_before_park,     // a worker stopped spinning and is about to take the mutex to park
+  owed_drain_before_post, // due serial tasks are queued; their drains not yet posted
+  serial_after_push,      // a serial task is linked, its count not yet raised
+  serial_before_settle,   // a drain ran its tasks and is about to lower the count
+  serial_before_repost,   // a drain ran a full batch and is about to re-post itself
+};
+
+using hook_function = void (*)(hook_point);
+
+#if defined(METRONOME_TEST_HOOKS)
+extern std::atomic<hook_function> test_hook;
+#define METRONOME_TEST_HOOK(point)                                                                                    \
+  do {                                                                                                                \
+    if (::metronome::detail::hook_function metronome_hook_ =                                                         \
+            ::metronome::detail::test_hook.load(std::memory_order_acquire))                                           \
+      metronome_hook_(::metronome::detail::point);                                                                    \
+  } while (false)
+#else
+#define METRONOME_TEST_HOOK(point)                                                                                    \
+  do {                                                                                                                \
+  } while (false)
+#endif
+
+} // namespace metronome::detail
+
+#endif

@@ -1,0 +1,314 @@
+// The pool's delay queue: typed submissions, the heap under the pool mutex, promotion of
+// due work (leader-follower waiting is in park(), pool_core.cpp), periodic runs, cancel,
+// async_delay waits.
+#include <metronome/detail/periodic.hpp>
+#include <metronome/detail/pool_core.hpp>
+#include <metronome/detail/test_hooks.hpp>
+#include <metronome/errors.hpp>
+
+#include "pool_internal.hpp"
+
+#include <new>
+
+namespace metronome::detail {
+
+// ---------------------------------------------------------------- submission
+
+void pool_core::submit_scheduled(scheduled_task_base* t, clock::time_point due) {
+  const clock::time_point current = now();
+  if (due <= current) {
+    t->set_due(current);
+    if (shutdown_.load() || terminated_.load()) {
+      reject_scheduled(t, false);
+      return;
+    }
+    if (opts_.max_queued != 0 && ready_.size() >= opts_.max_queued) {
+      if (opts_.rejection != rejection_policy::discard_oldest || !discard_oldest_user_task()) {
+        reject_scheduled(t, false);
+        return;
+      }
+      rejected_.fetch_add(1); // the evicted task
+    }
+    push_ready(t);
+    return;
+  }
+  t->set_due(due);
+  std::unique_lock lk(mtx_);
+  if (shutdown_.load() || terminated_.load()) {
+    lk.unlock();
+    reject_scheduled(t, true);
+    return;
+  }
+  try {
+    heap_push_locked(t); // grows the heap here, on the caller, or throws with nothing queued
+  } catch (...) {
+    lk.unlock();
+    t->finish_cancelled();
+    t->release();
+    throw;
+  }
+}
+
+void pool_core::reject_scheduled(scheduled_task_base* t, bool timed) {
+  rejected_.fetch_add(1);
+  const char* why = terminated_.load() ? "metronome: the pool has terminated"
+                    : shutdown_.load() ? "metronome: the pool is shut down"
+                                       : "metronome: the ready queue is full";
+  rejection_policy policy = opts_.rejection;
+  // caller_runs never runs delayed or periodic work early, on the caller: refused as abort.
+  if (policy == rejection_policy::caller_runs && (timed || t->is_periodic())) policy = rejection_policy::abort;
+  switch (policy) {
+  case rejection_policy::abort:
+    t->finish_cancelled();
+    t->release();
+    throw rejected_execution(why);
+  case rejection_policy::caller_runs:
+    run_detached(t);
+    return;
+  case rejection_policy::discard:
+  case rejection_policy::discard_oldest:
+    t->finish_cancelled();
+    t->release();
+    return;
+  }
+}
+
+// ---------------------------------------------------------------- heap
+
+// May throw (std::bad_alloc, std::length_error) with nothing changed.
+void pool_core::heap_push_locked(timed_node* n) {
+  if (heap_.push(n, next_seq_++)) heap_changed_locked();
+}
+
+// The head changed: publish its due time and, if it is a new earliest, wake the leader.
+void pool_core::heap_changed_locked() noexcept {
+  update_next_due_locked();
+  wake_for_new_head_locked();
+}
+
+// Only a new earliest task wakes the leader (or a follower, to become leader). The
+// delay-queue invariant (docs/design.md): every change of the head happens under mtx_;
+// a leader computes its deadline from the head under mtx_ and waits on leader_cv_,
+// which releases mtx_ atomically; so a head pushed after that is seen by this notify.
+void pool_core::wake_for_new_head_locked() noexcept {
+  if (manual_) return; // time moves only through on_time_advanced()
+  if (leader_ != nullptr) {
+    leader_cv_.notify_one();
+  } else if (followers_ > wake_tokens_) {
+    ++wake_tokens_;
+    follower_cv_.notify_one();
+  }
+}
+
+void pool_core::update_next_due_locked() noexcept {
+  next_due_.store(heap_.empty() ? no_due : heap_.top_due(), std::memory_order_relaxed);
+}
+
+std::size_t pool_core::promote_due_locked(clock::time_point current, task_sink*& owed) noexcept {
+  task_base* first = nullptr;
+  task_base* last = nullptr;
+  std::size_t count = 0;
+  bool popped = false;
+  const clock::rep limit = current.time_since_epoch().count();
+  while (!heap_.empty() && heap_.top_due() <= limit) {
+    timed_node* n = heap_.pop();
+    popped = true;
+    if (n->is_scheduled()) {
+      auto* st = static_cast<scheduled_task_base*>(n);
+      if (task_sink* sink = st->sink()) {
+        // Into its serial executor's queue here, under the mutex, so that due serial
+        // tasks keep their due order whatever the number of workers.
+        if (sink->enqueue_due(st)) {
+          sink->owed_next_ = owed;
+          owed = sink;
+        }
+        continue;
+      }
+    }
+    n->next_.store(nullptr, std::memory_order_relaxed);
+    if (last)
+      last->next_.store(n, std::memory_order_relaxed);
+    else
+      first = n;
+    last = n;
+    ++count;
+  }
+  if (popped) {
+    update_next_due_locked();
+    heap_.shrink_if_sparse();
+  }
+  if (count) ready_.push_chain(first, last, count);
+  return count;
+}
+
+void pool_core::post_owed_drains(task_sink* owed) noexcept {
+  METRONOME_TEST_HOOK(hook_point::owed_drain_before_post);
+  while (owed) {
+    task_sink* next = owed->owed_next_; // posting may let the sink go
+    owed->owed_next_ = nullptr;
+    owed->post_owed_drain();
+    owed = next;
+  }
+}
+
+void pool_core::promote_due(clock::time_point current) {
+  // Opportunistic: if the mutex is busy, the next pick, or park(), which promotes under
+  // the lock, catches up.
+  std::unique_lock lk(mtx_, std::try_to_lock);
+  if (!lk) return;
+  task_sink* owed = nullptr;
+  std::size_t n = promote_due_locked(current, owed);
+  // This worker takes one; wake others for the rest when nobody is spinning.
+  if (n > 1 && spinning_.load() == 0) wake_some_locked(n - 1);
+  lk.unlock();
+  post_owed_drains(owed);
+}
+
+void pool_core::on_time_advanced() {
+  std::unique_lock lk(mtx_);
+  task_sink* owed = nullptr;
+  std::size_t n = promote_due_locked(now(), owed);
+  if (n > 0) wake_some_locked(n);
+  lk.unlock();
+  post_owed_drains(owed);
+}
+
+bool pool_core::on_cancelled_locked(scheduled_task_base* t) noexcept {
+  if (t->heap_index_ == not_in_heap) return false; // queued elsewhere: dropped when taken
+  const bool was_head = t->heap_index_ == 0;
+  heap_.remove(t);
+  if (was_head) update_next_due_locked();
+  heap_.shrink_if_sparse();
+  // A cancel wakes nobody, except that a shut-down pool may now be able to terminate.
+  if (heap_.empty() && (shutdown_.load() || joining_)) wake_all_locked();
+  return true;
+}
+
+// ---------------------------------------------------------------- async_delay waits
+
+bool pool_core::add_wait(wait_node* n, clock::time_point due, clock::time_point current) {
+  n->set_due(due);
+  if (terminated_.load()) return false;
+  if (due > current && !shutdown_.load()) {
+    std::unique_lock lk(mtx_);
+    if (terminated_.load()) return false;
+    if (!shutdown_.load()) {
+      heap_push_locked(n); // may throw std::bad_alloc with nothing queued
+      return true;
+    }
+  }
+  if (shutdown_.load()) n->aborted_ = true;
+  push_ready(n);
+  return true;
+}
+
+void pool_core::cancel_wait(wait_node* n) noexcept {
+  {
+    std::lock_guard lk(mtx_);
+    if (n->heap_index_ == not_in_heap) return; // already fired or aborted
+    const bool was_head = n->heap_index_ == 0;
+    heap_.remove(n);
+    if (was_head) update_next_due_locked();
+    heap_.shrink_if_sparse();
+    n->aborted_ = true;
+  }
+  push_ready(n);
+}
+
+// ---------------------------------------------------------------- running scheduled tasks
+
+void pool_core::run_scheduled(scheduled_task_base* t) noexcept {
+  if (!t->try_start()) { // cancelled while queued
+    t->release();
+    return;
+  }
+  const clock::time_point started = now();
+  const bool ok = t->invoke();
+  if (this_thread_orphaned && t->kind_ == task_kind::periodic) {
+    t->finish_cancelled();
+    t->release();
+    return;
+  }
+  if (t->kind_ == task_kind::one_shot) {
+    t->destroy_callable();
+    t->finish();
+    t->release();
+    return;
+  }
+  if (!ok) {
+    // The run's own exception (the handle's failure() reads only a finished task's).
+    std::exception_ptr e = t->error();
+    if (task_sink* sink = t->sink())
+      sink->report(e);
+    else
+      report(e);
+    if (t->extras().periodic.on_error == on_exception::stop) {
+      end_periodic(t, nullptr);
+      return;
+    }
+    t->set_error(nullptr);
+  }
+  reschedule(t, started);
+}
+
+void pool_core::run_detached(scheduled_task_base* t) noexcept {
+  if (!t->try_start()) {
+    t->release();
+    return;
+  }
+  t->invoke();
+  t->destroy_callable();
+  t->finish();
+  t->release();
+}
+
+// A periodic task that will not run again completes (done, with its error if any).
+void pool_core::end_periodic(scheduled_task_base* t, std::exception_ptr e) noexcept {
+  if (e) t->set_error(std::move(e));
+  t->destroy_callable();
+  t->finish();
+  t->release();
+}
+
+void pool_core::reschedule(scheduled_task_base* t, clock::time_point started) noexcept {
+  const clock::time_point current = now();
+  const task_extras& x = t->extras();
+  const clock::time_point next =
+      next_periodic_due(x.fixed_delay, x.periodic.missed, x.period, t->due(), started, current);
+
+  std::unique_lock lk(mtx_);
+  const bool stop = stopped_.load() || closing_ || (shutdown_.load() && !opts_.continue_periodic_after_shutdown);
+  if (stop || !t->try_rearm()) {
+    lk.unlock();
+    t->finish_cancelled();
+    t->release();
+    return;
+  }
+  t->set_due(next);
+  if (next > current) {
+    try {
+      heap_push_locked(t);
+      return;
+    } catch (...) {
+      // Out of memory for the next run: the task ends with the error (its handle's get()
+      // throws it, the handler hears of it) rather than the worker dying.
+      std::exception_ptr e = std::current_exception();
+      lk.unlock();
+      if (t->try_start()) { // else a cancel won in between: it stays cancelled
+        report(e);
+        end_periodic(t, e);
+      } else {
+        t->release();
+      }
+      return;
+    }
+  }
+  lk.unlock();
+  if (task_sink* sink = t->sink()) {
+    if (sink->enqueue_due(t)) sink->post_owed_drain();
+  } else {
+    push_ready(t);
+  }
+}
+
+} // namespace metronome::detail

@@ -1,0 +1,48 @@
+// What the three files of the pool engine (pool_core.cpp, pool_delay.cpp,
+// pool_lifecycle.cpp) share: the worker record and the calling thread's place in a pool.
+#ifndef METRONOME_SRC_POOL_INTERNAL_HPP
+#define METRONOME_SRC_POOL_INTERNAL_HPP
+
+#include <metronome/detail/pool_core.hpp>
+
+#include <atomic>
+#include <cstdint>
+#include <limits>
+#include <thread>
+
+namespace metronome::detail {
+
+struct worker {
+  worker(pool_core* p, std::size_t i, bool c) : pool(p), id(i), core(c) {}
+
+  pool_core* pool;
+  std::size_t id;
+  bool core;
+  bool exited = false; // guarded by the pool mutex
+  std::thread thread;
+  // Private continuation queue (defer from this thread); touched only by this thread.
+  task_base* local_head = nullptr;
+  task_base* local_tail = nullptr;
+  unsigned tick = 0;
+  alignas(64) std::atomic<std::uint64_t> completed{0};
+  std::atomic<bool> busy{false};
+};
+
+// The worker the calling thread is, if any.
+extern thread_local worker* this_worker;
+// Set when a pool is destroyed from inside one of its own tasks: that worker must
+// not touch the pool again once the task returns.
+extern thread_local bool this_thread_orphaned;
+
+inline constexpr clock::rep no_due = std::numeric_limits<clock::rep>::max();
+
+inline task_base* pop_local(worker& w) noexcept {
+  task_base* t = w.local_head;
+  w.local_head = t->next_.load(std::memory_order_relaxed);
+  if (!w.local_head) w.local_tail = nullptr;
+  return t;
+}
+
+} // namespace metronome::detail
+
+#endif

@@ -1,0 +1,297 @@
+// The pool's lifecycle: shutdown, shutdown_now, the destructor's close, join and
+// termination, stats, and the restart of a pool's threads in a forked child.
+#include <metronome/detail/pool_core.hpp>
+#include <metronome/scheduled_thread_pool.hpp>
+
+#include "pool_internal.hpp"
+
+#include <new>
+
+namespace metronome::detail {
+
+namespace {
+
+// Links n in front of the chain `head` (through next_; n is out of every queue).
+void link_front(timed_node*& head, timed_node* n) noexcept {
+  n->next_.store(head, std::memory_order_relaxed);
+  head = n;
+}
+
+// The chain reversed (so that a chain built with link_front keeps its taking order).
+template <class Node>
+Node* reversed(Node* head) noexcept {
+  Node* out = nullptr;
+  while (head) {
+    Node* next = static_cast<Node*>(head->next_.load(std::memory_order_relaxed));
+    head->next_.store(out, std::memory_order_relaxed);
+    out = head;
+    head = next;
+  }
+  return out;
+}
+
+} // namespace
+
+// ---------------------------------------------------------------- termination
+
+// The termination invariant (docs/design.md): the pool terminates only when, under mtx_,
+// every live worker but the caller is parked, nothing is ready or delayed, and no
+// tracked work is outstanding - unless the pool is shut down, when tracked work can only
+// be finished by work from the pool's own threads, and none is left. A producer that
+// pushes after the check sees terminated_ and drops (and reports) its work.
+bool pool_core::idle_for_termination_locked(int awake_expected) const noexcept {
+  return awake_ == awake_expected && ready_.empty() && heap_.empty() &&
+         (tracked_work_.load() == 0 || shutdown_.load() || closing_);
+}
+
+void pool_core::terminate_locked() noexcept {
+  terminated_.store(true, std::memory_order_seq_cst);
+  // A producer may have pushed between our emptiness check and the store above; it
+  // will see terminated_ and drop its work. If the queue is not empty now, we back off.
+  if (!ready_.empty()) {
+    terminated_.store(false, std::memory_order_seq_cst);
+    return;
+  }
+  follower_cv_.notify_all();
+  leader_cv_.notify_all();
+  terminated_cv_.notify_all();
+}
+
+// ---------------------------------------------------------------- shutdown
+
+void pool_core::shutdown() {
+  timed_node* gone = nullptr;
+  {
+    std::lock_guard lk(mtx_);
+    if (shutdown_.load()) return;
+    shutdown_.store(true);
+    sweep_for_shutdown_locked(gone);
+    update_next_due_locked();
+    wake_all_locked();
+  }
+  abort_chain(gone);
+}
+
+// Takes out of the heap what shutdown() does not keep (per the two options).
+void pool_core::sweep_for_shutdown_locked(timed_node*& gone) noexcept {
+  heap_.remove_if(
+      [this](timed_node* n) {
+        if (n->kind_ == task_kind::wait) return true;
+        if (n->kind_ == task_kind::periodic) return !opts_.continue_periodic_after_shutdown;
+        return !opts_.run_delayed_after_shutdown;
+      },
+      [&](timed_node* n) { link_front(gone, n); });
+  gone = reversed(gone);
+}
+
+void pool_core::abort_timed(timed_node* n) noexcept {
+  if (n->kind_ == task_kind::wait) {
+    // Completes with operation_aborted on a pool thread, so a coroutine waiting on it
+    // resumes where its continuations are still accepted.
+    static_cast<wait_node*>(n)->aborted_ = true;
+    push_ready(n);
+  } else {
+    discard_task(n, "metronome: work dropped: the pool is shut down");
+  }
+}
+
+void pool_core::abort_chain(timed_node* first) noexcept {
+  while (first) {
+    timed_node* next = static_cast<timed_node*>(first->next_.load(std::memory_order_relaxed));
+    abort_timed(first);
+    first = next;
+  }
+}
+
+std::vector<pending_task> pool_core::shutdown_now() {
+  task_base* taken = nullptr; // ready work first (it became ready earlier), then delayed in due order
+  std::size_t count = 0;
+  {
+    std::lock_guard lk(mtx_);
+    shutdown_.store(true);
+    stopped_.store(true);
+    timed_node* delayed = nullptr;
+    heap_.drain([&](timed_node* n) {
+      link_front(delayed, n);
+      ++count;
+    });
+    update_next_due_locked();
+    task_base* ready = nullptr;
+    ready_.consumer_lock().lock();
+    for (;;) {
+      if (task_base* t = ready_.pop_locked()) {
+        t->next_.store(ready, std::memory_order_relaxed);
+        ready = t;
+        ++count;
+        continue;
+      }
+      if (ready_.empty()) break;
+      std::this_thread::yield(); // a producer between its exchange and its link
+    }
+    ready_.consumer_lock().unlock();
+    // Both chains are newest first: `ready` reversed, then `delayed` reversed after it.
+    taken = reversed(ready);
+    task_base* tail = taken;
+    while (tail && tail->next_.load(std::memory_order_relaxed)) tail = tail->next_.load(std::memory_order_relaxed);
+    task_base* d = reversed(delayed);
+    if (tail)
+      tail->next_.store(d, std::memory_order_relaxed);
+    else
+      taken = d;
+    wake_all_locked();
+  }
+  std::vector<pending_task> out;
+  try {
+    out.reserve(count);
+  } catch (...) {
+    // No memory for the list: nothing taken is silently lost, every task is cancelled.
+    while (taken) {
+      task_base* next = taken->next_.load(std::memory_order_relaxed);
+      discard_task(taken, "metronome: work dropped: the pool was shut down now");
+      taken = next;
+    }
+    throw;
+  }
+  while (taken) {
+    task_base* t = taken;
+    taken = t->next_.load(std::memory_order_relaxed);
+    t->next_.store(nullptr, std::memory_order_relaxed);
+    if (t->kind_ == task_kind::wait) {
+      t->complete(false); // completes with operation_aborted
+    } else if (t->is_scheduled() &&
+               static_cast<scheduled_task_base*>(t)->phase() != scheduled_task_base::pending) {
+      static_cast<scheduled_task_base*>(t)->release(); // cancelled while it waited
+    } else {
+      out.push_back(pending_task(t)); // reserved: cannot throw
+    }
+  }
+  return out;
+}
+
+void pool_core::close() noexcept {
+  if (!terminated_.load()) {
+    timed_node* gone = nullptr;
+    task_sink* owed = nullptr;
+    {
+      std::lock_guard lk(mtx_);
+      shutdown_.store(true);
+      closing_ = true;
+      promote_due_locked(now(), owed);
+      heap_.drain([&](timed_node* n) { link_front(gone, n); });
+      update_next_due_locked();
+      wake_all_locked();
+    }
+    post_owed_drains(owed);
+    abort_chain(reversed(gone));
+  }
+  if (running_in_this_thread()) {
+    // Destroyed from one of our own tasks: help run what is ready, this thread's
+    // deferred continuations included, then let the others terminate; this thread is
+    // detached and never touches the pool again.
+    worker& self = *this_worker;
+    for (;;) {
+      task_base* t = self.local_head ? pop_local(self) : ready_.pop_wait();
+      if (!t) break;
+      run_task(self, t);
+    }
+    std::lock_guard lk(mtx_);
+    closer_in_pool_ = true;
+    if (!terminated_.load() && idle_for_termination_locked(1)) terminate_locked();
+    wake_all_locked();
+    this_thread_orphaned = true;
+  }
+  join_threads();
+}
+
+void pool_core::join() {
+  if (running_in_this_thread()) throw std::logic_error("metronome: join() called from one of the pool's threads");
+  {
+    std::unique_lock lk(mtx_);
+    joining_ = true;
+    wake_all_locked();
+    terminated_cv_.wait(lk, [this] { return terminated_.load(); });
+  }
+  join_threads();
+}
+
+void pool_core::join_threads() {
+  std::lock_guard jl(join_mtx_);
+  std::unique_lock lk(mtx_);
+  terminated_cv_.wait(lk, [this] { return terminated_.load(); });
+  std::vector<std::thread> threads;
+  for (auto& w : workers_)
+    if (w->thread.joinable()) threads.push_back(std::move(w->thread));
+  lk.unlock();
+  for (auto& th : threads) {
+    if (th.get_id() == std::this_thread::get_id())
+      th.detach();
+    else
+      th.join();
+  }
+}
+
+bool pool_core::await_termination(clock::duration timeout) {
+  std::unique_lock lk(mtx_);
+  auto deadline = saturating_add(clock::now(), timeout);
+  return terminated_cv_.wait_until(lk, deadline, [this] { return terminated_.load(); });
+}
+
+pool_stats pool_core::stats() const {
+  pool_stats s;
+  std::lock_guard lk(mtx_);
+  s.threads = threads_.load();
+  s.completed = retired_completed_.load();
+  for (auto& w : workers_) {
+    if (w->exited) continue;
+    s.active += w->busy.load(std::memory_order_relaxed) ? 1 : 0;
+    s.completed += w->completed.load(std::memory_order_relaxed);
+  }
+  s.ready_queued = ready_.size();
+  s.delayed_queued = heap_.size();
+  s.rejected = rejected_.load();
+  s.largest_pool_size = largest_.load();
+  return s;
+}
+
+// ---------------------------------------------------------------- fork
+
+// Before fork(): no thread of this pool is inside the mutex or a pop when the child's
+// copy is made (the child then finds both free).
+void pool_core::lock_for_fork() noexcept {
+  mtx_.lock();
+  ready_.consumer_lock().lock();
+}
+
+void pool_core::unlock_after_fork() noexcept {
+  ready_.consumer_lock().unlock();
+  mtx_.unlock();
+}
+
+// In the child, after unlock_after_fork(): none of the workers exist. Their records
+// describe threads of the parent (neither joinable nor detachable here), and the
+// condition variables may count waiters that are gone. Forget the former, make the
+// latter anew, and start the core workers again; queued and delayed work carries over.
+// A task that a worker was running at the fork runs only in the parent.
+void pool_core::restart_in_child() noexcept {
+  std::lock_guard lk(mtx_);
+  for (auto& w : workers_) ::new (&w->thread) std::thread(); // the parent's handle, never joined here
+  workers_.clear();
+  ::new (&follower_cv_) std::condition_variable();
+  ::new (&leader_cv_) std::condition_variable();
+  ::new (&terminated_cv_) std::condition_variable();
+  spinning_.store(0);
+  sleepers_.store(0);
+  leader_ = nullptr;
+  followers_ = 0;
+  wake_tokens_ = 0;
+  awake_ = 0;
+  threads_.store(0);
+  if (terminated_.load()) return;
+  try {
+    for (std::size_t i = 0; i < core_threads_; ++i) start_worker(true);
+  } catch (...) {
+    // No thread in the child: the work waits, as it would in a pool whose threads died.
+  }
+}
+
+} // namespace metronome::detail
