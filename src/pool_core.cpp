@@ -379,6 +379,7 @@ void pool_core::repost_from_worker(task_base* t) noexcept {
 
 void pool_core::push_ready_chain(task_base* first, task_base* last, std::size_t count) noexcept {
   ready_.push_chain(first, last, count);
+  METRONOME_TEST_HOOK(hook_point::producer_after_push);
   if (terminated_.load(std::memory_order_seq_cst)) {
     // Lost the race with termination: nobody will run it. Drop and report.
     ready_.consumer_lock().lock();

@@ -12,7 +12,8 @@
 namespace metronome::detail {
 
 enum class hook_point {
-  producer_before_wake,   // a task is in the ready queue; the producer has not looked for sleepers
+  producer_after_push,    // a task is in the ready queue; the producer has not checked for termination
+  producer_before_wake,   // ... nor looked for sleepers
   worker_before_park,     // a worker stopped spinning and is about to take the mutex to park
   owed_drain_before_post, // due serial tasks are queued; their drains not yet posted
   serial_after_push,      // a serial task is linked, its count not yet raised

@@ -1,0 +1,91 @@
+#ifndef METRONOME_TEST_HOOKS_HPP
+#define METRONOME_TEST_HOOKS_HPP
+
+// Drives the library's test hooks (detail/test_hooks.hpp): stop one thread exactly at a
+// hand-over point, or yield at random at every point (chaos).
+
+#include <metronome/detail/test_hooks.hpp>
+
+#include "common/latch_task.hpp"
+
+#include <atomic>
+#include <chrono>
+#include <random>
+#include <thread>
+
+namespace metronome::test {
+
+#if defined(METRONOME_TEST_HOOKS)
+
+// One stop at a time: the first thread marked with `arm_this_thread()` (or any thread,
+// when armed for any) that reaches `point` blocks there until release(); arrived()
+// waits for it to get there. Uninstalls itself on destruction, releasing a stopped thread.
+class hook_stop {
+public:
+  explicit hook_stop(detail::hook_point point, bool any_thread = false) {
+    point_ = point;
+    any_ = any_thread;
+    armed_.store(true);
+    self_ = this;
+    detail::test_hook.store(&on_hook);
+  }
+  ~hook_stop() {
+    detail::test_hook.store(nullptr);
+    release();
+    self_ = nullptr;
+  }
+  hook_stop(const hook_stop&) = delete;
+  hook_stop& operator=(const hook_stop&) = delete;
+
+  // The calling thread stops at the point (the next time it gets there).
+  static void arm_this_thread() { marked_ = true; }
+  static void disarm_this_thread() { marked_ = false; }
+
+  bool arrived() { return arrived_.wait_for_at_least(1); }
+  void release() { gate_.open(); }
+
+private:
+  static void on_hook(detail::hook_point p) {
+    hook_stop* s = self_;
+    if (!s || p != s->point_ || !(s->any_ || marked_)) return;
+    bool expected = true;
+    if (!s->armed_.compare_exchange_strong(expected, false)) return; // one stop only
+    s->arrived_.add();
+    s->gate_.wait();
+  }
+
+  static inline thread_local bool marked_ = false;
+  static inline hook_stop* self_ = nullptr;
+  detail::hook_point point_;
+  bool any_ = false;
+  std::atomic<bool> armed_{false};
+  counter arrived_;
+  gate gate_;
+};
+
+// Chaos: at every hand-over point, yield or sleep a little at random. Installed for the
+// lifetime of the object.
+class chaos {
+public:
+  chaos() { detail::test_hook.store(&on_hook); }
+  ~chaos() { detail::test_hook.store(nullptr); }
+  chaos(const chaos&) = delete;
+  chaos& operator=(const chaos&) = delete;
+
+private:
+  static void on_hook(detail::hook_point) {
+    thread_local std::minstd_rand rng(std::hash<std::thread::id>()(std::this_thread::get_id()));
+    const unsigned r = rng() % 16;
+    if (r < 6) {
+      std::this_thread::yield();
+    } else if (r == 6) {
+      std::this_thread::sleep_for(std::chrono::microseconds(50 + rng() % 200));
+    }
+  }
+};
+
+#endif
+
+} // namespace metronome::test
+
+#endif

@@ -1,0 +1,209 @@
+// Each hand-over between threads, with one thread stopped exactly at the hand-over
+// point (the library's test hooks) while the other side goes on: nothing may be lost or
+// stranded. docs/design.md states the invariant each case protects.
+#include <metronome/detail/test_hooks.hpp>
+
+#include <metronome/manual_clock.hpp>
+#include <metronome/scheduled_thread_pool.hpp>
+#include <metronome/serial_executor.hpp>
+
+#include "common/hooks.hpp"
+#include "common/latch_task.hpp"
+#include "common/manual_pool.hpp"
+#include "common/poll_until.hpp"
+
+#include <boost/asio/post.hpp>
+#include <boost/test/unit_test.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+using namespace std::chrono_literals;
+using metronome::detail::hook_point;
+using metronome::manual_clock;
+using metronome::scheduled_thread_pool;
+using metronome::test::counter;
+using metronome::test::gate;
+using metronome::test::hook_stop;
+using metronome::test::on_clock;
+using metronome::test::poll_until;
+
+namespace {
+
+// Marks the pool's worker(s) that run this: they stop at the armed point.
+void arm_workers(scheduled_thread_pool& pool) {
+  pool.submit([] { hook_stop::arm_this_thread(); }).wait();
+}
+
+// Records the order of tasks and whether two ever overlapped.
+struct recorder {
+  std::mutex m;
+  std::vector<int> order;
+  std::atomic<int> inside{0};
+  std::atomic<bool> overlapped{false};
+  counter ran;
+  auto task(int id) {
+    return [this, id] {
+      if (inside.fetch_add(1) != 0) overlapped = true;
+      {
+        std::lock_guard lk(m);
+        order.push_back(id);
+      }
+      inside.fetch_sub(1);
+      ran.add();
+    };
+  }
+  std::vector<int> snapshot() {
+    std::lock_guard lk(m);
+    return order;
+  }
+};
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(handover)
+
+// Park: a worker that saw an empty queue while spinning re-checks it under the mutex,
+// after raising sleepers_, before it waits. A producer that pushed in between (and found
+// nobody to wake) is not lost.
+BOOST_AUTO_TEST_CASE(a_push_between_the_last_spin_and_the_park_is_not_lost) {
+  scheduled_thread_pool pool(1);
+  hook_stop stop(hook_point::worker_before_park);
+  arm_workers(pool);
+  BOOST_REQUIRE(stop.arrived()); // the worker saw nothing and is on its way to park
+  std::atomic<bool> ran{false};
+  boost::asio::post(pool, [&] { ran = true; }); // nobody spins, nobody sleeps: no wake-up
+  stop.release();
+  BOOST_CHECK(poll_until([&] { return ran.load(); }, 10s));
+}
+
+// Push and wake: a producer stopped after its push, before it looks for sleepers, while
+// the worker parks; when it goes on it wakes the sleeper.
+BOOST_AUTO_TEST_CASE(a_producer_stopped_before_its_wake_up_still_wakes_the_parked_worker) {
+  scheduled_thread_pool pool(1);
+  pool.submit([] {}).wait();
+  hook_stop stop(hook_point::producer_before_wake);
+  std::atomic<bool> ran{false};
+  std::thread producer([&] {
+    hook_stop::arm_this_thread();
+    boost::asio::post(pool, [&] { ran = true; });
+  });
+  BOOST_REQUIRE(stop.arrived());
+  stop.release();
+  producer.join();
+  BOOST_CHECK(poll_until([&] { return ran.load(); }, 10s));
+}
+
+// Termination: a producer stopped right after its push while join() lets the pool go
+// idle; the worker must see the pushed task before it terminates (it re-checks the queue
+// after setting terminated_), and the task runs exactly once.
+BOOST_AUTO_TEST_CASE(a_push_racing_termination_runs_once_or_is_reported) {
+  scheduled_thread_pool pool(1);
+  pool.submit([] {}).wait();
+  hook_stop stop(hook_point::producer_after_push);
+  std::atomic<int> ran{0};
+  std::thread producer([&] {
+    hook_stop::arm_this_thread();
+    boost::asio::post(pool, [&] { ++ran; });
+  });
+  BOOST_REQUIRE(stop.arrived());
+  std::thread joiner([&] { pool.join(); });
+  BOOST_CHECK(poll_until([&] { return ran.load() == 1; }, 10s));
+  stop.release();
+  producer.join();
+  joiner.join();
+  BOOST_CHECK_EQUAL(ran.load(), 1);
+  BOOST_CHECK_EQUAL(pool.stats().rejected, 0u);
+}
+
+// Serial drain, settle: a drain about to lower the count after its tasks; a producer
+// pushes meanwhile (count not 0: it posts nothing). The drain's settle leaves the count
+// above 0, so it goes on and runs the new task.
+BOOST_AUTO_TEST_CASE(a_task_pushed_while_the_drain_settles_is_run_by_that_drain) {
+  scheduled_thread_pool pool(1);
+  auto serial = metronome::make_serial_executor(pool);
+  recorder rec;
+  hook_stop stop(hook_point::serial_before_settle);
+  arm_workers(pool);
+  boost::asio::post(serial, rec.task(1));
+  BOOST_REQUIRE(stop.arrived());
+  boost::asio::post(serial, rec.task(2));
+  stop.release();
+  BOOST_REQUIRE(rec.ran.wait_for_at_least(2));
+  BOOST_CHECK((rec.snapshot() == std::vector<int>{1, 2}));
+  BOOST_CHECK(!rec.overlapped);
+}
+
+// Serial drain, producer between push and count: the drain settles to 0 and ends without
+// the uncounted task; the producer then raises the count from 0 and posts a new drain.
+BOOST_AUTO_TEST_CASE(a_task_linked_but_not_yet_counted_when_the_drain_ends_gets_its_own_drain) {
+  scheduled_thread_pool pool(1);
+  auto serial = metronome::make_serial_executor(pool);
+  recorder rec;
+  gate hold;
+  boost::asio::post(serial, [&] { hold.wait(); });
+  hook_stop stop(hook_point::serial_after_push);
+  std::thread producer([&] {
+    hook_stop::arm_this_thread();
+    boost::asio::post(serial, rec.task(1));
+  });
+  BOOST_REQUIRE(stop.arrived());
+  hold.open();
+  BOOST_REQUIRE(poll_until([&] { return pool.stats().active == 0; }, 10s)); // the first drain ended
+  BOOST_CHECK_EQUAL(rec.ran.value(), 0);
+  stop.release();
+  producer.join();
+  BOOST_CHECK(rec.ran.wait_for_at_least(1));
+}
+
+// Serial drain, re-post: a drain that ran a full batch is stopped before it re-posts
+// itself; producers keep pushing (the count stays above 0: no second drain). After the
+// re-post everything runs, in order, one at a time.
+BOOST_AUTO_TEST_CASE(a_drain_stopped_before_its_repost_loses_nothing_and_is_never_doubled) {
+  scheduled_thread_pool pool(2);
+  metronome::serial_options so;
+  so.batch = 1;
+  gate hold;
+  auto serial = metronome::make_serial_executor(pool, so);
+  recorder rec;
+  boost::asio::post(serial, [&] { hold.wait(); });
+  for (int i = 1; i <= 3; ++i) boost::asio::post(serial, rec.task(i));
+  hook_stop stop(hook_point::serial_before_repost, true);
+  hold.open();
+  BOOST_REQUIRE(stop.arrived());
+  for (int i = 4; i <= 6; ++i) boost::asio::post(serial, rec.task(i));
+  BOOST_CHECK_EQUAL(rec.ran.value(), 0); // no second drain started
+  stop.release();
+  BOOST_REQUIRE(rec.ran.wait_for_at_least(6));
+  BOOST_CHECK((rec.snapshot() == std::vector<int>{1, 2, 3, 4, 5, 6}));
+  BOOST_CHECK(!rec.overlapped);
+}
+
+// Promotion of due serial tasks: they are queued under the pool mutex, and their drain
+// is posted after it. A producer that submits in between sees a non-zero count and posts
+// nothing; the owed drain then runs the due tasks first, then the producer's.
+BOOST_AUTO_TEST_CASE(due_serial_tasks_whose_drain_is_not_yet_posted_are_not_overtaken) {
+  manual_clock clk;
+  scheduled_thread_pool pool(on_clock(clk, 2));
+  auto serial = metronome::make_serial_executor(pool);
+  recorder rec;
+  auto a = serial.schedule(rec.task(1), 1ms);
+  auto b = serial.schedule(rec.task(2), 1ms);
+  hook_stop stop(hook_point::owed_drain_before_post);
+  std::thread advancer([&] {
+    hook_stop::arm_this_thread();
+    clk.advance(1ms);
+  });
+  BOOST_REQUIRE(stop.arrived());
+  boost::asio::post(serial, rec.task(3));
+  BOOST_CHECK_EQUAL(rec.ran.value(), 0);
+  stop.release();
+  advancer.join();
+  BOOST_REQUIRE(rec.ran.wait_for_at_least(3));
+  BOOST_CHECK((rec.snapshot() == std::vector<int>{1, 2, 3}));
+}
+
+BOOST_AUTO_TEST_SUITE_END()
