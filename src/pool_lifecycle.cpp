@@ -214,19 +214,27 @@ void pool_core::join() {
   join_threads();
 }
 
+// Joins the workers one at a time (allocating nothing: the destructor's path), without
+// holding the mutex while it waits; a worker running this detaches its own thread.
 void pool_core::join_threads() {
   std::lock_guard jl(join_mtx_);
   std::unique_lock lk(mtx_);
   terminated_cv_.wait(lk, [this] { return terminated_.load(); });
-  std::vector<std::thread> threads;
-  for (auto& w : workers_)
-    if (w->thread.joinable()) threads.push_back(std::move(w->thread));
-  lk.unlock();
-  for (auto& th : threads) {
+  for (;;) {
+    std::thread th;
+    for (auto& w : workers_) {
+      if (w->thread.joinable()) {
+        th = std::move(w->thread);
+        break;
+      }
+    }
+    if (!th.joinable()) return;
+    lk.unlock();
     if (th.get_id() == std::this_thread::get_id())
       th.detach();
     else
       th.join();
+    lk.lock();
   }
 }
 

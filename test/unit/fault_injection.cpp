@@ -1,0 +1,149 @@
+// Allocation failure: this executable replaces operator new so that the Nth allocation
+// of the calling thread fails. Every public call either throws std::bad_alloc with
+// nothing changed (nothing queued, the callable destroyed once, the pool still working)
+// or succeeds; no library thread dies or terminates.
+#include <metronome/scheduled_thread_pool.hpp>
+
+#include <metronome/manual_clock.hpp>
+#include <metronome/serial_executor.hpp>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/test/unit_test.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <new>
+
+namespace {
+thread_local long fail_countdown = -1; // -1: never fail; else allocations left before one fails
+
+void* allocate(std::size_t n, std::size_t align) {
+  if (fail_countdown >= 0 && fail_countdown-- == 0) throw std::bad_alloc();
+  if (n == 0) n = 1;
+  void* p = align > alignof(std::max_align_t) ? std::aligned_alloc(align, (n + align - 1) / align * align)
+                                              : std::malloc(n);
+  if (!p) throw std::bad_alloc();
+  return p;
+}
+} // namespace
+
+void* operator new(std::size_t n) { return allocate(n, 0); }
+void* operator new[](std::size_t n) { return allocate(n, 0); }
+void* operator new(std::size_t n, std::align_val_t a) { return allocate(n, static_cast<std::size_t>(a)); }
+void* operator new[](std::size_t n, std::align_val_t a) { return allocate(n, static_cast<std::size_t>(a)); }
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+
+using namespace std::chrono_literals;
+using metronome::scheduled_thread_pool;
+
+namespace {
+
+// A callable that counts its live copies.
+struct tracked {
+  static inline std::atomic<long> live{0};
+  std::atomic<int>* runs;
+  explicit tracked(std::atomic<int>* r) : runs(r) { ++live; }
+  tracked(const tracked& o) : runs(o.runs) { ++live; }
+  tracked(tracked&& o) noexcept : runs(o.runs) { ++live; }
+  ~tracked() { --live; }
+  void operator()() const { ++*runs; }
+};
+
+// Runs `op` with the Nth allocation failing, for N = 0, 1, ... until it succeeds without
+// meeting the failure. `check_unchanged` runs after each failure.
+template <class Op, class Check>
+int for_each_failure(Op&& op, Check&& check_unchanged) {
+  for (long n = 0; n < 64; ++n) {
+    bool threw = false;
+    fail_countdown = n;
+    try {
+      op();
+    } catch (const std::bad_alloc&) {
+      threw = true;
+    }
+    const bool reached = fail_countdown < 0;
+    fail_countdown = -1;
+    if (threw) {
+      check_unchanged();
+      continue;
+    }
+    BOOST_CHECK(!reached || !threw);
+    return static_cast<int>(n);
+  }
+  BOOST_FAIL("the call never succeeded");
+  return -1;
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(fault_injection)
+
+BOOST_AUTO_TEST_CASE(schedule_throws_bad_alloc_with_nothing_queued) {
+  scheduled_thread_pool pool(1);
+  std::atomic<int> runs{0};
+  const long live_before = tracked::live.load();
+  int failures = for_each_failure(
+      [&] {
+        auto h = pool.schedule(tracked(&runs), 1h);
+        BOOST_CHECK(!h.is_done());
+        BOOST_CHECK(h.cancel());
+      },
+      [&] {
+        BOOST_CHECK_EQUAL(pool.stats().delayed_queued, 0u);
+        BOOST_CHECK_EQUAL(tracked::live.load(), live_before);
+      });
+  BOOST_TEST_MESSAGE("schedule met " << failures << " injected failures");
+  BOOST_CHECK_GE(failures, 2); // the node, then the heap's storage
+  BOOST_CHECK_EQUAL(tracked::live.load(), live_before);
+  BOOST_CHECK_EQUAL(runs.load(), 0);
+  BOOST_CHECK_EQUAL(pool.submit([] { return 3; }).get(), 3);
+}
+
+BOOST_AUTO_TEST_CASE(submit_and_periodic_calls_throw_bad_alloc_with_nothing_queued) {
+  scheduled_thread_pool pool(1);
+  std::atomic<int> runs{0};
+  const long live_before = tracked::live.load();
+  auto unchanged = [&] {
+    BOOST_CHECK_EQUAL(pool.stats().delayed_queued, 0u);
+    BOOST_CHECK_EQUAL(tracked::live.load(), live_before);
+  };
+  for_each_failure([&] { pool.submit(tracked(&runs)).wait(); }, unchanged);
+  for_each_failure([&] { pool.schedule_at_fixed_rate(tracked(&runs), 1h, 1h).cancel(); }, unchanged);
+  for_each_failure([&] { pool.schedule_with_fixed_delay(tracked(&runs), 1h, 1h).cancel(); }, unchanged);
+  BOOST_CHECK_EQUAL(tracked::live.load(), live_before);
+}
+
+BOOST_AUTO_TEST_CASE(serial_schedule_throws_bad_alloc_with_nothing_queued) {
+  scheduled_thread_pool pool(1);
+  auto serial = metronome::make_serial_executor(pool);
+  std::atomic<int> runs{0};
+  const long live_before = tracked::live.load();
+  for_each_failure([&] { serial.schedule(tracked(&runs), 1h).cancel(); },
+                   [&] {
+                     BOOST_CHECK_EQUAL(pool.stats().delayed_queued, 0u);
+                     BOOST_CHECK_EQUAL(tracked::live.load(), live_before);
+                   });
+  auto h = serial.submit([] { return 5; });
+  BOOST_CHECK_EQUAL(h.get(), 5);
+  BOOST_CHECK_EQUAL(tracked::live.load(), live_before);
+}
+
+BOOST_AUTO_TEST_CASE(a_pool_that_cannot_be_built_throws_and_leaves_nothing_running) {
+  for_each_failure(
+      [] {
+        scheduled_thread_pool pool(2);
+        pool.submit([] {}).wait();
+      },
+      [] {});
+}
+
+BOOST_AUTO_TEST_SUITE_END()
