@@ -52,8 +52,23 @@ bool serial_core::try_enqueue(task_base* t) noexcept {
   if (disposed_.load(std::memory_order_acquire)) return false;
   queue_.push(t);
   METRONOME_TEST_HOOK(hook_point::serial_after_push);
-  if (pending_.fetch_add(1, std::memory_order_acq_rel) == 0) post_drain(drain_post::producer);
+  if (pending_.fetch_add(1, std::memory_order_acq_rel) == 0) hand_drain(drain_post::producer);
   return true;
+}
+
+// A drain is owed (the count left 0): hand it to the executor, unless disposed. The
+// Dekker pair posting_ / disposed_ (both seq_cst) makes dispose() wait for a post under
+// way, and a post that starts after dispose() discards here instead: after dispose()
+// returns, no library thread calls into the underlying executor again.
+void serial_core::hand_drain(drain_post how) noexcept {
+  posting_.fetch_add(1, std::memory_order_seq_cst);
+  if (disposed_.load(std::memory_order_seq_cst)) {
+    posting_.fetch_sub(1, std::memory_order_release);
+    drain(); // disposed: discards what is counted, runs no user task, never re-posts
+    return;
+  }
+  post_drain(how);
+  posting_.fetch_sub(1, std::memory_order_release);
 }
 
 bool serial_core::enqueue_due(scheduled_task_base* t) noexcept {
@@ -62,7 +77,7 @@ bool serial_core::enqueue_due(scheduled_task_base* t) noexcept {
   return pending_.fetch_add(1, std::memory_order_acq_rel) == 0;
 }
 
-void serial_core::post_owed_drain() noexcept { post_drain(drain_post::internal); }
+void serial_core::post_owed_drain() noexcept { hand_drain(drain_post::internal); }
 
 task_base* serial_core::pop_one() noexcept {
   // pending_ > 0 promises a node; a producer may still be linking it.
@@ -89,12 +104,13 @@ void serial_core::drain() noexcept {
     while (ran < opts_.batch && consumed < counted) {
       task_base* t = consumed == 0 ? pop_one() : queue_.pop_locked();
       if (!t) break;
-      if (disposed_.load(std::memory_order_acquire))
-        discard(t);
-      else
-        run_one(t);
       ++consumed;
-      ++ran;
+      if (disposed_.load(std::memory_order_acquire)) {
+        discard(t); // cheap and runs no user task: not counted against the batch
+      } else {
+        run_one(t);
+        ++ran;
+      }
     }
     if (consumed == counted && ran < opts_.batch) {
       // Caught up with the producers. Linger a moment before settling: ending the
@@ -189,6 +205,7 @@ void serial_core::dispose() noexcept {
     t->cancel();
     t->release();
   }
+  while (posting_.load(std::memory_order_seq_cst) != 0) std::this_thread::yield();
 }
 
 } // namespace metronome::detail

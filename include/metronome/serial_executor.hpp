@@ -156,6 +156,12 @@ public:
   }
 
   /// Cancels every task this executor holds and rejects later ones. Idempotent.
+  /**
+   * When it returns, no library thread is inside a post to the underlying executor and
+   * none will post to it again (due delayed work that races it is discarded, not
+   * posted): call it before destroying the underlying executor's context (an
+   * `io_context`) while delayed serial work may still be falling due.
+   */
   void dispose() const noexcept { state_->dispose(); }
   bool is_disposed() const noexcept { return state_->is_disposed(); }
 

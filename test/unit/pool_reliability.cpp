@@ -215,6 +215,7 @@ BOOST_AUTO_TEST_CASE(delayed_serial_work_over_io_context_survives_a_cancel) {
   std::this_thread::sleep_for(20ms);
   auto second = serial.schedule([] {}, 100ms); // due after the cancelled one
   BOOST_CHECK_MESSAGE(ready(second.wait_for(10s)), "delayed serial work lost on the shared timing pool");
+  serial.dispose(); // the timing pool's thread is out of io's post() (it may still be when the task ran)
   guard.reset();
   runner.join();
 }
@@ -494,6 +495,7 @@ BOOST_AUTO_TEST_CASE(after_fork_the_shared_timing_pool_runs_delayed_serial_work_
       auto h = serial.schedule([] {}, 5ms);
       const bool ran = ready(h.wait_for(10s));
       const bool cancelled = far.cancel(); // its mutex is usable in the child
+      serial.dispose();
       guard.reset();
       io.stop();
       runner.join();

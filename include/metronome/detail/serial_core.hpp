@@ -56,6 +56,8 @@ public:
     internal, // the timing pool hands over due tasks (accepted after shutdown, like them)
     repost,   // the drain itself, after a full batch, from the thread running it
   };
+  // Cancels what this executor holds; returns when no library thread is inside a post to
+  // the underlying executor, and none will post to it again.
   void dispose() noexcept;
   bool is_disposed() const noexcept { return disposed_.load(std::memory_order_acquire); }
   bool running_in_this_thread() const noexcept;
@@ -71,6 +73,7 @@ protected:
   virtual void post_drain(drain_post how) noexcept = 0;
 
 private:
+  void hand_drain(drain_post how) noexcept;
   task_base* pop_one() noexcept;
   void run_one(task_base* t) noexcept;
   static void discard(task_base* t) noexcept;
@@ -78,6 +81,7 @@ private:
   ready_queue queue_;
   alignas(64) std::atomic<std::size_t> pending_{0};
   std::atomic<bool> disposed_{false};
+  std::atomic<int> posting_{0}; // threads inside a post of the drain (see hand_drain)
   serial_options opts_;
   pool_core& timers_;
   pool_core* owner_pool_; // the metronome pool underneath, if any (its exception handler)
