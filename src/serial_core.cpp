@@ -77,7 +77,12 @@ bool serial_core::enqueue_due(scheduled_task_base* t) noexcept {
   return pending_.fetch_add(1, std::memory_order_acq_rel) == 0;
 }
 
-void serial_core::post_owed_drain() noexcept { hand_drain(drain_post::internal); }
+void serial_core::post_owed_drain() noexcept {
+  // The tasks just queued keep this executor alive only until the drain runs them, which
+  // may happen before the post returns: hold it until then.
+  const std::shared_ptr<serial_core> keep = shared_from_this();
+  hand_drain(drain_post::internal);
+}
 
 task_base* serial_core::pop_one() noexcept {
   // pending_ > 0 promises a node; a producer may still be linking it.

@@ -22,17 +22,17 @@ namespace metronome::test {
 // waits for it to get there. Uninstalls itself on destruction, releasing a stopped thread.
 class hook_stop {
 public:
-  explicit hook_stop(detail::hook_point point, bool any_thread = false) {
-    point_ = point;
-    any_ = any_thread;
+  explicit hook_stop(detail::hook_point point, bool any_thread = false) : point_(point), any_(any_thread) {
     armed_.store(true);
-    self_ = this;
+    self_.store(this);
     detail::test_hook.store(&on_hook);
   }
+  // Waits until no thread is inside on_hook with this object (a stopped one is released).
   ~hook_stop() {
     detail::test_hook.store(nullptr);
+    self_.store(nullptr);
     release();
-    self_ = nullptr;
+    while (inside_.load() != 0) std::this_thread::yield();
   }
   hook_stop(const hook_stop&) = delete;
   hook_stop& operator=(const hook_stop&) = delete;
@@ -46,16 +46,19 @@ public:
 
 private:
   static void on_hook(detail::hook_point p) {
-    hook_stop* s = self_;
-    if (!s || p != s->point_ || !(s->any_ || marked_)) return;
+    inside_.fetch_add(1);
+    hook_stop* s = self_.load();
     bool expected = true;
-    if (!s->armed_.compare_exchange_strong(expected, false)) return; // one stop only
-    s->arrived_.add();
-    s->gate_.wait();
+    if (s && p == s->point_ && (s->any_ || marked_) && s->armed_.compare_exchange_strong(expected, false)) {
+      s->arrived_.add();
+      s->gate_.wait();
+    }
+    inside_.fetch_sub(1);
   }
 
   static inline thread_local bool marked_ = false;
-  static inline hook_stop* self_ = nullptr;
+  static inline std::atomic<hook_stop*> self_{nullptr};
+  static inline std::atomic<int> inside_{0};
   detail::hook_point point_;
   bool any_ = false;
   std::atomic<bool> armed_{false};

@@ -347,12 +347,15 @@ BOOST_AUTO_TEST_CASE(discard_oldest_with_only_internal_work_queued_discards_the_
 BOOST_AUTO_TEST_CASE(a_pool_destroyed_from_its_own_task_runs_the_continuations_that_task_deferred) {
   auto* pool = new scheduled_thread_pool(2);
   counter done;
+  gate posted; // the rule: no other thread is inside a call on the pool when it goes
   std::atomic<int> continuation_ran{0};
   boost::asio::post(*pool, [&, pool] {
     boost::asio::defer(pool->get_executor(), [&] { ++continuation_ran; });
+    posted.wait();
     delete pool;
     done.add();
   });
+  posted.open();
   BOOST_REQUIRE(done.wait_for_at_least(1));
   BOOST_CHECK_EQUAL(continuation_ran.load(), 1);
 }
