@@ -5,6 +5,7 @@
 
 #include <metronome/manual_clock.hpp>
 #include <metronome/serial_executor.hpp>
+#include <metronome/wheel_timer.hpp>
 
 #include "common/latch_task.hpp"
 #include "common/manual_pool.hpp"
@@ -488,6 +489,13 @@ BOOST_AUTO_TEST_CASE(after_fork_the_shared_timing_pool_runs_delayed_serial_work_
   auto serial = metronome::make_serial_executor(io.get_executor());
   // The shared timing pool exists before the fork, busy with far-future work.
   auto far = serial.schedule([] {}, 1h);
+  // A pool and a wheel of the parent keep running across the fork.
+  scheduled_thread_pool parent_pool(2);
+  metronome::wheel_timer parent_wheel(parent_pool);
+  std::atomic<int> parent_ticks{0};
+  auto ticking = parent_pool.schedule_at_fixed_rate([&] { ++parent_ticks; }, 0ms, 1ms);
+  auto parent_timeout = parent_wheel.schedule([] {}, 1h);
+  BOOST_REQUIRE(poll_until([&] { return parent_ticks.load() > 2; }));
   const pid_t pid = ::fork();
   BOOST_REQUIRE(pid >= 0);
   if (pid == 0) {
@@ -499,6 +507,17 @@ BOOST_AUTO_TEST_CASE(after_fork_the_shared_timing_pool_runs_delayed_serial_work_
       const bool ran = ready(h.wait_for(10s));
       const bool cancelled = far.cancel(); // its mutex is usable in the child
       serial.dispose();
+      // A pool and a wheel made in the child work.
+      bool child_pool_ok = false, child_wheel_ok = false;
+      {
+        scheduled_thread_pool child(2);
+        child_pool_ok = child.submit([] { return 41; }).get() == 41;
+        metronome::wheel_timer wheel(child);
+        std::atomic<bool> fired{false};
+        auto t = wheel.schedule([&] { fired = true; }, 2ms);
+        child_wheel_ok = poll_until([&] { return fired.load(); }, 10s);
+      }
+      if (!child_pool_ok || !child_wheel_ok) ::_exit(4);
       guard.reset();
       io.stop();
       runner.join();
@@ -513,6 +532,9 @@ BOOST_AUTO_TEST_CASE(after_fork_the_shared_timing_pool_runs_delayed_serial_work_
   BOOST_CHECK(WIFEXITED(status));
   BOOST_CHECK_EQUAL(WEXITSTATUS(status), 0);
   BOOST_CHECK(far.cancel());
+  const int ticks = parent_ticks.load();
+  BOOST_CHECK(poll_until([&] { return parent_ticks.load() > ticks; })); // the parent's pool goes on
+  BOOST_CHECK(ticking.cancel());
 }
 #endif
 
