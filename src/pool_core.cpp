@@ -444,26 +444,40 @@ void pool_core::discard_task(task_base* t, const char* why) noexcept {
   if (is_op) report(std::make_exception_ptr(rejected_execution(why)));
 }
 
-// discard_oldest: cancels the oldest queued task of the typed API (it stays in the queue,
-// cancelled, and is dropped when popped). Executor-path work is never evicted: it may be
-// a serial executor's drain, a strand's invoker or a completion. False if none is queued.
+// discard_oldest: takes the oldest queued task of the typed API out of the ready queue
+// and cancels it (when it is the very last node it is cancelled in place and dropped when
+// popped). Executor-path work is never evicted: it may be a serial executor's drain, a
+// strand's invoker or a completion. False if no such task is queued.
 bool pool_core::discard_oldest_user_task() noexcept {
-  scheduled_task_base* victim = nullptr;
-  std::uint32_t old = 0;
+  auto is_user_task = [](task_base* n) {
+    return n->is_scheduled() && static_cast<scheduled_task_base*>(n)->phase() == scheduled_task_base::pending;
+  };
   ready_.consumer_lock().lock();
-  ready_.find_locked([&](task_base* n) {
-    if (!n->is_scheduled()) return false;
-    auto* st = static_cast<scheduled_task_base*>(n);
-    if (!st->begin_cancel(old)) return false;
-    st->add_ref(); // keeps it alive once a worker pops and releases it
-    victim = st;
-    return true;
-  });
+  task_base* prev = nullptr;
+  auto* victim = static_cast<scheduled_task_base*>(ready_.find_locked(is_user_task, prev));
+  bool unlinked = false;
+  std::uint32_t old = 0;
+  bool cancelled_in_place = false;
+  if (victim) {
+    unlinked = ready_.unlink_locked(prev, victim);
+    if (!unlinked && victim->begin_cancel(old)) {
+      victim->add_ref(); // keeps it alive once a worker pops and releases it
+      cancelled_in_place = true;
+    }
+  }
   ready_.consumer_lock().unlock();
-  if (!victim) return false;
-  victim->complete_cancel(old); // notifications outside the consumer lock
-  victim->release();
-  return true;
+  // Notifications outside the consumer lock.
+  if (unlinked) {
+    victim->finish_cancelled(); // false if a handle's cancel() won first: cancelled either way
+    victim->release();          // the queue's reference
+    return true;
+  }
+  if (cancelled_in_place) {
+    victim->complete_cancel(old);
+    victim->release();
+    return true;
+  }
+  return false;
 }
 
 void pool_core::work_finished() noexcept {

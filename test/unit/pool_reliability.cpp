@@ -329,6 +329,26 @@ BOOST_AUTO_TEST_CASE(discard_oldest_never_evicts_a_serial_executor_s_drain) {
   BOOST_CHECK_GE(hp.pool.stats().rejected, 1u);
 }
 
+BOOST_AUTO_TEST_CASE(discard_oldest_keeps_the_ready_queue_bounded) {
+  pool_options o;
+  o.max_queued = 4;
+  o.rejection = rejection_policy::discard_oldest;
+  held_pool hp(o);
+  std::vector<metronome::scheduled_future<int>> hs;
+  for (int i = 0; i < 200; ++i) {
+    hs.push_back(hp.pool.submit([i] { return i; }));
+    BOOST_REQUIRE_LE(hp.pool.stats().ready_queued, 5u); // the bound, plus at most one cancelled in place
+  }
+  hp.release();
+  for (int i = 0; i < 200; ++i) {
+    if (i < 196)
+      BOOST_CHECK(hs[i].is_cancelled()); // evicted, oldest first
+    else
+      BOOST_CHECK_EQUAL(hs[i].get(), i); // the newest ones run
+  }
+  BOOST_CHECK_EQUAL(hp.pool.stats().rejected, 196u);
+}
+
 BOOST_AUTO_TEST_CASE(discard_oldest_with_only_internal_work_queued_discards_the_new_task) {
   pool_options o;
   o.max_queued = 1;

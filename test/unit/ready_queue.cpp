@@ -36,6 +36,32 @@ BOOST_AUTO_TEST_CASE(is_fifo_for_one_producer) {
   BOOST_TEST(q.pop_wait() == nullptr);
 }
 
+BOOST_AUTO_TEST_CASE(unlink_takes_a_node_out_of_the_middle_but_never_the_last) {
+  ready_queue q;
+  std::vector<std::unique_ptr<item>> items;
+  for (int i = 0; i < 5; ++i) {
+    items.push_back(std::make_unique<item>(0, i));
+    q.push(items.back().get());
+  }
+  q.consumer_lock().lock();
+  task_base* prev = nullptr;
+  auto seq_is = [](int s) { return [s](task_base* n) { return static_cast<item*>(n)->seq == s; }; };
+  task_base* n = q.find_locked(seq_is(2), prev);
+  BOOST_REQUIRE(n == items[2].get());
+  BOOST_TEST(q.unlink_locked(prev, n));
+  n = q.find_locked(seq_is(0), prev); // the head
+  BOOST_TEST(q.unlink_locked(prev, n));
+  n = q.find_locked(seq_is(4), prev); // the last: a producer may be linking behind it
+  BOOST_TEST(!q.unlink_locked(prev, n));
+  BOOST_TEST(q.find_locked(seq_is(2), prev) == nullptr);
+  q.consumer_lock().unlock();
+  BOOST_TEST(q.size() == 3u);
+  std::vector<int> rest;
+  while (task_base* t = q.pop_wait()) rest.push_back(static_cast<item*>(t)->seq);
+  BOOST_TEST((rest == std::vector<int>{1, 3, 4}));
+  BOOST_TEST(q.empty());
+}
+
 BOOST_AUTO_TEST_CASE(push_chain_keeps_order) {
   ready_queue q;
   item a(0, 0), b(0, 1), c(0, 2);

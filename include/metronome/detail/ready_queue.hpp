@@ -134,11 +134,30 @@ public:
   // Caller holds consumer_lock(): the oldest queued node for which pred returns true,
   // or nullptr; the node stays queued. Nodes cannot be popped while the lock is held,
   // and producers only ever store the last node's link (read here with acquire).
+  // `prev` receives the node before it (nullptr when it is the head).
   template <class Pred>
-  task_base* find_locked(Pred&& pred) noexcept {
-    for (task_base* n = head_.load(std::memory_order_relaxed); n; n = n->next_.load(std::memory_order_acquire))
+  task_base* find_locked(Pred&& pred, task_base*& prev) noexcept {
+    prev = nullptr;
+    for (task_base* n = head_.load(std::memory_order_relaxed); n; n = n->next_.load(std::memory_order_acquire)) {
       if (n != &stub_ && pred(n)) return n;
+      prev = n;
+    }
     return nullptr;
+  }
+
+  // Caller holds consumer_lock(): takes `n` (found by find_locked with `prev`) out of the
+  // middle of the queue. Refuses (false) when n is the last node, whose link a producer
+  // may be about to store; any other node's link and its predecessor's are written once,
+  // already, so unlinking touches nothing a producer writes.
+  bool unlink_locked(task_base* prev, task_base* n) noexcept {
+    task_base* next = n->next_.load(std::memory_order_acquire);
+    if (!next) return false;
+    if (prev)
+      prev->next_.store(next, std::memory_order_relaxed);
+    else
+      head_.store(next, std::memory_order_relaxed);
+    taken(n);
+    return true;
   }
 
 private:
