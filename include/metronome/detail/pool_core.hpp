@@ -174,7 +174,9 @@ private:
 
   // The pool mutex lives in the anchor, so handles that outlive the pool can lock it.
   std::mutex& mtx_;
-  std::condition_variable follower_cv_;
+  // What the mutex guards starts on its own line: producers read spinning_/sleepers_ on
+  // every push, and parking workers write the condition variables.
+  alignas(64) std::condition_variable follower_cv_;
   std::condition_variable leader_cv_;
   std::condition_variable terminated_cv_;
   delay_heap heap_;
