@@ -1259,6 +1259,32 @@ BOOST_AUTO_TEST_CASE(delayed_wakeups_are_not_lost) {
   BOOST_TEST_MESSAGE("delayed wake-ups: " << rounds << " rounds, worst lateness " << worst << " us, seed " << run_seed);
 }
 
+// The pattern the test above hits at random, made likely: an idle pool, a delayed
+// task cancelled while it may still wait in the submission inbox, then a later task.
+// The later task must run (a few ms late at most); a stale "earliest due" left by the
+// cancelled one must not stop its wake-up. The short sleeps only let the workers
+// park (the condition under test); no result depends on them.
+BOOST_AUTO_TEST_CASE(delayed_task_after_a_cancel_in_the_inbox_still_runs) {
+  scheduled_thread_pool pool(2);
+  int stuck = 0;
+  const int n = scaled(60, 30);
+  for (int i = 0; i < n && stuck == 0; ++i) {
+    std::this_thread::sleep_for(3ms);
+    auto a = pool.schedule([] {}, 1ms);
+    a.cancel();
+    if (i % 2) std::this_thread::sleep_for(300us);
+    auto b = pool.schedule([] {}, 2ms);
+    if (b.wait_for(2s) != std::future_status::ready) {
+      ++stuck;
+      auto st = pool.stats();
+      BOOST_ERROR("iteration " << i << ": a task due 2 ms after submission has not run after 2 s (stats: active="
+                               << st.active << " ready=" << st.ready_queued << " delayed=" << st.delayed_queued
+                               << "): lost wake-up after cancelling a task still in the inbox");
+      b.cancel();
+    }
+  }
+}
+
 // ---- async_delay: per-operation cancellation racing completion
 
 BOOST_AUTO_TEST_CASE(async_delay_cancellation_races_completion_on_a_serial_executor) {
