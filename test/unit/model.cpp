@@ -848,7 +848,6 @@ void model_run::check_after_destroy() {
     } catch (const std::exception& e) {
       fail(fmt("%s: get() threw %s", t.describe().c_str(), e.what()));
     }
-    if (failed()) return;
   }
 }
 
