@@ -404,10 +404,11 @@ void pool_core::push_ready_chain(task_base* first, task_base* last, std::size_t 
   }
 }
 
-void pool_core::post(task_base* t, bool continuation) noexcept {
+void pool_core::post(task_base* t, bool continuation, bool internal) noexcept {
   worker* w = this_worker;
   const bool inside = w != nullptr && w->pool == this;
-  if (stopped_.load(std::memory_order_acquire) || (!inside && shutdown_.load(std::memory_order_acquire))) {
+  if (stopped_.load(std::memory_order_acquire) ||
+      (!inside && !internal && shutdown_.load(std::memory_order_acquire))) {
     drop_outside(t);
     return;
   }

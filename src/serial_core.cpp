@@ -48,6 +48,14 @@ serial_core::~serial_core() {
 
 bool serial_core::running_in_this_thread() const noexcept { return current_drain == this; }
 
+bool serial_core::refuses_outside_work() const noexcept {
+  return owner_pool_ && owner_pool_->is_shutdown() && !owner_pool_->running_in_this_thread();
+}
+
+void serial_core::note_rejected() noexcept {
+  if (owner_pool_) owner_pool_->note_rejected();
+}
+
 bool serial_core::try_enqueue(task_base* t) noexcept {
   if (disposed_.load(std::memory_order_acquire)) return false;
   queue_.push(t);

@@ -52,9 +52,9 @@ private:
         task_base* op = executor_op<decltype(drain), recycling_allocator<void>>::create(std::move(drain), {});
         switch (how) {
         case drain_post::producer:
-          core.post(op, false); // the executor path's rules (after shutdown: from outside, dropped)
-          break;
         case drain_post::internal:
+          // Internal work: never dropped while the pool runs (the tasks it carries were
+          // accepted; outside work after shutdown is refused before it is queued).
           core.push_ready(op);
           break;
         case drain_post::repost:
@@ -240,6 +240,10 @@ private:
   template <class R, class F>
   detail::scheduled_task_base* new_task(F&& f, detail::task_kind kind) const {
     if (state_->is_disposed()) throw rejected_execution("metronome: serial_executor is disposed");
+    if (state_->refuses_outside_work()) {
+      state_->note_rejected();
+      throw rejected_execution("metronome: the pool under this serial_executor is shut down");
+    }
     auto* t = detail::make_scheduled_task<R, true>(&state_->timers(), std::forward<F>(f), kind);
     t->extras().sink = state_;
     return t;
@@ -301,6 +305,12 @@ private:
     using F = std::decay_t<Function>;
     if (detail::is_empty_callable(f)) {
       state_->report(std::make_exception_ptr(std::invalid_argument("metronome: empty function")));
+      return;
+    }
+    if (state_->refuses_outside_work()) { // as the pool underneath refuses it
+      state_->note_rejected();
+      state_->report(std::make_exception_ptr(
+          rejected_execution("metronome: work dropped: the pool under this serial_executor is shut down")));
       return;
     }
     detail::task_base* op =

@@ -236,17 +236,51 @@ BOOST_AUTO_TEST_CASE(a_pool_task_waiting_for_a_serial_task_over_the_same_pool_is
 
 // ---------------------------------------------------------------- termination
 
-BOOST_AUTO_TEST_CASE(join_returns_after_shutdown_when_a_strand_s_outside_work_was_dropped) {
+BOOST_AUTO_TEST_CASE(join_returns_after_shutdown_even_with_tracked_work_outstanding) {
   scheduled_thread_pool pool(1);
-  auto strand = boost::asio::make_strand(pool.get_executor());
+  // Tracked work that only outside work could finish, and outside work is dropped now.
+  auto guard = boost::asio::make_work_guard(pool.get_executor());
   pool.shutdown();
-  // From outside after shutdown: the strand's invoker is dropped and the strand stays locked.
-  boost::asio::post(strand, [] {});
-  // Work queued behind it holds tracked work on the pool and can never run.
-  boost::asio::post(strand, [g = boost::asio::make_work_guard(pool.get_executor())] {});
-  BOOST_CHECK_MESSAGE(pool.await_termination(10s), "tracked work held by a dropped strand kept the pool alive");
+  BOOST_CHECK_MESSAGE(pool.await_termination(10s), "tracked work kept a shut-down, idle pool alive");
   pool.join();
   BOOST_CHECK(pool.is_terminated());
+}
+
+BOOST_AUTO_TEST_CASE(a_strand_over_a_shut_down_pool_runs_what_it_accepted) {
+  pool_options o;
+  o.exception_handler = [](std::exception_ptr) {};
+  held_pool hp(o);
+  auto strand = boost::asio::make_strand(hp.pool.get_executor());
+  std::atomic<int> ran{0};
+  // Queued before shutdown: it reaches the strand from a pool thread (as a completion does).
+  boost::asio::post(hp.pool.get_executor(), [&] { boost::asio::post(strand, [&] { ++ran; }); });
+  hp.pool.shutdown();
+  // Outside, after shutdown: the strand's invoker is the pool's internal work (dropping it
+  // would leave the strand locked and lose every handler queued behind it).
+  boost::asio::post(strand, [&] { ++ran; });
+  hp.release();
+  BOOST_CHECK(poll_until([&] { return ran.load() == 2; }, 10s));
+  BOOST_CHECK(hp.pool.await_termination(10s));
+}
+
+BOOST_AUTO_TEST_CASE(a_serial_executor_over_a_shut_down_pool_refuses_outside_work_and_runs_inside_work) {
+  reported r;
+  pool_options o;
+  o.exception_handler = r.handler();
+  held_pool hp(o);
+  auto serial = metronome::make_serial_executor(hp.pool);
+  std::atomic<int> ran{0};
+  // Queued before shutdown: it posts to the serial executor from a pool thread.
+  boost::asio::post(hp.pool.get_executor(), [&] { boost::asio::post(serial, [&] { ++ran; }); });
+  hp.pool.shutdown();
+  boost::asio::post(serial, [&] { ran += 100; });                           // outside: dropped, reported
+  BOOST_CHECK_THROW(serial.submit([] {}), metronome::rejected_execution); // outside, typed: refused
+  hp.release();
+  BOOST_CHECK(poll_until([&] { return ran.load() == 1; }, 10s));
+  BOOST_CHECK(hp.pool.await_termination(10s));
+  BOOST_CHECK_EQUAL(ran.load(), 1);
+  BOOST_CHECK_EQUAL(r.count(), 1u);
+  BOOST_CHECK_EQUAL(hp.pool.stats().rejected, 2u);
 }
 
 // ---------------------------------------------------------------- handles after the pool

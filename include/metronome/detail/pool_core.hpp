@@ -64,7 +64,10 @@ public:
 
   // ---- Asio executor path: never throws.
   // continuation: relationship.continuation (defer) -> this thread's local queue.
-  void post(task_base* t, bool continuation) noexcept;
+  // internal: work another executor queues on behalf of work it already accepted (an
+  // Asio strand's invoker): accepted after shutdown, from any thread, until the pool
+  // terminates - dropping it would wedge everything queued behind it.
+  void post(task_base* t, bool continuation, bool internal = false) noexcept;
   bool running_in_this_thread() const noexcept;
   void work_started() noexcept { tracked_work_.fetch_add(1, std::memory_order_relaxed); }
   void work_finished() noexcept;
@@ -112,6 +115,7 @@ public:
   void close() noexcept;
 
   pool_stats stats() const;
+  void note_rejected() noexcept { rejected_.fetch_add(1); } // work refused on the pool's behalf
   std::size_t thread_count() const noexcept { return threads_.load(std::memory_order_relaxed); }
 
   void report(std::exception_ptr e) noexcept;

@@ -60,6 +60,10 @@ public:
   // the underlying executor, and none will post to it again.
   void dispose() noexcept;
   bool is_disposed() const noexcept { return disposed_.load(std::memory_order_acquire); }
+  // Over a metronome pool that is shut down, work from outside the pool is refused as the
+  // pool refuses it (its drains are internal work and are never refused).
+  bool refuses_outside_work() const noexcept;
+  void note_rejected() noexcept;
   bool running_in_this_thread() const noexcept;
   pool_core& timers() const noexcept { return timers_; }
   void report(std::exception_ptr e) noexcept override;

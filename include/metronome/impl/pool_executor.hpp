@@ -5,12 +5,26 @@
 #include <metronome/detail/node_cache.hpp>
 
 #include <boost/asio/execution.hpp>
+#include <boost/asio/strand.hpp>
 
 #include <exception>
 #include <memory>
 #include <stdexcept>
 #include <type_traits>
 #include <utility>
+
+namespace metronome::detail {
+
+// An Asio strand's invoker: the strand queues it on the pool on behalf of handlers it
+// already accepted, so it is internal work (accepted after shutdown until the pool
+// terminates). Dropping it would leave the strand locked, every handler behind it lost.
+// Names Asio's detail type (Boost 1.81); test/unit/pool_reliability.cpp breaks if it moves.
+template <class F>
+struct is_strand_invoker : std::false_type {};
+template <class Executor, class Void>
+struct is_strand_invoker<boost::asio::detail::strand_executor_service::invoker<Executor, Void>> : std::true_type {};
+
+} // namespace metronome::detail
 
 namespace metronome {
 
@@ -199,7 +213,7 @@ private:
     using node_alloc = detail::node_allocator_for<OtherAllocator>;
     task_base_ptr op =
         detail::executor_op<F, typename node_alloc::type>::create(std::forward<Function>(f), node_alloc::get(a));
-    core.post(op, continuation);
+    core.post(op, continuation, detail::is_strand_invoker<F>::value);
   }
   using task_base_ptr = detail::task_base*;
 
