@@ -16,6 +16,7 @@
 #include <metronome/metronome.hpp>
 
 #include "common/accounting.hpp"
+#include "common/hooks.hpp"
 #include "common/latch_task.hpp"
 #include "common/manual_pool.hpp"
 
@@ -38,6 +39,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <random>
@@ -1239,6 +1241,20 @@ void run_rounds(const char* what, std::uint64_t salt, budget b, Round round) {
 std::chrono::milliseconds ms(int release, int sanitizer) { return std::chrono::milliseconds(scaled(release, sanitizer)); }
 
 } // namespace
+
+#if defined(METRONOME_TEST_HOOKS)
+// Chaos mode (METRONOME_CHAOS=1, registered in CTest as stress_chaos): every hand-over
+// point of the engine yields or sleeps at random, so the interleavings the scheduler
+// rarely produces on its own come up in every round.
+struct chaos_mode {
+  std::unique_ptr<metronome::test::chaos> on;
+  chaos_mode() {
+    const char* e = std::getenv("METRONOME_CHAOS");
+    if (e && e[0] == '1') on = std::make_unique<metronome::test::chaos>();
+  }
+};
+BOOST_TEST_GLOBAL_FIXTURE(chaos_mode);
+#endif
 
 BOOST_AUTO_TEST_SUITE(stress)
 
