@@ -13,9 +13,9 @@
 // cancelled), the exception handler's reports, stats().delayed_queued and
 // stats().rejected.
 //
-// Quiescence without sleeps: before shutdown, a sentinel task that reads
-// stats().ready_queued from the (only) worker, repeated until nothing is queued
-// behind it; after shutdown (sentinels are rejected), waiting for the model's
+// Quiescence without sleeps: before shutdown, sentinel tasks that read the (only)
+// worker's completed count, repeated until nothing ran between two of them; after
+// shutdown (sentinels are rejected), waiting for the model's
 // expected number of runs, then for stats() to show no active or queued work.
 //
 // Order rules modelled (DESIGN.md "Order", "Ready order", "Missed ticks"):
@@ -30,7 +30,8 @@
 //   after now); fixed delay: next = end of the run + delay (manual clock: now).
 //
 // Environment: METRONOME_MODEL_SEED=N replays one seed with a full trace;
-// METRONOME_MODEL_FIRST_SEED=N starts the run at seed N.
+// METRONOME_MODEL_FIRST_SEED=N starts the run at seed N; with METRONOME_MODEL_TRACE=1 a
+// replayed seed prints its steps even when it passes.
 
 #include <metronome/metronome.hpp>
 
@@ -45,6 +46,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <deque>
 #include <map>
@@ -352,16 +354,25 @@ private:
   bool quiesce() {
     if (stopped_) return true; // nothing runs on the pool any more
     if (!shutdown_) {
-      // The sentinel runs after everything queued before it; it reads what is queued
-      // behind it from the only worker, so 0 means nothing is left.
+      // A sentinel runs after everything queued before it and reads, on the only
+      // worker, how many tasks that worker has completed. Two sentinels in a row with
+      // nothing completed between them mean nothing was queued behind the first one,
+      // so the pool is quiescent. (stats().ready_queued alone is not enough: it lags a
+      // push in progress, e.g. the test's own sentinel, by one.)
       auto* p = pool_.get();
+      std::size_t prev = 0;
       for (int round = 0; round < 200000; ++round) {
-        auto sentinel = p->submit([p] { return p->stats().ready_queued; });
+        auto sentinel = p->submit([p] {
+          auto st = p->stats();
+          return std::pair<std::size_t, std::size_t>(st.completed, st.ready_queued);
+        });
         if (sentinel.wait_for(10s) != std::future_status::ready) {
           fail("a sentinel task did not run within 10 s (the pool hangs)");
           return false;
         }
-        if (sentinel.get() == 0) return true;
+        const auto [completed, queued] = sentinel.get();
+        if (round > 0 && completed == prev + 1 && queued == 0) return true;
+        prev = completed;
       }
       fail("the pool never became quiescent (ready work kept coming)");
       return false;
@@ -925,6 +936,8 @@ outcome model_run::run() {
     if (!metronome::test::finishes_within(10s, [p] { delete p; })) leak_all();
   }
   serials_.clear();
+  if (trace_all_ && std::getenv("METRONOME_MODEL_TRACE")) // the steps of a replayed seed, failed or not
+    for (std::size_t i = 0; i < trace_.size(); ++i) std::fprintf(stderr, "  %zu: %s\n", i + 1, trace_[i].c_str());
   return {failure_, kind_};
 }
 

@@ -23,6 +23,7 @@
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/co_spawn.hpp>
 #include <boost/asio/defer.hpp>
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/executor_work_guard.hpp>
@@ -30,6 +31,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/asio/thread_pool.hpp>
+#include <boost/asio/use_awaitable.hpp>
 #include <boost/test/unit_test.hpp>
 
 #include <algorithm>
@@ -1222,6 +1224,76 @@ bool join_round(std::uint64_t seed, errors& errs, bool with_shutdown, int per) {
   return true;
 }
 
+// Coroutines co_spawned on asio strands over the pool loop on async_delay; a producer
+// posts plain work to the same strands from outside; shutdown() comes at a random
+// moment. Waits complete with operation_aborted at shutdown "so coroutines unwind":
+// every coroutine must finish, and join() must return (co_spawn holds tracked work on
+// the strand's executor until its coroutine finishes).
+struct coro_state {
+  std::unique_ptr<scheduled_thread_pool> pool;
+  std::vector<asio::strand<scheduled_thread_pool::executor_type>> strands;
+  std::atomic<int> finished{0}, aborted{0}, steps{0}, posted_ran{0};
+  std::atomic<bool> producing{true};
+};
+
+asio::awaitable<void> delay_loop(coro_state* st, unsigned seed) {
+  auto pex = st->pool->get_executor();
+  for (int i = 0; i < 50; ++i) {
+    seed = seed * 1103515245u + 12345u;
+    try {
+      co_await metronome::async_delay(pex, std::chrono::microseconds(seed % 1500), asio::use_awaitable);
+    } catch (const boost::system::system_error& e) {
+      if (e.code() == asio::error::operation_aborted) st->aborted.fetch_add(1);
+      co_return;
+    }
+    st->steps.fetch_add(1);
+  }
+}
+
+bool coroutine_join_round(std::uint64_t seed, errors& errs) {
+  std::mt19937_64 rng(seed);
+  auto sp = std::make_shared<coro_state>();
+  coro_state& st = *sp;
+  pool_options o;
+  o.threads = 2;
+  o.exception_handler = [](std::exception_ptr) {}; // dropped outside work is reported here
+  st.pool = std::make_unique<scheduled_thread_pool>(o);
+  for (int i = 0; i < 3; ++i) st.strands.push_back(asio::make_strand(st.pool->get_executor()));
+  const int n = scaled(24, 8);
+  for (int i = 0; i < n; ++i)
+    asio::co_spawn(st.strands[i % 3], delay_loop(&st, static_cast<unsigned>(rng())),
+                   [p = &st](std::exception_ptr) { p->finished.fetch_add(1); });
+  std::thread producer([&st, s0 = rng()] {
+    std::mt19937_64 r2(s0);
+    while (st.producing.load()) {
+      asio::post(st.strands[r2() % 3], [p = &st] { p->posted_ran.fetch_add(1); });
+      std::this_thread::yield();
+    }
+  });
+  // A random moment: after a random number of coroutine steps.
+  const int threshold = static_cast<int>(rng() % (n * 10 + 1));
+  const auto limit = std::chrono::steady_clock::now() + 5s;
+  while (st.steps.load() < threshold && st.finished.load() < n && std::chrono::steady_clock::now() < limit)
+    std::this_thread::yield();
+  st.pool->shutdown();
+  std::this_thread::sleep_for(std::chrono::microseconds(rng() % 500)); // outside posts keep coming a little
+  st.producing.store(false);
+  producer.join();
+  if (!finishes_within(10s, [sp] { sp->pool->join(); })) {
+    errs.add(fmt("join() after shutdown() did not return within 10 s: %d of %d coroutines finished (%d aborted "
+                 "waits), stats: active=%zu ready=%zu delayed=%zu",
+                 st.finished.load(), n, st.aborted.load(), st.pool->stats().active, st.pool->stats().ready_queued,
+                 st.pool->stats().delayed_queued));
+    metronome::test::leak(sp);
+    return false;
+  }
+  if (st.finished.load() != n)
+    errs.add(fmt("join() returned but only %d of %d coroutines finished (the others never resumed)", st.finished.load(), n));
+  st.strands.clear();
+  st.pool.reset();
+  return true;
+}
+
 // Runs rounds of `round(seed, errs) -> bool` (false: a watchdog fired, stop) within
 // the budget; stops early after three failing rounds; reports findings grouped by kind.
 template <class Round>
@@ -1451,6 +1523,11 @@ BOOST_AUTO_TEST_CASE(join_after_shutdown_with_strands_and_serials) {
 BOOST_AUTO_TEST_CASE(join_without_shutdown_with_strands_and_serials) {
   run_rounds("join() without shutdown() with strands/serials", 11, budget(ms(2000, 3000), 3, 100000),
              [](std::uint64_t seed, errors& errs) { return join_round(seed, errs, false, scaled(400, 100)); });
+}
+
+BOOST_AUTO_TEST_CASE(join_after_shutdown_with_coroutines_on_strands) {
+  run_rounds("join() after shutdown() with coroutines on strands", 13, budget(ms(2500, 4000), 3, 100000),
+             [](std::uint64_t seed, errors& errs) { return coroutine_join_round(seed, errs); });
 }
 
 // ---- last: over non-metronome executors a throwing periodic serial task is reported
