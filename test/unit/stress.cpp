@@ -892,6 +892,8 @@ void serial_round(Serial serial, std::uint64_t seed, errors& errs, int per, std:
 // due order however many pool threads move them. Manual clock: exact due times.
 void delayed_serial_order_manual(std::uint64_t seed, errors& errs, int n) {
   std::mt19937_64 rng(seed);
+  // Outlives the pool: a task's callable (and its token) is destroyed after it signals done.
+  std::unique_ptr<slot[]> slots(new slot[n]);
   metronome::manual_clock c;
   scheduled_thread_pool pool(metronome::test::on_clock(c, 4));
   auto serial = make_serial_executor(pool);
@@ -906,7 +908,6 @@ void delayed_serial_order_manual(std::uint64_t seed, errors& errs, int n) {
   };
   auto r = std::make_unique<rec>();
   r->order.reserve(n);
-  std::unique_ptr<slot[]> slots(new slot[n]);
   rec* rp = r.get();
   for (int i = 0; i < n; ++i) {
     const int d = delays[i];
