@@ -67,9 +67,10 @@ void pool_core::shutdown() {
     shutdown_.store(true);
     sweep_for_shutdown_locked(gone);
     update_next_due_locked();
+    gone = queue_aborted_waits_locked(gone);
     wake_all_locked();
   }
-  abort_chain(gone);
+  discard_chain(gone);
 }
 
 // Takes out of the heap what shutdown() does not keep (per the two options).
@@ -84,21 +85,46 @@ void pool_core::sweep_for_shutdown_locked(timed_node*& gone) noexcept {
   gone = reversed(gone);
 }
 
-void pool_core::abort_timed(timed_node* n) noexcept {
-  if (n->kind_ == task_kind::wait) {
-    // Completes with operation_aborted on a pool thread, so a coroutine waiting on it
-    // resumes where its continuations are still accepted.
-    static_cast<wait_node*>(n)->aborted_ = true;
-    push_ready(n);
-  } else {
-    discard_task(n, "metronome: work dropped: the pool is shut down");
+// Caller holds mtx_. Waits in `gone` are aborted and queued as ready work here, under
+// the mutex, so that the pool never looks idle (and terminates) while they are on their
+// way; what is left (tasks to cancel) the caller discards with discard_chain() after
+// releasing the mutex (cancelling runs completion hooks).
+timed_node* pool_core::queue_aborted_waits_locked(timed_node* gone) noexcept {
+  timed_node* keep = nullptr;
+  timed_node* keep_tail = nullptr;
+  task_base* first = nullptr;
+  task_base* last = nullptr;
+  std::size_t count = 0;
+  while (gone) {
+    timed_node* n = gone;
+    gone = static_cast<timed_node*>(n->next_.load(std::memory_order_relaxed));
+    n->next_.store(nullptr, std::memory_order_relaxed);
+    if (n->kind_ == task_kind::wait) {
+      // Completes with operation_aborted on a pool thread, so a coroutine waiting on it
+      // resumes where its continuations are still accepted.
+      static_cast<wait_node*>(n)->aborted_ = true;
+      if (last)
+        last->next_.store(n, std::memory_order_relaxed);
+      else
+        first = n;
+      last = n;
+      ++count;
+    } else {
+      if (keep_tail)
+        keep_tail->next_.store(n, std::memory_order_relaxed);
+      else
+        keep = n;
+      keep_tail = n;
+    }
   }
+  if (count) ready_.push_chain(first, last, count);
+  return keep;
 }
 
-void pool_core::abort_chain(timed_node* first) noexcept {
+void pool_core::discard_chain(timed_node* first) noexcept {
   while (first) {
     timed_node* next = static_cast<timed_node*>(first->next_.load(std::memory_order_relaxed));
-    abort_timed(first);
+    discard_task(first, "metronome: work dropped: the pool is shut down");
     first = next;
   }
 }
@@ -179,10 +205,11 @@ void pool_core::close() noexcept {
       promote_due_locked(now(), owed);
       heap_.drain([&](timed_node* n) { link_front(gone, n); });
       update_next_due_locked();
+      gone = queue_aborted_waits_locked(reversed(gone));
       wake_all_locked();
     }
     post_owed_drains(owed);
-    abort_chain(reversed(gone));
+    discard_chain(gone);
   }
   if (running_in_this_thread()) {
     // Destroyed from one of our own tasks: help run what is ready, this thread's

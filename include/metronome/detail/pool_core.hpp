@@ -157,8 +157,8 @@ private:
   void drop_outside(task_base* t) noexcept;
   void discard_task(task_base* t, const char* why) noexcept;
   bool discard_oldest_user_task() noexcept;
-  void abort_timed(timed_node* n) noexcept;
-  void abort_chain(timed_node* first) noexcept;
+  timed_node* queue_aborted_waits_locked(timed_node* gone) noexcept;
+  void discard_chain(timed_node* first) noexcept;
   void sweep_for_shutdown_locked(timed_node*& gone) noexcept;
   bool idle_for_termination_locked(int awake_expected) const noexcept;
   void terminate_locked() noexcept;
