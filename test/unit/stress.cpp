@@ -885,6 +885,9 @@ void serial_round(Serial serial, std::uint64_t seed, errors& errs, int per, std:
   }
   keep.push_back({std::move(slots), want});
   keep.push_back({std::move(pslots), producers * 2});
+  // The documented rule before the executor underneath goes away: after dispose() no
+  // library thread (the timing pool posting a due task's drain) is inside its post.
+  serial.dispose();
 }
 
 
