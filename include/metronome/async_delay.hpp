@@ -181,7 +181,8 @@ public:
     pool_core& core = pool_core_of(ex_);
     const clock::time_point current = core.now();
     const clock::time_point due = relative ? saturating_add(current, amount) : clock::time_point(amount);
-    delay_op<std::decay_t<Handler>, Executor>::start(std::forward<Handler>(handler), ex_, core, due, current);
+    using H = std::decay_t<Handler>; // a named (lvalue) handler is copied, as by any Asio operation
+    delay_op<H, Executor>::start(H(std::forward<Handler>(handler)), ex_, core, due, current);
   }
 
 private:

@@ -26,6 +26,7 @@
 #include <atomic>
 #include <chrono>
 #include <future>
+#include <memory>
 #include <thread>
 
 namespace asio = boost::asio;
@@ -281,6 +282,29 @@ BOOST_AUTO_TEST_CASE(async_wait_with_a_callback_on_an_io_context) {
   h.async_wait(asio::bind_executor(io, [&](std::exception_ptr e, int v) { got = e ? -1 : v; }));
   io.run();
   BOOST_TEST(got == 5);
+}
+
+// A named handler is copied (an lvalue function object) as by every Asio operation.
+BOOST_AUTO_TEST_CASE(a_named_handler_is_accepted_and_copied) {
+  manual_clock c;
+  scheduled_thread_pool pool(on_clock(c));
+  std::promise<error_code> lambda_done;
+  auto handler = [&](error_code ec) { lambda_done.set_value(ec); };
+  async_delay(pool.get_executor(), 1ms, handler);
+
+  struct recorder {
+    std::shared_ptr<std::promise<error_code>> done;
+    void operator()(error_code ec) const { done->set_value(ec); }
+  };
+  recorder named{std::make_shared<std::promise<error_code>>()};
+  auto object_done = named.done->get_future();
+  async_delay_until(pool.get_executor(), c.now() + 1ms, named);
+  BOOST_TEST(named.done.use_count() == 2); // copied into the operation, not moved from
+
+  c.advance(1ms);
+  BOOST_TEST(!lambda_done.get_future().get());
+  BOOST_TEST(!object_done.get());
+  BOOST_TEST(metronome::test::poll_until([&] { return named.done.use_count() == 1; })); // the copy is gone
 }
 
 BOOST_AUTO_TEST_SUITE_END()
