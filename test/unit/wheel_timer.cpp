@@ -3,10 +3,14 @@
 #include <metronome/manual_clock.hpp>
 #include <metronome/scheduled_thread_pool.hpp>
 
+#include "common/counting_executor.hpp"
+#include "common/exception_log.hpp"
+#include "common/io_churn.hpp"
 #include "common/latch_task.hpp"
 #include "common/poll_until.hpp"
 
 #include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/bind_executor.hpp>
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
@@ -16,10 +20,13 @@
 #include <boost/test/unit_test.hpp>
 
 #include <atomic>
+#include <functional>
+#include <future>
 #include <malloc.h>
 #include <map>
 #include <mutex>
 #include <random>
+#include <stdexcept>
 #include <vector>
 
 namespace asio = boost::asio;
@@ -28,6 +35,7 @@ using metronome::manual_clock;
 using metronome::scheduled_thread_pool;
 using metronome::wheel_options;
 using metronome::wheel_timer;
+using boost::system::error_code;
 
 namespace metronome::detail {
 struct wheel_access {
@@ -511,6 +519,55 @@ BOOST_AUTO_TEST_CASE(async_wait_completes_and_cancels) {
   auto g = w.wheel.async_wait(1h, asio::use_future);
   w.wheel.stop();
   BOOST_CHECK_THROW(g.get(), boost::system::system_error); // aborted by stop()
+}
+
+// A wait handler that throws runs like any other work on the pool: the pool's handler
+// is told and its worker goes on.
+BOOST_AUTO_TEST_CASE(a_throwing_wait_handler_goes_to_the_pool_handler_and_the_worker_lives) {
+  manual_clock clock;
+  metronome::test::exception_log log;
+  metronome::pool_options po;
+  po.exception_handler = log.handler();
+  scheduled_thread_pool pool(po);
+  wheel_options o;
+  o.time_source = &clock;
+  wheel_timer wheel(pool, o);
+  wheel.async_wait(1ms, [](error_code) { throw std::runtime_error("wait handler"); });
+  clock.advance(1ms);
+  BOOST_TEST(pool.submit([] { return 7; }).get() == 7); // after the handler: one thread
+  BOOST_TEST(log.messages() == std::vector<std::string>{"wait handler"}, boost::test_tools::per_element());
+}
+
+// The wait holds outstanding work on its handler's executor until the handler has run,
+// and lets go in that executor's context (the pool has one thread: once a later task
+// ran, the completion was handed on).
+BOOST_AUTO_TEST_CASE(a_wait_holds_work_on_the_handler_executor_until_the_handler_ran) {
+  manual_clock clock;
+  scheduled_thread_pool pool(1);
+  wheel_options o;
+  o.time_source = &clock;
+  wheel_timer wheel(pool, o);
+  asio::io_context io;
+  metronome::test::counting_executor::counts work;
+  int held_while_running = -1;
+  wheel.async_wait(1ms, asio::bind_executor(metronome::test::counting_executor(io, work),
+                                            [&](error_code) { held_while_running = work.held.load(); }));
+  BOOST_TEST(work.held.load() == 1);
+  clock.advance(1ms);
+  pool.submit([] {}).get();
+  BOOST_TEST(work.held.load() == 1); // handed to io, not run yet: still held
+  io.run();
+  BOOST_TEST(held_while_running == 1);
+  BOOST_TEST(work.held.load() == 0);
+  BOOST_TEST(work.released_elsewhere.load() == 0); // released on io, after the handler
+}
+
+BOOST_AUTO_TEST_CASE(wait_handlers_completing_onto_a_dying_io_context_leave_it_alone) {
+  scheduled_thread_pool pool(1);
+  wheel_timer wheel(pool); // a zero delay goes straight to the pool
+  metronome::test::complete_onto_dying_io_contexts(2000, [&](asio::io_context& io, std::function<void()> ran) {
+    wheel.async_wait(0ms, asio::bind_executor(io, [ran](error_code) { ran(); }));
+  });
 }
 
 BOOST_AUTO_TEST_SUITE_END()
