@@ -3,35 +3,76 @@
 
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
 
+#include <condition_variable>
 #include <functional>
 #include <future>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <thread>
 
 namespace metronome::test {
 
 // Asio's rule for a handler completed on another executor: the operation's outstanding
 // work travels with the handler and is released in the handler's context after it ran.
-// Here each of `n` operations completes onto a fresh io_context run by its own thread,
-// and the moment its handler has run, the io_context is stopped and destroyed: work
-// released anywhere else, later, touches a destroyed io_context (on the heap, so that
-// AddressSanitizer reports it; in a plain build it may hang or crash a later round).
+// Here each of `n` operations completes onto a fresh io_context run by a thread of its
+// own, and the moment its handler has run, the io_context is stopped, its run() has
+// returned, and it is destroyed: work released anywhere else, later, touches a
+// destroyed io_context (on the heap, so that AddressSanitizer reports it; in a plain
+// build a later round may hang or crash). One runner thread serves the io_contexts in
+// turn (starting a thread per round is slow under the sanitizers).
 // `start(io, ran)` starts one operation whose handler, bound to `io`, calls `ran()`.
 template <class Start>
 void complete_onto_dying_io_contexts(int n, Start start) {
+  std::mutex m;
+  std::condition_variable cv;
+  boost::asio::io_context* to_run = nullptr; // handed to the runner; null again once run() returned
+  bool finished = false;
+  std::thread runner([&] {
+    std::unique_lock lk(m);
+    for (;;) {
+      cv.wait(lk, [&] { return to_run || finished; });
+      if (!to_run) return;
+      lk.unlock();
+      to_run->run();
+      lk.lock();
+      to_run = nullptr;
+      cv.notify_all();
+    }
+  });
   for (int i = 0; i < n; ++i) {
     auto io = std::make_unique<boost::asio::io_context>();
+    // A timer object gives the io_context its reactor, so that its idle thread waits in
+    // the reactor, and a post from another thread wakes it under the io_context's mutex.
+    // (Waiting on its condition variable instead, it would be signalled after the mutex
+    // is let go: ThreadSanitizer reports that signal against the destruction below.)
+    std::optional<boost::asio::steady_timer> reactor(std::in_place, *io);
     auto guard = boost::asio::make_work_guard(*io);
-    std::thread runner([&io] { io->run(); });
+    {
+      std::lock_guard lk(m);
+      to_run = io.get();
+    }
+    cv.notify_all();
     std::promise<void> ran;
     start(*io, std::function<void()>([&ran] { ran.set_value(); }));
     ran.get_future().get();
     guard.reset();
     io->stop();
-    runner.join();
+    {
+      std::unique_lock lk(m);
+      cv.wait(lk, [&] { return to_run == nullptr; });
+    }
+    reactor.reset();
     io.reset();
   }
+  {
+    std::lock_guard lk(m);
+    finished = true;
+  }
+  cv.notify_all();
+  runner.join();
 }
 
 } // namespace metronome::test
