@@ -25,6 +25,7 @@
 #include <malloc.h>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <stdexcept>
 #include <vector>
@@ -519,6 +520,53 @@ BOOST_AUTO_TEST_CASE(async_wait_completes_and_cancels) {
   auto g = w.wheel.async_wait(1h, asio::use_future);
   w.wheel.stop();
   BOOST_CHECK_THROW(g.get(), boost::system::system_error); // aborted by stop()
+}
+
+// Handles may outlive the wheel. Due timeouts (and a wait) already handed to the pool
+// when the wheel goes never reach into the wheel again: their handles report them
+// expired, a cancel still wins while they wait in the queue, and a wait can still be
+// cancelled through its slot. A timeout that was still in the wheel is cancelled.
+BOOST_AUTO_TEST_CASE(handles_outlive_the_wheel_with_timeouts_queued_on_the_executor) {
+  manual_clock clock;
+  metronome::test::gate busy;
+  metronome::test::counter busy_started, ran;
+  scheduled_thread_pool pool(1);
+  wheel_options o;
+  o.time_source = &clock;
+  std::optional<wheel_timer> wheel(std::in_place, pool, o);
+  pool.submit([&] {
+    busy_started.add();
+    busy.wait();
+  });
+  BOOST_REQUIRE(busy_started.wait_for_at_least(1));
+  std::atomic<int> cancelled_runs{0};
+  auto cancelled = wheel->schedule([&] { cancelled_runs.fetch_add(1); }, 1ms);
+  auto kept = wheel->schedule([&] { ran.add(); }, 1ms);
+  auto linked = wheel->schedule([] {}, 1h);
+  asio::cancellation_signal sig;
+  std::promise<error_code> waited;
+  wheel->async_wait(1ms, asio::bind_cancellation_slot(sig.slot(), [&](error_code ec) { waited.set_value(ec); }));
+  clock.advance(1ms); // due: queued on the pool behind the busy task
+  wheel.reset();
+  BOOST_TEST(cancelled.is_expired());
+  BOOST_TEST(!cancelled.is_cancelled());
+  BOOST_TEST(cancelled.cancel());
+  BOOST_TEST(cancelled.is_cancelled());
+  BOOST_TEST(!cancelled.is_expired());
+  BOOST_TEST(!cancelled.cancel());
+  BOOST_TEST(kept.is_expired());
+  BOOST_TEST(!kept.is_cancelled());
+  BOOST_TEST(linked.is_cancelled()); // the destructor stopped the wheel
+  BOOST_TEST(!linked.is_expired());
+  BOOST_TEST(!linked.cancel());
+  sig.emit(asio::cancellation_type::terminal);
+  busy.open();
+  BOOST_TEST(ran.wait_for_at_least(1));
+  BOOST_TEST((waited.get_future().get() == asio::error::operation_aborted));
+  pool.submit([] {}).get(); // one thread: everything queued before has run
+  BOOST_TEST(kept.is_expired());
+  BOOST_TEST(!kept.cancel());
+  BOOST_TEST(cancelled_runs.load() == 0);
 }
 
 // A wait handler that throws runs like any other work on the pool: the pool's handler
