@@ -160,8 +160,11 @@ bool wheel_entry::cancel() noexcept {
 }
 
 wheel_core::wheel_core(wheel_options opts, boost::asio::any_io_executor ex, pool_core* pool)
-    : enrolled_(this), mtx_(enrolled_.anchor->mtx), opts_(opts), ex_(std::move(ex)), pool_(pool),
-      manual_(opts.time_source) {
+    : enrolled_(this), mtx_(enrolled_.anchor->mtx), opts_(std::move(opts)), ex_(std::move(ex)), pool_(pool),
+      manual_(opts_.time_source) {
+  if (opts_.exception_handler)
+    exception_handler_ =
+        std::make_shared<const std::function<void(std::exception_ptr)>>(std::move(opts_.exception_handler));
   const auto slots = opts_.slots_per_level;
   if (opts_.tick <= clock::duration::zero()) throw std::invalid_argument("metronome: wheel tick must be positive");
   if (slots < 4 || slots > 4096 || (slots & (slots - 1)) != 0)
@@ -620,6 +623,20 @@ bool wheel_core::cancel_locked(wheel_entry* e, chain& fired) noexcept {
   e->state_.store(wheel_entry::cancelled, std::memory_order_release);
   count_removed_locked(1);
   return true;
+}
+
+void wheel_core::report(const wheel_entry* e, std::exception_ptr x) noexcept {
+  std::shared_ptr<const std::function<void(std::exception_ptr)>> handler;
+  {
+    wheel_anchor& a = anchor_registry::get().at(e->wheel_id_);
+    std::lock_guard lk(a.mtx);
+    if (a.generation.load(std::memory_order_relaxed) == generation_of(e->wheel_id_))
+      handler = a.core->exception_handler_;
+  }
+  if (handler)
+    call_exception_handler(*handler, std::move(x), "wheel_timer exception handler");
+  else
+    report_here(std::move(x), "timeout");
 }
 
 bool wheel_core::deadline_passed(const wheel_entry* e) noexcept {

@@ -54,8 +54,7 @@ private:
     try {
       fn()();
     } catch (...) {
-      // A fire-and-forget timeout: reported the way the pool's default handler does.
-      print_unhandled(std::current_exception(), "timeout");
+      wheel_core::report(this, std::current_exception());
     }
   }
   void on_drop() noexcept {

@@ -8,6 +8,7 @@
 #include "common/io_churn.hpp"
 #include "common/latch_task.hpp"
 #include "common/poll_until.hpp"
+#include "common/stderr_capture.hpp"
 
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/bind_executor.hpp>
@@ -28,15 +29,16 @@
 #include <optional>
 #include <random>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 namespace asio = boost::asio;
 using namespace std::chrono_literals;
+using boost::system::error_code;
 using metronome::manual_clock;
 using metronome::scheduled_thread_pool;
 using metronome::wheel_options;
 using metronome::wheel_timer;
-using boost::system::error_code;
 
 namespace metronome::detail {
 struct wheel_access {
@@ -584,6 +586,84 @@ BOOST_AUTO_TEST_CASE(a_throwing_wait_handler_goes_to_the_pool_handler_and_the_wo
   clock.advance(1ms);
   BOOST_TEST(pool.submit([] { return 7; }).get() == 7); // after the handler: one thread
   BOOST_TEST(log.messages() == std::vector<std::string>{"wait handler"}, boost::test_tools::per_element());
+}
+
+// Without a wheel handler, a timeout that throws goes to the handler of the pool it runs
+// on, whether the wheel was given the pool or the pool's executor.
+BOOST_AUTO_TEST_CASE(a_throwing_timeout_goes_to_the_pool_handler_by_default) {
+  manual_clock clock;
+  metronome::test::exception_log log;
+  metronome::pool_options po;
+  po.exception_handler = log.handler();
+  scheduled_thread_pool pool(po);
+  wheel_options o;
+  o.time_source = &clock;
+  wheel_timer on_pool(pool, o), on_executor(pool.get_executor(), o);
+  on_pool.schedule([] { throw std::runtime_error("on pool"); }, 1ms);
+  clock.advance(1ms);
+  pool.submit([] {}).get();
+  on_executor.schedule([] { throw std::runtime_error("on executor"); }, 1ms);
+  clock.advance(1ms);
+  pool.submit([] {}).get();
+  BOOST_TEST(log.messages() == (std::vector<std::string>{"on pool", "on executor"}), boost::test_tools::per_element());
+}
+
+// A wheel's own handler receives what its timeouts throw (the pool's is not told);
+// a timeout that runs after its wheel is gone goes to the pool's.
+BOOST_AUTO_TEST_CASE(a_throwing_timeout_goes_to_the_wheel_handler) {
+  manual_clock clock;
+  metronome::test::exception_log pool_log, wheel_log;
+  metronome::test::gate busy;
+  metronome::test::counter busy_started;
+  metronome::pool_options po;
+  po.exception_handler = pool_log.handler();
+  scheduled_thread_pool pool(po);
+  wheel_options o;
+  o.time_source = &clock;
+  o.exception_handler = wheel_log.handler();
+  std::optional<wheel_timer> wheel(std::in_place, pool, o);
+  wheel->schedule([] { throw std::runtime_error("timeout"); }, 1ms);
+  clock.advance(1ms);
+  pool.submit([] {}).get(); // one thread: the timeout ran before
+  pool.submit([&] {
+    busy_started.add();
+    busy.wait();
+  });
+  BOOST_REQUIRE(busy_started.wait_for_at_least(1));
+  wheel->schedule([] { throw std::runtime_error("after the wheel"); }, 1ms);
+  clock.advance(1ms); // queued behind the busy task
+  wheel.reset();
+  busy.open();
+  pool.submit([] {}).get();
+  BOOST_TEST(wheel_log.messages() == std::vector<std::string>{"timeout"}, boost::test_tools::per_element());
+  BOOST_TEST(pool_log.messages() == std::vector<std::string>{"after the wheel"}, boost::test_tools::per_element());
+}
+
+// A wheel handler that throws is not silenced: its exception is printed, one line each
+// time, and the wheel and its handler go on.
+BOOST_AUTO_TEST_CASE(a_throwing_wheel_handler_is_printed_and_the_wheel_goes_on) {
+  manual_clock clock;
+  scheduled_thread_pool pool(1);
+  std::atomic<int> handled{0};
+  wheel_options o;
+  o.time_source = &clock;
+  o.exception_handler = [&](std::exception_ptr e) {
+    if (e) handled.fetch_add(1);
+    throw std::runtime_error("the handler failed");
+  };
+  wheel_timer wheel(pool, o);
+  std::atomic<bool> later_ran{false};
+  metronome::test::stderr_capture err;
+  wheel.schedule([] { throw std::runtime_error("first"); }, 1ms);
+  wheel.schedule([] { throw std::runtime_error("second"); }, 2ms);
+  wheel.schedule([&] { later_ran = true; }, 3ms);
+  clock.advance(3ms);
+  pool.submit([] {}).get();
+  const std::string printed = err.take();
+  BOOST_TEST(handled.load() == 2);
+  BOOST_TEST(later_ran.load());
+  BOOST_TEST(printed == "metronome: unhandled exception in wheel_timer exception handler: the handler failed\n"
+                        "metronome: unhandled exception in wheel_timer exception handler: the handler failed\n");
 }
 
 // The wait holds outstanding work on its handler's executor until the handler has run,

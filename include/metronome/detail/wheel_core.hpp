@@ -10,6 +10,9 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <exception>
+#include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -35,6 +38,11 @@ struct wheel_options {
   /// Time source: nullptr = the real clock (a timer thread); else a manual clock that
   /// moves the wheel synchronously in advance(). Must outlive the wheel.
   manual_clock* time_source = nullptr;
+  /// Receives the exceptions that timeouts throw (never a null pointer), on the thread
+  /// that ran the timeout. Empty (default), or once the wheel is destroyed: the
+  /// exception handler of the metronome pool the timeout runs on, else stderr. A handler
+  /// that throws has its exception printed to stderr, and the wheel goes on.
+  std::function<void(std::exception_ptr)> exception_handler;
 };
 
 } // namespace metronome
@@ -152,6 +160,9 @@ public:
   void insert(wheel_entry* e, clock::duration delay);
   // From a handle: unlinks e if its wheel still holds it. The wheel may be gone.
   static bool cancel(wheel_entry* e) noexcept;
+  // A timeout threw: to its wheel's exception handler, or (none, or the wheel is gone)
+  // to the pool running it, else stderr.
+  static void report(const wheel_entry* e, std::exception_ptr x) noexcept;
   // From a handle, for a pending e: whether its deadline has passed on its wheel. Once
   // the wheel is gone: unless e was cancelled (the wheel cancels all it still holds
   // before it goes, so a pending e is on the executor).
@@ -242,6 +253,8 @@ private:
   enrollment enrolled_;
   std::mutex& mtx_; // the anchor's
   wheel_options opts_;
+  // opts_.exception_handler, shared so that a worker calls it without holding mtx_.
+  std::shared_ptr<const std::function<void(std::exception_ptr)>> exception_handler_;
   boost::asio::any_io_executor ex_;
   pool_core* pool_;
   manual_clock* manual_;
