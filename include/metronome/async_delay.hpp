@@ -124,7 +124,10 @@ private:
  *
  * The handler runs through its associated executor (default: `ex`) — inline on the
  * firing pool thread when that is the pool itself — and the node is allocated with
- * its associated allocator. Per-operation cancellation (any type: terminal, partial,
+ * its associated allocator. Until the handler has run, the operation holds outstanding
+ * work on that executor, and lets it go there, after the handler. A handler that throws
+ * is reported to the exception handler of the pool whose thread runs it (else printed
+ * to stderr). Per-operation cancellation (any type: terminal, partial,
  * total) through the associated cancellation slot takes the wait out of the delay
  * queue and completes it with `asio::error::operation_aborted`; a wait that already
  * fell due completes normally. Waits pending at `shutdown()`, and waits started after

@@ -135,6 +135,14 @@ private:
  * user code. With `wheel_options::time_source` set to a manual clock there is no
  * thread: `advance()` moves the wheel.
  *
+ * A timeout that throws: to `wheel_options::exception_handler`, by default (and once
+ * the wheel is destroyed) to the exception handler of the metronome pool running it,
+ * else stderr.
+ *
+ * Handles (`timeout`) may outlive the wheel. Destroying the wheel cancels the timeouts
+ * it still holds; a timeout already handed to the executor stays expired, runs unless
+ * cancelled first, and its handle still cancels it until it starts.
+ *
  * Pick the wheel for many timeouts, most of them cancelled, where tick precision is
  * enough (idle and request timeouts); pick the pool's `schedule` for exact deadlines
  * and fewer timers. See docs/benchmarks.md.
@@ -144,7 +152,8 @@ private:
  */
 class wheel_timer {
 public:
-  /// A handle to one scheduled timeout; cheap to copy, safe to drop (dropping never cancels).
+  /// A handle to one scheduled timeout; cheap to copy, safe to drop (dropping never
+  /// cancels), and safe to use after the wheel is destroyed.
   class timeout {
   public:
     timeout() noexcept = default;
@@ -175,13 +184,13 @@ public:
 
   /// A wheel firing onto `pool`. @throws std::invalid_argument on bad options.
   explicit wheel_timer(scheduled_thread_pool& pool, wheel_options opts = {})
-      : core_(std::make_unique<detail::wheel_core>(opts, pool.get_executor(), &pool.core())) {}
+      : core_(std::make_unique<detail::wheel_core>(std::move(opts), pool.get_executor(), &pool.core())) {}
 
   /// A wheel firing onto any Asio executor.
   template <class Executor>
   requires(!std::is_convertible_v<Executor&, scheduled_thread_pool&>) explicit wheel_timer(const Executor& ex,
                                                                                            wheel_options opts = {})
-      : core_(std::make_unique<detail::wheel_core>(opts, boost::asio::any_io_executor(ex), nullptr)) {}
+      : core_(std::make_unique<detail::wheel_core>(std::move(opts), boost::asio::any_io_executor(ex), nullptr)) {}
 
   /// Stops the wheel (cancelling what never fired) and joins its thread.
   ~wheel_timer() = default;
@@ -213,6 +222,12 @@ public:
   /// Waits for `delay` on the wheel: an Asio operation with signature
   /// `void(boost::system::error_code)`, any completion token, per-operation
   /// cancellation (completes with `operation_aborted`). `stop()` aborts pending waits.
+  /**
+   * The handler runs on its associated executor (default: the wheel's), allocated with
+   * its associated allocator; outstanding work on that executor is held until the
+   * handler has run and let go there, after it. A handler that throws is reported to
+   * the exception handler of the pool whose thread runs it (else printed to stderr).
+   */
   template <class Rep, class Period, class CompletionToken>
   auto async_wait(std::chrono::duration<Rep, Period> delay, CompletionToken&& token) {
     return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code)>(
