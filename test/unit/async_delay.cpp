@@ -335,6 +335,7 @@ BOOST_AUTO_TEST_CASE(a_delay_holds_work_on_the_handler_executor_until_the_handle
 }
 
 BOOST_AUTO_TEST_CASE(delays_completing_onto_a_dying_io_context_leave_it_alone) {
+  metronome::test::on_one_cpu one_cpu; // first: the pool's threads too
   scheduled_thread_pool pool(1);
   metronome::test::complete_onto_dying_io_contexts(2000, [&](asio::io_context& io, std::function<void()> ran) {
     async_delay(pool.get_executor(), 0ms, asio::bind_executor(io, [ran](error_code) { ran(); }));

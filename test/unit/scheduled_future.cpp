@@ -199,6 +199,7 @@ BOOST_AUTO_TEST_CASE(async_wait_holds_work_on_the_handler_executor_until_the_han
 }
 
 BOOST_AUTO_TEST_CASE(async_waits_completing_onto_a_dying_io_context_leave_it_alone) {
+  metronome::test::on_one_cpu one_cpu; // first: the pool's threads too
   manual_pool mp;
   metronome::test::complete_onto_dying_io_contexts(2000, [&](boost::asio::io_context& io, std::function<void()> ran) {
     auto f = mp.pool.schedule([] { return 1; }, 1ms);

@@ -691,6 +691,7 @@ BOOST_AUTO_TEST_CASE(a_wait_holds_work_on_the_handler_executor_until_the_handler
 }
 
 BOOST_AUTO_TEST_CASE(wait_handlers_completing_onto_a_dying_io_context_leave_it_alone) {
+  metronome::test::on_one_cpu one_cpu; // first: the pool's threads too
   scheduled_thread_pool pool(1);
   wheel_timer wheel(pool); // a zero delay goes straight to the pool
   metronome::test::complete_onto_dying_io_contexts(2000, [&](asio::io_context& io, std::function<void()> ran) {
