@@ -3,7 +3,6 @@
 
 #include <metronome/detail/handler_op.hpp>
 #include <metronome/detail/node_cache.hpp>
-#include <metronome/detail/report.hpp>
 #include <metronome/detail/wheel_core.hpp>
 #include <metronome/errors.hpp>
 #include <metronome/scheduled_thread_pool.hpp>

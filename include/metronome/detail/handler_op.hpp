@@ -40,10 +40,7 @@ namespace metronome::detail {
 // printed): it never escapes into the library code that completed it.
 template <class Derived, class Handler, class DefaultExecutor>
 class handler_op {
-public:
   using executor_type = boost::asio::associated_executor_t<Handler, DefaultExecutor>;
-
-private:
   using handler_allocator = boost::asio::associated_allocator_t<Handler>;
   using alloc_source = node_allocator_for<handler_allocator>;
   using node_alloc = typename std::allocator_traits<typename alloc_source::type>::template rebind_alloc<Derived>;
