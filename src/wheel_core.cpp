@@ -1,3 +1,4 @@
+#include <metronome/detail/report.hpp>
 #include <metronome/detail/wheel_core.hpp>
 #include <metronome/errors.hpp>
 #include <metronome/manual_clock.hpp>
@@ -7,6 +8,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <pthread.h>
 #include <stdexcept>
 #include <time.h>
 #include <type_traits>
@@ -18,7 +20,109 @@ namespace {
 __extension__ using uint128 = unsigned __int128;
 // The inbox's value once the wheel is stopped: pushes fail.
 wheel_entry* const closed_inbox = reinterpret_cast<wheel_entry*>(alignof(wheel_entry));
+
+// A wheel id: the anchor's index in the low bits, its generation above (wrapping).
+constexpr unsigned index_bits = 24;
+constexpr std::uint64_t index_mask = (std::uint64_t(1) << index_bits) - 1;
+constexpr std::uint64_t generation_mask = ~std::uint64_t(0) >> index_bits;
+
+std::uint64_t generation_of(std::uint64_t id) noexcept { return id >> index_bits; }
+
+// Every wheel_anchor: blocks of 64 << k anchors for k = 0, 1, ..., published once and
+// never freed, so that a handle finds its entry's anchor without a lock. Wheels take
+// and give back anchors under one mutex (construction and destruction only).
+class anchor_registry {
+public:
+  static anchor_registry& get() {
+    static anchor_registry* r = [] {
+      auto* reg = new anchor_registry; // never destroyed: handles may outlive everything
+      ::pthread_atfork([] { get().m_.lock(); }, [] { get().m_.unlock(); }, [] { get().m_.unlock(); });
+      return reg;
+    }();
+    return *r;
+  }
+
+  wheel_anchor& at(std::uint64_t id) noexcept {
+    const auto [block, offset] = locate(id & index_mask);
+    return blocks_[block].load(std::memory_order_acquire)[offset];
+  }
+
+  // Returns the new wheel's id.
+  std::uint64_t enroll(wheel_core* w) {
+    std::lock_guard lk(m_);
+    std::uint64_t index;
+    if (free_ != 0) {
+      index = free_ - 1;
+      free_ = at(index).next_free;
+    } else {
+      index = used_;
+      const auto [block, offset] = locate(index);
+      if (block >= blocks) throw std::length_error("metronome: too many wheel_timers at once");
+      if (!blocks_[block].load(std::memory_order_relaxed))
+        blocks_[block].store(new wheel_anchor[first_block << block], std::memory_order_release);
+      ++used_;
+    }
+    wheel_anchor& a = at(index);
+    std::lock_guard al(a.mtx);
+    a.core = w;
+    a.elapsed.store(0, std::memory_order_release);
+    return a.generation.load(std::memory_order_relaxed) << index_bits | index;
+  }
+
+  void retire(std::uint64_t id) noexcept {
+    wheel_anchor& a = at(id);
+    {
+      std::lock_guard al(a.mtx);
+      a.core = nullptr;
+      a.generation.store((generation_of(id) + 1) & generation_mask, std::memory_order_release);
+    }
+    std::lock_guard lk(m_);
+    a.next_free = free_;
+    free_ = static_cast<std::uint32_t>((id & index_mask) + 1);
+  }
+
+private:
+  static constexpr std::uint64_t first_block = 64;
+  static constexpr std::size_t blocks = 18; // 64 * (2^18 - 1) anchors: just under 2^24
+
+  static std::pair<std::size_t, std::size_t> locate(std::uint64_t index) noexcept {
+    const std::uint64_t n = index + first_block;
+    const auto block = static_cast<std::size_t>(std::bit_width(n) - 7); // 64 = 2^6
+    return {block, static_cast<std::size_t>(n - (first_block << block))};
+  }
+
+  std::mutex m_;
+  std::uint32_t free_ = 0; // index + 1 of the first free anchor
+  std::uint64_t used_ = 0; // anchors handed out so far
+  std::atomic<wheel_anchor*> blocks_[blocks] = {};
+};
+
+// A due entry on its way to an executor other than a metronome pool: if the executor
+// destroys it unrun (shut down), the entry is settled as cancelled, not left pending.
+class fire_on_executor {
+public:
+  explicit fire_on_executor(wheel_entry* e) noexcept : e_(e) {}
+  fire_on_executor(fire_on_executor&& o) noexcept : e_(std::exchange(o.e_, nullptr)) {}
+  fire_on_executor& operator=(fire_on_executor&&) = delete;
+  ~fire_on_executor() {
+    if (e_) e_->complete(false);
+  }
+  void operator()() { std::exchange(e_, nullptr)->complete(true); }
+
+private:
+  wheel_entry* e_;
+};
+
 } // namespace
+
+wheel_core::enrollment::enrollment(wheel_core* w)
+    : id(anchor_registry::get().enroll(w)), anchor(&anchor_registry::get().at(id)) {}
+
+void wheel_core::enrollment::retire() noexcept {
+  if (!anchor) return;
+  anchor_registry::get().retire(id);
+  anchor = nullptr;
+}
 
 // A due entry reaches the executor `firing` (moved one by one) or still `pending`
 // (handed over with its whole level-0 slot).
@@ -42,12 +146,12 @@ void wheel_entry::settle(bool run) noexcept {
 
 bool wheel_entry::is_due() const noexcept {
   const auto s = state();
-  if (s == pending) return wheel_ && when_ <= wheel_->elapsed();
+  if (s == pending) return wheel_core::deadline_passed(this);
   return s == firing || s == running || s == done;
 }
 
 bool wheel_entry::cancel() noexcept {
-  if (state() == pending && wheel_ && wheel_->cancel(this)) return true;
+  if (state() == pending && wheel_core::cancel(this)) return true;
   if (claim(cancelled)) { // queued on the executor, not started
     drop();
     return true;
@@ -56,7 +160,11 @@ bool wheel_entry::cancel() noexcept {
 }
 
 wheel_core::wheel_core(wheel_options opts, boost::asio::any_io_executor ex, pool_core* pool)
-    : opts_(opts), ex_(std::move(ex)), pool_(pool), manual_(opts.time_source) {
+    : enrolled_(this), mtx_(enrolled_.anchor->mtx), opts_(std::move(opts)), ex_(std::move(ex)), pool_(pool),
+      manual_(opts_.time_source) {
+  if (opts_.exception_handler)
+    exception_handler_ =
+        std::make_shared<const std::function<void(std::exception_ptr)>>(std::move(opts_.exception_handler));
   const auto slots = opts_.slots_per_level;
   if (opts_.tick <= clock::duration::zero()) throw std::invalid_argument("metronome: wheel tick must be positive");
   if (slots < 4 || slots > 4096 || (slots & (slots - 1)) != 0)
@@ -85,6 +193,9 @@ wheel_core::~wheel_core() {
   auto left = stop();
   for (auto* e : left) e->release();
   if (manual_) manual_->detach(this);
+  // From here handles find the wheel gone: only entries handed to the executor are
+  // still pending, and those need nothing of the wheel.
+  enrolled_.retire();
 }
 
 // steady_clock::now() without the library call in between (it reads CLOCK_MONOTONIC too).
@@ -383,7 +494,7 @@ void wheel_core::step_locked(std::uint64_t tick, chain& fired) noexcept {
 
 void wheel_core::advance_locked(std::uint64_t now_tick, chain& fired) noexcept {
   while (elapsed_ < now_tick) step_locked(std::min(now_tick, next_event_locked()), fired);
-  elapsed_published_.store(elapsed_, std::memory_order_release);
+  enrolled_.anchor->elapsed.store(elapsed_, std::memory_order_release);
 }
 
 bool wheel_core::push_inbox(wheel_entry* e) noexcept {
@@ -420,9 +531,9 @@ void wheel_core::dispatch(chain& fired) noexcept {
     for (wheel_entry* e = fired.head; e;) {
       wheel_entry* next = next_in_slot(e);
       try {
-        boost::asio::post(ex_, [e] { e->complete(true); });
+        boost::asio::post(ex_, fire_on_executor(e));
       } catch (...) {
-        e->complete(false);
+        report_here(std::current_exception(), "wheel_timer"); // the timeout was cancelled
       }
       e = next;
     }
@@ -436,7 +547,7 @@ void wheel_core::wake() noexcept {
 }
 
 void wheel_core::insert(wheel_entry* e, clock::duration delay) {
-  e->wheel_ = this;
+  e->wheel_id_ = enrolled_.id;
   if (delay <= clock::duration::zero()) {
     // Due now: straight to the executor, never into the wheel.
     if (inbox_.load(std::memory_order_acquire) == closed_inbox)
@@ -486,26 +597,58 @@ void wheel_core::insert(wheel_entry* e, clock::duration delay) {
 }
 
 bool wheel_core::cancel(wheel_entry* e) noexcept {
-  chain fired;
-  bool won = false;
   {
-    std::lock_guard lk(mtx_);
-    if (e->state() == wheel_entry::pending && e->slot_index_ == wheel_entry::no_slot)
-      drain_inbox_locked(fired); // it is still in the inbox: link it first
-    // Linked entries are never due yet; a pending entry with a passed deadline was
-    // handed to the executor with its slot (see advance_locked).
-    if (e->state() == wheel_entry::pending && e->slot_index_ != wheel_entry::no_slot && e->when_ > elapsed_) {
-      unlink_locked(e);
-      e->state_.store(wheel_entry::cancelled, std::memory_order_release);
-      count_removed_locked(1);
-      won = true;
-    }
+    wheel_anchor& a = anchor_registry::get().at(e->wheel_id_);
+    std::lock_guard lk(a.mtx);
+    if (a.generation.load(std::memory_order_relaxed) != generation_of(e->wheel_id_)) return false; // gone
+    chain fired;
+    const bool won = a.core->cancel_locked(e, fired);
+    // Under the mutex: once it is let go, the wheel (and what dispatch() reads) may go.
+    a.core->dispatch(fired);
+    if (!won) return false;
   }
-  dispatch(fired);
-  if (!won) return false;
   e->drop();    // frees the callable at once; wakes nobody
   e->release(); // the wheel's reference
   return true;
+}
+
+bool wheel_core::cancel_locked(wheel_entry* e, chain& fired) noexcept {
+  if (e->state() == wheel_entry::pending && e->slot_index_ == wheel_entry::no_slot)
+    drain_inbox_locked(fired); // it is still in the inbox: link it first
+  // Linked entries are never due yet; a pending entry with a passed deadline was
+  // handed to the executor with its slot (see advance_locked).
+  if (e->state() != wheel_entry::pending || e->slot_index_ == wheel_entry::no_slot || e->when_ <= elapsed_)
+    return false;
+  unlink_locked(e);
+  e->state_.store(wheel_entry::cancelled, std::memory_order_release);
+  count_removed_locked(1);
+  return true;
+}
+
+void wheel_core::report(const wheel_entry* e, std::exception_ptr x) noexcept {
+  std::shared_ptr<const std::function<void(std::exception_ptr)>> handler;
+  {
+    wheel_anchor& a = anchor_registry::get().at(e->wheel_id_);
+    std::lock_guard lk(a.mtx);
+    if (a.generation.load(std::memory_order_relaxed) == generation_of(e->wheel_id_))
+      handler = a.core->exception_handler_;
+  }
+  if (handler)
+    call_exception_handler(*handler, std::move(x), "wheel_timer exception handler");
+  else
+    report_here(std::move(x), "timeout");
+}
+
+bool wheel_core::deadline_passed(const wheel_entry* e) noexcept {
+  const wheel_anchor& a = anchor_registry::get().at(e->wheel_id_);
+  const std::uint64_t generation = generation_of(e->wheel_id_);
+  if (a.generation.load(std::memory_order_acquire) == generation) {
+    const std::uint64_t elapsed = a.elapsed.load(std::memory_order_acquire);
+    // A later wheel's reading (the anchor reused meanwhile) comes with a new generation.
+    if (a.generation.load(std::memory_order_acquire) == generation) return e->when_ <= elapsed;
+  }
+  // Gone, having cancelled what it still held first: pending now means handed over.
+  return e->state() != wheel_entry::cancelled;
 }
 
 std::vector<wheel_entry*> wheel_core::stop() {

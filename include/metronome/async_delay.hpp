@@ -1,27 +1,18 @@
 #ifndef METRONOME_ASYNC_DELAY_HPP
 #define METRONOME_ASYNC_DELAY_HPP
 
-#include <metronome/detail/node_cache.hpp>
+#include <metronome/detail/handler_op.hpp>
 #include <metronome/detail/pool_core.hpp>
 #include <metronome/options.hpp>
 #include <metronome/scheduled_thread_pool.hpp>
 
-#include <boost/asio/associated_allocator.hpp>
-#include <boost/asio/associated_cancellation_slot.hpp>
-#include <boost/asio/associated_executor.hpp>
 #include <boost/asio/async_result.hpp>
-#include <boost/asio/append.hpp>
 #include <boost/asio/cancellation_type.hpp>
-#include <boost/asio/dispatch.hpp>
 #include <boost/asio/error.hpp>
-#include <boost/asio/executor_work_guard.hpp>
-#include <boost/asio/post.hpp>
 #include <boost/asio/query.hpp>
 #include <boost/system/error_code.hpp>
 
 #include <chrono>
-#include <memory>
-#include <optional>
 #include <type_traits>
 #include <utility>
 
@@ -36,9 +27,6 @@ pool_core& pool_core_of(const Executor& ex) {
   return static_cast<scheduled_thread_pool&>(ctx).core();
 }
 
-// One pending delay: a node in the pool's delay queue that owns the handler. The
-// node is allocated with the handler's associated allocator and freed before the
-// handler runs.
 template <class Executor>
 bool runs_on_pool(const Executor& ex, const pool_core& core) noexcept {
   if constexpr (requires { boost::asio::query(ex, boost::asio::execution::context); }) {
@@ -49,13 +37,11 @@ bool runs_on_pool(const Executor& ex, const pool_core& core) noexcept {
   }
 }
 
+// One pending delay: a node in the pool's delay queue that owns the handler.
 template <class Handler, class IoExecutor>
-class delay_op final : public wait_node {
-  using handler_executor = boost::asio::associated_executor_t<Handler, IoExecutor>;
-  using handler_allocator = boost::asio::associated_allocator_t<Handler>;
-  using node_alloc = node_allocator_for<handler_allocator>; // std::allocator -> recycling cache
-  using alloc_traits = typename std::allocator_traits<typename node_alloc::type>::template rebind_traits<delay_op>;
-  using work_guard = boost::asio::executor_work_guard<handler_executor>;
+class delay_op final : public wait_node, public handler_op<delay_op<Handler, IoExecutor>, Handler, IoExecutor> {
+  using handler_base = handler_op<delay_op, Handler, IoExecutor>;
+  friend handler_base;
 
   struct cancel_handler {
     delay_op* op;
@@ -68,104 +54,41 @@ class delay_op final : public wait_node {
 public:
   static void start(Handler&& h, const IoExecutor& io_ex, pool_core& core, clock::time_point due,
                     clock::time_point current) {
-    typename alloc_traits::allocator_type a(node_alloc::get(boost::asio::get_associated_allocator(h)));
-    delay_op* op = alloc_traits::allocate(a, 1);
+    delay_op* d = handler_base::create(std::move(h), io_ex, core);
+    bool queued = false;
     try {
-      alloc_traits::construct(a, op, std::move(h), io_ex, core);
+      queued = core.add_wait(d, due, current);
     } catch (...) {
-      alloc_traits::deallocate(a, op, 1);
+      handler_base::destroy(d);
       throw;
     }
-    auto slot = boost::asio::get_associated_cancellation_slot(op->handler_);
-    if (slot.is_connected()) {
-      op->slot_connected_ = true;
-      slot.template emplace<cancel_handler>(cancel_handler{op, &core});
-    }
-    if (!core.add_wait(op, due, current)) {
-      // The pool has terminated: complete aborted through the handler's executor.
-      op->aborted_ = true;
-      do_complete(op, false);
+    if (!queued) { // the pool has terminated: complete aborted, through the handler's executor
+      d->aborted_ = true;
+      do_complete(d, discard_action);
     }
   }
 
-  delay_op(Handler&& h, const IoExecutor& io_ex, const pool_core& core)
-      : wait_node(&do_complete), handler_(std::move(h)),
-        executor_(boost::asio::get_associated_executor(handler_, io_ex)) {
+  delay_op(Handler&& h, const IoExecutor& io_ex, pool_core& core)
+      : wait_node(&do_complete), handler_base(std::move(h), io_ex) {
     // Outstanding work for the handler's executor, unless that is this very pool,
     // whose delay queue already keeps it from terminating.
-    if (!runs_on_pool(executor_, core)) work_.emplace(executor_);
+    if (!runs_on_pool(this->handler_executor(), core)) this->hold_work();
+    this->template connect_slot<cancel_handler>(cancel_handler{this, &core});
   }
 
 private:
-  // Owns the node until the handler's executor runs it; destroyed unrun (the executor
-  // dropped it), it frees the node without invoking the handler.
-  struct finisher {
-    delay_op* op;
-    boost::system::error_code ec;
-    finisher(delay_op* o, boost::system::error_code e) noexcept : op(o), ec(e) {}
-    finisher(finisher&& o) noexcept : op(std::exchange(o.op, nullptr)), ec(o.ec) {}
-    finisher& operator=(finisher&&) = delete;
-    ~finisher() {
-      if (op) free_node(op);
-    }
-    void operator()() { std::exchange(op, nullptr)->finish(ec); }
-  };
+  static void release_node(delay_op* d) noexcept { handler_base::destroy(d); }
 
-  static void free_node(delay_op* op) noexcept {
-    typename alloc_traits::allocator_type a(node_alloc::get(boost::asio::get_associated_allocator(op->handler_)));
-    alloc_traits::destroy(a, op);
-    alloc_traits::deallocate(a, op, 1);
-  }
-
-  // run: a worker fires it (dispatch: inline when the handler's executor is this
-  // pool); !run: never ran (shutdown_now / terminated): post from here.
+  // run: a worker fires it (dispatch: inline when the handler's executor is this pool);
+  // discard: it never ran (shutdown_now, terminated pool): post. A connected slot keeps
+  // the node until the handler's context clears it, so that a cancellation emitted in
+  // the meantime finds the wait already out of the delay queue and does nothing.
   static void do_complete(task_base* b, unsigned action) {
+    auto* d = static_cast<delay_op*>(b);
     const bool run = action == run_action;
-    auto* op = static_cast<delay_op*>(b);
-    const boost::system::error_code ec =
-        (run && !op->aborted_) ? boost::system::error_code() : boost::asio::error::operation_aborted;
-    if (op->slot_connected_) {
-      // The slot belongs to the handler's executor context (Asio's rule): clear it
-      // there, and keep the node alive until then, so that a cancellation emitted in
-      // the meantime finds the wait already out of the delay queue and does nothing.
-      handler_executor ex(op->executor_);
-      if (run)
-        boost::asio::dispatch(ex, finisher(op, ec));
-      else
-        boost::asio::post(ex, finisher(op, ec));
-      return;
-    }
-    Handler handler(std::move(op->handler_));
-    handler_executor ex(std::move(op->executor_));
-    if (op->work_) {
-      work_guard work(std::move(*op->work_)); // held until the handler is queued
-      free_node(op);
-      deliver(std::move(handler), ex, ec, run);
-    } else {
-      free_node(op);
-      deliver(std::move(handler), ex, ec, run);
-    }
+    d->complete_with(run, (run && !d->aborted_) ? boost::system::error_code()
+                                                : boost::system::error_code(boost::asio::error::operation_aborted));
   }
-
-  // On the handler's executor.
-  void finish(boost::system::error_code ec) {
-    boost::asio::get_associated_cancellation_slot(handler_).clear();
-    Handler handler(std::move(handler_));
-    free_node(this); // releases the work guard too: we are running on that executor
-    std::move(handler)(ec);
-  }
-
-  static void deliver(Handler&& handler, const handler_executor& ex, boost::system::error_code ec, bool run) {
-    if (run)
-      boost::asio::dispatch(ex, boost::asio::append(std::move(handler), ec));
-    else
-      boost::asio::post(ex, boost::asio::append(std::move(handler), ec));
-  }
-
-  Handler handler_;
-  handler_executor executor_;
-  std::optional<work_guard> work_;
-  bool slot_connected_ = false;
 };
 
 template <class Executor>
@@ -181,7 +104,8 @@ public:
     pool_core& core = pool_core_of(ex_);
     const clock::time_point current = core.now();
     const clock::time_point due = relative ? saturating_add(current, amount) : clock::time_point(amount);
-    delay_op<std::decay_t<Handler>, Executor>::start(std::forward<Handler>(handler), ex_, core, due, current);
+    using H = std::decay_t<Handler>; // a named (lvalue) handler is copied, as by any Asio operation
+    delay_op<H, Executor>::start(H(std::forward<Handler>(handler)), ex_, core, due, current);
   }
 
 private:
@@ -200,7 +124,10 @@ private:
  *
  * The handler runs through its associated executor (default: `ex`) — inline on the
  * firing pool thread when that is the pool itself — and the node is allocated with
- * its associated allocator. Per-operation cancellation (any type: terminal, partial,
+ * its associated allocator. Until the handler has run, the operation holds outstanding
+ * work on that executor, and lets it go there, after the handler. A handler that throws
+ * is reported to the exception handler of the pool whose thread runs it (else printed
+ * to stderr). Per-operation cancellation (any type: terminal, partial,
  * total) through the associated cancellation slot takes the wait out of the delay
  * queue and completes it with `asio::error::operation_aborted`; a wait that already
  * fell due completes normally. Waits pending at `shutdown()`, and waits started after

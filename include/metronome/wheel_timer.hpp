@@ -1,27 +1,20 @@
 #ifndef METRONOME_WHEEL_TIMER_HPP
 #define METRONOME_WHEEL_TIMER_HPP
 
+#include <metronome/detail/handler_op.hpp>
 #include <metronome/detail/node_cache.hpp>
-#include <metronome/detail/report.hpp>
 #include <metronome/detail/wheel_core.hpp>
 #include <metronome/errors.hpp>
 #include <metronome/scheduled_thread_pool.hpp>
 
 #include <boost/asio/any_io_executor.hpp>
-#include <boost/asio/append.hpp>
-#include <boost/asio/associated_cancellation_slot.hpp>
-#include <boost/asio/associated_executor.hpp>
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/cancellation_type.hpp>
-#include <boost/asio/dispatch.hpp>
 #include <boost/asio/error.hpp>
-#include <boost/asio/executor_work_guard.hpp>
-#include <boost/asio/post.hpp>
 #include <boost/system/error_code.hpp>
 
 #include <memory>
 #include <new>
-#include <optional>
 #include <stdexcept>
 #include <type_traits>
 #include <utility>
@@ -60,8 +53,7 @@ private:
     try {
       fn()();
     } catch (...) {
-      // A fire-and-forget timeout: reported the way the pool's default handler does.
-      print_unhandled(std::current_exception(), "timeout");
+      wheel_core::report(this, std::current_exception());
     }
   }
   void on_drop() noexcept {
@@ -81,8 +73,10 @@ private:
 };
 
 template <class Handler>
-class wheel_wait_op final : public wheel_entry {
-  using handler_executor = boost::asio::associated_executor_t<Handler, boost::asio::any_io_executor>;
+class wheel_wait_op final : public wheel_entry,
+                            public handler_op<wheel_wait_op<Handler>, Handler, boost::asio::any_io_executor> {
+  using handler_base = handler_op<wheel_wait_op, Handler, boost::asio::any_io_executor>;
+  friend handler_base;
 
   struct cancel_handler {
     wheel_wait_op* op;
@@ -92,14 +86,11 @@ class wheel_wait_op final : public wheel_entry {
   };
 
 public:
+  // refs: the wheel's only (no handle).
   wheel_wait_op(Handler&& h, const boost::asio::any_io_executor& ex)
-      : wheel_entry(&dispatch_action<wheel_wait_op>, 1), handler_(std::in_place, std::move(h)),
-        work_(boost::asio::get_associated_executor(*handler_, ex)) {
-    auto slot = boost::asio::get_associated_cancellation_slot(*handler_);
-    if (slot.is_connected()) {
-      slot_connected_ = true;
-      slot.template emplace<cancel_handler>(cancel_handler{this});
-    }
+      : wheel_entry(&dispatch_action<wheel_wait_op>, 1), handler_base(std::move(h), ex) {
+    this->hold_work();
+    this->template connect_slot<cancel_handler>(cancel_handler{this});
   }
 
 private:
@@ -107,62 +98,23 @@ private:
   // A connected cancellation slot cancels without holding a reference.
   static constexpr bool cancellers_hold_refs = false;
 
+  // The completion holds a reference until the handler has been taken out: the
+  // slot's cancel handler may reach the node until the handler's context clears it.
   void on_fire() noexcept {
     delivered_ = true;
-    deliver(boost::system::error_code(), true);
+    add_ref();
+    this->complete_with(true, boost::system::error_code());
   }
   void on_drop() noexcept {
     if (!delivered_) {
       delivered_ = true;
-      deliver(boost::asio::error::operation_aborted, false);
-    }
-  }
-  void on_destroy() noexcept { delete this; }
-
-  // Runs on the handler's executor when a cancellation slot is connected: the slot is
-  // cleared there (Asio's rule), and the entry stays alive until then.
-  struct finisher {
-    wheel_wait_op* op;
-    boost::system::error_code ec;
-    finisher(wheel_wait_op* o, boost::system::error_code e) noexcept : op(o), ec(e) {}
-    finisher(finisher&& o) noexcept : op(std::exchange(o.op, nullptr)), ec(o.ec) {}
-    finisher& operator=(finisher&&) = delete;
-    ~finisher() {
-      if (op) op->release();
-    }
-    void operator()() {
-      wheel_wait_op* o = std::exchange(op, nullptr);
-      boost::asio::get_associated_cancellation_slot(*o->handler_).clear();
-      Handler h(std::move(*o->handler_));
-      o->handler_.reset();
-      o->release();
-      std::move(h)(ec);
-    }
-  };
-
-  void deliver(boost::system::error_code ec, bool inline_ok) noexcept {
-    auto ex = work_.get_executor();
-    if (slot_connected_) {
       add_ref();
-      auto work(std::move(work_));
-      if (inline_ok)
-        boost::asio::dispatch(ex, finisher(this, ec));
-      else
-        boost::asio::post(ex, finisher(this, ec));
-      return;
+      this->complete_with(false, boost::system::error_code(boost::asio::error::operation_aborted));
     }
-    Handler h(std::move(*handler_));
-    handler_.reset();
-    auto work(std::move(work_));
-    if (inline_ok)
-      boost::asio::dispatch(ex, boost::asio::append(std::move(h), ec));
-    else
-      boost::asio::post(ex, boost::asio::append(std::move(h), ec));
   }
+  void on_destroy() noexcept { handler_base::destroy(this); }
+  static void release_node(wheel_wait_op* w) noexcept { w->release(); }
 
-  std::optional<Handler> handler_;
-  boost::asio::executor_work_guard<handler_executor> work_;
-  bool slot_connected_ = false;
   bool delivered_ = false;
 };
 
@@ -182,6 +134,14 @@ private:
  * user code. With `wheel_options::time_source` set to a manual clock there is no
  * thread: `advance()` moves the wheel.
  *
+ * A timeout that throws: to `wheel_options::exception_handler`, by default (and once
+ * the wheel is destroyed) to the exception handler of the metronome pool running it,
+ * else stderr.
+ *
+ * Handles (`timeout`) may outlive the wheel. Destroying the wheel cancels the timeouts
+ * it still holds; a timeout already handed to the executor stays expired, runs unless
+ * cancelled first, and its handle still cancels it until it starts.
+ *
  * Pick the wheel for many timeouts, most of them cancelled, where tick precision is
  * enough (idle and request timeouts); pick the pool's `schedule` for exact deadlines
  * and fewer timers. See docs/benchmarks.md.
@@ -191,7 +151,8 @@ private:
  */
 class wheel_timer {
 public:
-  /// A handle to one scheduled timeout; cheap to copy, safe to drop (dropping never cancels).
+  /// A handle to one scheduled timeout; cheap to copy, safe to drop (dropping never
+  /// cancels), and safe to use after the wheel is destroyed.
   class timeout {
   public:
     timeout() noexcept = default;
@@ -222,13 +183,13 @@ public:
 
   /// A wheel firing onto `pool`. @throws std::invalid_argument on bad options.
   explicit wheel_timer(scheduled_thread_pool& pool, wheel_options opts = {})
-      : core_(std::make_unique<detail::wheel_core>(opts, pool.get_executor(), &pool.core())) {}
+      : core_(std::make_unique<detail::wheel_core>(std::move(opts), pool.get_executor(), &pool.core())) {}
 
   /// A wheel firing onto any Asio executor.
   template <class Executor>
   requires(!std::is_convertible_v<Executor&, scheduled_thread_pool&>) explicit wheel_timer(const Executor& ex,
                                                                                            wheel_options opts = {})
-      : core_(std::make_unique<detail::wheel_core>(opts, boost::asio::any_io_executor(ex), nullptr)) {}
+      : core_(std::make_unique<detail::wheel_core>(std::move(opts), boost::asio::any_io_executor(ex), nullptr)) {}
 
   /// Stops the wheel (cancelling what never fired) and joins its thread.
   ~wheel_timer() = default;
@@ -260,12 +221,18 @@ public:
   /// Waits for `delay` on the wheel: an Asio operation with signature
   /// `void(boost::system::error_code)`, any completion token, per-operation
   /// cancellation (completes with `operation_aborted`). `stop()` aborts pending waits.
+  /**
+   * The handler runs on its associated executor (default: the wheel's), allocated with
+   * its associated allocator; outstanding work on that executor is held until the
+   * handler has run and let go there, after it. A handler that throws is reported to
+   * the exception handler of the pool whose thread runs it (else printed to stderr).
+   */
   template <class Rep, class Period, class CompletionToken>
   auto async_wait(std::chrono::duration<Rep, Period> delay, CompletionToken&& token) {
     return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code)>(
         [core = core_.get()](auto handler, clock::duration d) {
           using H = std::decay_t<decltype(handler)>;
-          auto* e = new detail::wheel_wait_op<H>(std::move(handler), core->executor());
+          auto* e = detail::wheel_wait_op<H>::create(std::move(handler), core->executor());
           try {
             core->insert(e, d);
           } catch (...) {

@@ -3,6 +3,9 @@
 #include <metronome/manual_clock.hpp>
 #include <metronome/scheduled_thread_pool.hpp>
 
+#include "common/counting_executor.hpp"
+#include "common/exception_log.hpp"
+#include "common/io_churn.hpp"
 #include "common/latch_task.hpp"
 #include "common/manual_pool.hpp"
 #include "common/poll_until.hpp"
@@ -25,7 +28,10 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <future>
+#include <memory>
+#include <stdexcept>
 #include <thread>
 
 namespace asio = boost::asio;
@@ -281,6 +287,73 @@ BOOST_AUTO_TEST_CASE(async_wait_with_a_callback_on_an_io_context) {
   h.async_wait(asio::bind_executor(io, [&](std::exception_ptr e, int v) { got = e ? -1 : v; }));
   io.run();
   BOOST_TEST(got == 5);
+}
+
+// A named handler is copied (an lvalue function object) as by every Asio operation.
+BOOST_AUTO_TEST_CASE(a_named_handler_is_accepted_and_copied) {
+  manual_clock c;
+  scheduled_thread_pool pool(on_clock(c));
+  std::promise<error_code> lambda_done;
+  auto handler = [&](error_code ec) { lambda_done.set_value(ec); };
+  async_delay(pool.get_executor(), 1ms, handler);
+
+  struct recorder {
+    std::shared_ptr<std::promise<error_code>> done;
+    void operator()(error_code ec) const { done->set_value(ec); }
+  };
+  recorder named{std::make_shared<std::promise<error_code>>()};
+  auto object_done = named.done->get_future();
+  async_delay_until(pool.get_executor(), c.now() + 1ms, named);
+  BOOST_TEST(named.done.use_count() == 2); // copied into the operation, not moved from
+
+  c.advance(1ms);
+  BOOST_TEST(!lambda_done.get_future().get());
+  BOOST_TEST(!object_done.get());
+  BOOST_TEST(metronome::test::poll_until([&] { return named.done.use_count() == 1; })); // the copy is gone
+}
+
+// The wait holds outstanding work on its handler's executor until the handler has run,
+// and lets go in that executor's context (the pool has one thread: once a later task
+// ran, the completion was handed on).
+BOOST_AUTO_TEST_CASE(a_delay_holds_work_on_the_handler_executor_until_the_handler_ran) {
+  manual_clock c;
+  scheduled_thread_pool pool(on_clock(c));
+  asio::io_context io;
+  metronome::test::counting_executor::counts work;
+  int held_while_running = -1;
+  async_delay(pool.get_executor(), 1ms,
+              asio::bind_executor(metronome::test::counting_executor(io, work),
+                                  [&](error_code) { held_while_running = work.held.load(); }));
+  BOOST_TEST(work.held.load() == 1);
+  c.advance(1ms);
+  pool.submit([] {}).get();
+  BOOST_TEST(work.held.load() == 1); // handed to io, not run yet: still held
+  io.run();
+  BOOST_TEST(held_while_running == 1);
+  BOOST_TEST(work.held.load() == 0);
+  BOOST_TEST(work.released_elsewhere.load() == 0); // released on io, after the handler
+}
+
+BOOST_AUTO_TEST_CASE(delays_completing_onto_a_dying_io_context_leave_it_alone) {
+  metronome::test::on_one_cpu one_cpu; // first: the pool's threads too
+  scheduled_thread_pool pool(1);
+  metronome::test::complete_onto_dying_io_contexts(2000, [&](asio::io_context& io, std::function<void()> ran) {
+    async_delay(pool.get_executor(), 0ms, asio::bind_executor(io, [ran](error_code) { ran(); }));
+  });
+}
+
+// A completion handler that throws is reported to the pool it runs on, like any other
+// work, and the worker goes on.
+BOOST_AUTO_TEST_CASE(a_throwing_handler_goes_to_the_pool_handler_and_the_worker_lives) {
+  manual_clock c;
+  metronome::test::exception_log log;
+  auto o = on_clock(c);
+  o.exception_handler = log.handler();
+  scheduled_thread_pool pool(o);
+  async_delay(pool.get_executor(), 1ms, [](error_code) { throw std::runtime_error("delay handler"); });
+  c.advance(1ms);
+  BOOST_TEST(pool.submit([] { return 7; }).get() == 7);
+  BOOST_TEST(log.messages() == std::vector<std::string>{"delay handler"}, boost::test_tools::per_element());
 }
 
 BOOST_AUTO_TEST_SUITE_END()

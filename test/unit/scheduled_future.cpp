@@ -3,11 +3,20 @@
 #include <metronome/manual_clock.hpp>
 #include <metronome/scheduled_thread_pool.hpp>
 
+#include "common/counting_executor.hpp"
+#include "common/exception_log.hpp"
+#include "common/io_churn.hpp"
 #include "common/latch_task.hpp"
+
+#include <boost/asio/bind_executor.hpp>
+#include <boost/asio/io_context.hpp>
 
 #include <boost/test/unit_test.hpp>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -144,6 +153,59 @@ BOOST_AUTO_TEST_CASE(waiters_on_other_threads_are_all_woken) {
   mp.clock.advance(1s);
   for (auto& t : waiters) t.join();
   BOOST_TEST(sum.load() == 36);
+}
+
+// A handler with no executor of its own runs inline on the pool thread that completes
+// the task; when it throws, that pool's handler is told, as for any other work, and the
+// worker goes on. A handler bound to the pool's executor likewise.
+BOOST_AUTO_TEST_CASE(a_throwing_async_wait_handler_goes_to_the_pool_handler_and_the_worker_lives) {
+  metronome::manual_clock clock;
+  metronome::test::exception_log log;
+  metronome::pool_options o;
+  o.time_source = &clock;
+  o.exception_handler = log.handler();
+  metronome::scheduled_thread_pool pool(o);
+  auto f = pool.schedule([] { return 1; }, 1ms);
+  f.async_wait([](std::exception_ptr, int) { throw std::runtime_error("inline handler"); });
+  f.async_wait(
+      boost::asio::bind_executor(pool, [](std::exception_ptr, int) { throw std::runtime_error("bound handler"); }));
+  clock.advance(1ms);
+  BOOST_TEST(f.get() == 1);
+  BOOST_TEST(pool.submit([] { return 7; }).get() == 7);
+  auto seen = log.messages();
+  std::sort(seen.begin(), seen.end());
+  BOOST_TEST(seen == (std::vector<std::string>{"bound handler", "inline handler"}), boost::test_tools::per_element());
+}
+
+// The wait holds outstanding work on its handler's executor until the handler has run,
+// and lets go in that executor's context (the pool has one thread: once a later task
+// ran, the completion was handed on).
+BOOST_AUTO_TEST_CASE(async_wait_holds_work_on_the_handler_executor_until_the_handler_ran) {
+  manual_pool mp;
+  boost::asio::io_context io;
+  metronome::test::counting_executor::counts work;
+  int held_while_running = -1;
+  auto f = mp.pool.schedule([] { return 1; }, 1ms);
+  f.async_wait(boost::asio::bind_executor(metronome::test::counting_executor(io, work),
+                                          [&](std::exception_ptr, int) { held_while_running = work.held.load(); }));
+  BOOST_TEST(work.held.load() == 1);
+  mp.clock.advance(1ms);
+  mp.pool.submit([] {}).get();
+  BOOST_TEST(work.held.load() == 1); // handed to io, not run yet: still held
+  io.run();
+  BOOST_TEST(held_while_running == 1);
+  BOOST_TEST(work.held.load() == 0);
+  BOOST_TEST(work.released_elsewhere.load() == 0); // released on io, after the handler
+}
+
+BOOST_AUTO_TEST_CASE(async_waits_completing_onto_a_dying_io_context_leave_it_alone) {
+  metronome::test::on_one_cpu one_cpu; // first: the pool's threads too
+  manual_pool mp;
+  metronome::test::complete_onto_dying_io_contexts(2000, [&](boost::asio::io_context& io, std::function<void()> ran) {
+    auto f = mp.pool.schedule([] { return 1; }, 1ms);
+    f.async_wait(boost::asio::bind_executor(io, [ran](std::exception_ptr, int) { ran(); }));
+    mp.clock.advance(1ms);
+  });
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -2,12 +2,33 @@
 #define METRONOME_DETAIL_REPORT_HPP
 
 #include <exception>
+#include <functional>
 
 namespace metronome::detail {
+
+class pool_core;
 
 // The default exception handler: "metronome: unhandled exception in <where>: <what>"
 // on stderr, and keep going.
 void print_unhandled(std::exception_ptr e, const char* where) noexcept;
+
+// scheduled_thread_pool's constructor and destructor: the pools current_pool() knows.
+// A pool is forgotten before anything of it is destroyed.
+void register_pool(pool_core* pool) noexcept;
+void unregister_pool(pool_core* pool) noexcept;
+
+// The metronome pool whose worker the calling thread is; nullptr on any other thread.
+pool_core* current_pool() noexcept;
+
+// An exception of user code that the library ran outside a pool task of its own (a
+// completion handler, a wheel timeout): to the exception handler of the pool the
+// calling thread works for, as for any other work there; elsewhere printed.
+void report_here(std::exception_ptr e, const char* where) noexcept;
+
+// Calls a user's exception handler; if that throws, its exception is printed (one
+// line) rather than lost, and the caller goes on.
+void call_exception_handler(const std::function<void(std::exception_ptr)>& handler, std::exception_ptr e,
+                            const char* where) noexcept;
 
 } // namespace metronome::detail
 

@@ -10,6 +10,9 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <exception>
+#include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -35,6 +38,11 @@ struct wheel_options {
   /// Time source: nullptr = the real clock (a timer thread); else a manual clock that
   /// moves the wheel synchronously in advance(). Must outlive the wheel.
   manual_clock* time_source = nullptr;
+  /// Receives the exceptions that timeouts throw (never a null pointer), on the thread
+  /// that ran the timeout. Empty (default), or once the wheel is destroyed: the
+  /// exception handler of the metronome pool the timeout runs on, else stderr. A handler
+  /// that throws has its exception printed to stderr, and the wheel goes on.
+  std::function<void(std::exception_ptr)> exception_handler;
 };
 
 } // namespace metronome
@@ -84,7 +92,9 @@ public:
   std::atomic<std::uint32_t> state_{pending};
   wheel_entry* prev_ = nullptr;
   std::uint64_t when_ = 0; // deadline in ticks
-  wheel_core* wheel_ = nullptr;
+  // Its wheel, by anchor and generation (wheel_anchor): never a pointer into the wheel,
+  // which may be gone while handles and the executor still hold the entry.
+  std::uint64_t wheel_id_ = 0;
 
 protected:
   ~wheel_entry() = default;
@@ -128,6 +138,19 @@ private:
   std::atomic<std::uint32_t> refs_;
 };
 
+// What handles reach of a wheel: it outlives the wheel. Anchors are never freed, only
+// reused by later wheels under a new generation, and an entry names its wheel by anchor
+// and generation (wheel_entry::wheel_id_). The wheel's mutex lives here, and the wheel
+// moves the generation on under it, after stop() and before anything else of the wheel
+// goes: whoever holds the mutex and finds the generation unchanged holds a live wheel.
+struct alignas(64) wheel_anchor {
+  std::mutex mtx;
+  wheel_core* core = nullptr;               // under mtx
+  std::atomic<std::uint64_t> generation{0}; // written under mtx
+  std::atomic<std::uint64_t> elapsed{0};    // the wheel's elapsed ticks, for handles (no mtx)
+  std::uint32_t next_free = 0;              // the registry's free list (index + 1)
+};
+
 class wheel_core final : public clock_listener {
 public:
   wheel_core(wheel_options opts, boost::asio::any_io_executor ex, pool_core* pool);
@@ -135,14 +158,21 @@ public:
 
   // Takes the wheel's reference on e. Throws rejected_execution (stopped, full).
   void insert(wheel_entry* e, clock::duration delay);
-  bool cancel(wheel_entry* e) noexcept;
+  // From a handle: unlinks e if its wheel still holds it. The wheel may be gone.
+  static bool cancel(wheel_entry* e) noexcept;
+  // A timeout threw: to its wheel's exception handler, or (none, or the wheel is gone)
+  // to the pool running it, else stderr.
+  static void report(const wheel_entry* e, std::exception_ptr x) noexcept;
+  // From a handle, for a pending e: whether its deadline has passed on its wheel. Once
+  // the wheel is gone: unless e was cancelled (the wheel cancels all it still holds
+  // before it goes, so a pending e is on the executor).
+  static bool deadline_passed(const wheel_entry* e) noexcept;
   // Stops the wheel; returns the entries that never fired (cancelled; the caller
   // takes the wheel's references).
   std::vector<wheel_entry*> stop();
   std::size_t pending() const noexcept;
   const boost::asio::any_io_executor& executor() const noexcept { return ex_; }
   clock::time_point now() const noexcept;
-  std::uint64_t elapsed() const noexcept { return elapsed_published_.load(std::memory_order_acquire); }
   // Diagnostics (tests): timeouts of `level`'s slot that is moving down, not yet moved.
   std::size_t moving(std::size_t level) const;
   // Diagnostics (tests): timeouts the last touch_next_tick() walked.
@@ -174,6 +204,18 @@ private:
   };
   static constexpr std::uint64_t never = ~std::uint64_t(0);
 
+  // This wheel's anchor, taken before anything else is built and given back by the
+  // destructor (or here, if the constructor throws).
+  struct enrollment {
+    explicit enrollment(wheel_core* w);
+    ~enrollment() { retire(); }
+    enrollment(const enrollment&) = delete;
+    enrollment& operator=(const enrollment&) = delete;
+    void retire() noexcept;
+    std::uint64_t id;
+    wheel_anchor* anchor; // nullptr once retired
+  };
+
   std::uint64_t divide_by_tick(std::uint64_t ns, std::uint64_t& rest) const noexcept;
   std::uint64_t tick_of(clock::time_point t) const noexcept;
   std::uint64_t deadline_tick(clock::time_point now, clock::duration delay) const noexcept;
@@ -203,11 +245,16 @@ private:
   void step_locked(std::uint64_t tick, chain& fired) noexcept;
   void advance_locked(std::uint64_t now_tick, chain& fired) noexcept;
   void fire_locked(wheel_entry* e, chain& fired) noexcept;
+  bool cancel_locked(wheel_entry* e, chain& fired) noexcept;
   void dispatch(chain& fired) noexcept;
   void wake() noexcept;
   void run();
 
+  enrollment enrolled_;
+  std::mutex& mtx_; // the anchor's
   wheel_options opts_;
+  // opts_.exception_handler, shared so that a worker calls it without holding mtx_.
+  std::shared_ptr<const std::function<void(std::exception_ptr)>> exception_handler_;
   boost::asio::any_io_executor ex_;
   pool_core* pool_;
   manual_clock* manual_;
@@ -223,11 +270,9 @@ private:
   // The tick the timer thread sleeps until (a producer with an earlier deadline wakes
   // it); 0 while it is awake or when there is no thread.
   alignas(64) std::atomic<std::uint64_t> sleeping_until_{0};
-  std::atomic<std::size_t> removed_{0};             // fired, cancelled or stopped (written under mtx_)
-  std::atomic<std::size_t> linked_{0};              // inserted by a producer holding mtx_ (written under it)
-  std::atomic<std::uint64_t> elapsed_published_{0}; // elapsed_, for handles
+  std::atomic<std::size_t> removed_{0}; // fired, cancelled or stopped (written under mtx_)
+  std::atomic<std::size_t> linked_{0};  // inserted by a producer holding mtx_ (written under it)
 
-  mutable std::mutex mtx_;
   std::condition_variable cv_;
   std::vector<slot_list> slots_;        // levels * slots
   std::vector<cascade> cascades_;       // per level (level 0 never cascades)

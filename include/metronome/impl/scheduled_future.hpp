@@ -1,11 +1,10 @@
 #ifndef METRONOME_IMPL_SCHEDULED_FUTURE_HPP
 #define METRONOME_IMPL_SCHEDULED_FUTURE_HPP
 
-#include <boost/asio/associated_executor.hpp>
+#include <metronome/detail/handler_op.hpp>
+
 #include <boost/asio/async_result.hpp>
-#include <boost/asio/dispatch.hpp>
-#include <boost/asio/executor_work_guard.hpp>
-#include <boost/asio/post.hpp>
+#include <boost/asio/system_executor.hpp>
 
 #include <exception>
 #include <tuple>
@@ -29,10 +28,15 @@ using wait_signature = typename wait_signature_of<R>::type;
 // Holds the handler of one async_wait until the task ends, then hands the result to
 // the handler's associated executor.
 template <class R, class Handler>
-class wait_hook final : public completion_hook {
+class wait_hook final : public completion_hook,
+                        public handler_op<wait_hook<R, Handler>, Handler, boost::asio::system_executor> {
+  using handler_base = handler_op<wait_hook, Handler, boost::asio::system_executor>;
+  friend handler_base;
+
 public:
   wait_hook(Handler&& h, scheduled_task_base* task)
-      : handler_(std::move(h)), task_(task), work_(boost::asio::get_associated_executor(handler_)) {
+      : handler_base(std::move(h), boost::asio::system_executor()), task_(task) {
+    this->hold_work();
     task_->add_ref();
   }
 
@@ -42,21 +46,14 @@ public:
   // inside the initiating function.
   void deliver(bool immediate) noexcept {
     std::exception_ptr e = task_->failure();
-    auto work(std::move(work_)); // outlives the dispatch below: the context keeps running
-    auto ex = work.get_executor();
-    Handler h(std::move(handler_));
-    auto run = [h = std::move(h), e, args = result(e)]() mutable {
-      std::apply([&](auto&&... a) { std::move(h)(e, std::move(a)...); }, std::move(args));
-    };
-    task_->release();
-    delete this;
-    if (immediate)
-      boost::asio::post(ex, std::move(run));
-    else
-      boost::asio::dispatch(ex, std::move(run));
+    auto args = std::tuple_cat(std::make_tuple(e), result(e));
+    std::exchange(task_, nullptr)->release();
+    std::apply([&](auto&... a) { this->complete_with(!immediate, std::move(a)...); }, args);
   }
 
 private:
+  static void release_node(wait_hook* h) noexcept { handler_base::destroy(h); }
+
   auto result(const std::exception_ptr& e) {
     if constexpr (std::is_void_v<R>) {
       return std::tuple<>();
@@ -70,9 +67,7 @@ private:
     }
   }
 
-  Handler handler_;
   scheduled_task_base* task_;
-  boost::asio::executor_work_guard<boost::asio::associated_executor_t<Handler>> work_;
 };
 
 } // namespace detail
@@ -82,8 +77,11 @@ private:
  * when the task ends: a null pointer and the value; the task's exception; or a
  * `cancelled_error`. So `co_await f.async_wait(boost::asio::use_awaitable)` returns
  * the value or rethrows. The handler runs on its associated executor (inline on the
- * completing pool thread when it has none). Any number of waits may be pending.
- * For a periodic task it completes when the task stops.
+ * completing pool thread when it has none), allocated with its associated allocator;
+ * outstanding work on that executor is held until the handler has run and let go
+ * there, after it. A handler that throws is reported to the exception handler of the
+ * pool whose thread runs it (else printed to stderr). Any number of waits may be
+ * pending. For a periodic task it completes when the task stops.
  */
 template <class R>
 template <class CompletionToken>
@@ -93,7 +91,7 @@ auto scheduled_future<R>::async_wait(CompletionToken&& token) {
   return boost::asio::async_initiate<CompletionToken, detail::wait_signature<R>>(
       [](auto handler, scheduled_future self) {
         using H = std::decay_t<decltype(handler)>;
-        auto* hook = new detail::wait_hook<R, H>(std::move(handler), self.task_);
+        auto* hook = detail::wait_hook<R, H>::create(std::move(handler), self.task_);
         if (!self.task_->add_hook(hook)) hook->deliver(true);
       },
       token, *this);

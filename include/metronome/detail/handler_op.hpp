@@ -1,0 +1,175 @@
+#ifndef METRONOME_DETAIL_HANDLER_OP_HPP
+#define METRONOME_DETAIL_HANDLER_OP_HPP
+
+#include <metronome/detail/node_cache.hpp>
+#include <metronome/detail/report.hpp>
+
+#include <boost/asio/associated_allocator.hpp>
+#include <boost/asio/associated_cancellation_slot.hpp>
+#include <boost/asio/associated_executor.hpp>
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/post.hpp>
+
+#include <exception>
+#include <memory>
+#include <new>
+#include <optional>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+namespace metronome::detail {
+
+// The completion handler of one asynchronous operation (async_delay, a wheel wait, a
+// handle's async_wait), held in the operation's node from initiation to completion.
+// Derived is the node type: it derives from this, is created with create() (through
+// the handler's associated allocator; std::allocator means the node cache) and
+// provides `static void release_node(Derived*) noexcept`, called once the handler has
+// been taken out (destroy() it, or drop the completion's reference to it).
+//
+// complete_with() follows Asio's rules for a handler completed on its own executor:
+// - outstanding work on that executor (hold_work()) travels with the handler and is
+//   released in the handler's context, after the handler ran; if the executor destroys
+//   the completion unrun, when it does;
+// - the cancellation slot is cleared in the handler's context; the node, which the
+//   slot's cancel handler reaches, lives until then;
+// - the node is released before the handler runs, so the handler may start another
+//   operation in the same memory.
+// A handler that throws is reported like other work of the pool it runs on (else
+// printed): it never escapes into the library code that completed it.
+template <class Derived, class Handler, class DefaultExecutor>
+class handler_op {
+  using executor_type = boost::asio::associated_executor_t<Handler, DefaultExecutor>;
+  using handler_allocator = boost::asio::associated_allocator_t<Handler>;
+  using alloc_source = node_allocator_for<handler_allocator>;
+  using node_alloc = typename std::allocator_traits<typename alloc_source::type>::template rebind_alloc<Derived>;
+  using alloc_traits = std::allocator_traits<node_alloc>;
+  using work_guard = boost::asio::executor_work_guard<executor_type>;
+
+public:
+  // Derived's constructor takes the handler first and passes it on to handler_op's.
+  template <class H, class... Args>
+  static Derived* create(H&& h, Args&&... args) {
+    node_alloc a(alloc_source::get(boost::asio::get_associated_allocator(h)));
+    Derived* p = alloc_traits::allocate(a, 1);
+    try {
+      ::new (static_cast<void*>(p)) Derived(std::forward<H>(h), std::forward<Args>(args)...);
+    } catch (...) {
+      alloc_traits::deallocate(a, p, 1);
+      throw;
+    }
+    return p;
+  }
+
+  // Destroys and frees a node that complete_with() was not called on, or whose
+  // completion has taken the handler out.
+  static void destroy(Derived* p) noexcept {
+    handler_op& self = *p;
+    if (self.slot_connected_) self.disconnect_slot();
+    node_alloc a(std::move(self.alloc_));
+    p->~Derived();
+    alloc_traits::deallocate(a, p, 1);
+  }
+
+  Handler& handler() noexcept { return handler_; }
+
+protected:
+  template <class H>
+  handler_op(H&& h, const DefaultExecutor& ex)
+      : alloc_(alloc_source::get(boost::asio::get_associated_allocator(h))), handler_(std::forward<H>(h)),
+        executor_(boost::asio::get_associated_executor(handler_, ex)) {}
+  ~handler_op() = default;
+  handler_op(const handler_op&) = delete;
+  handler_op& operator=(const handler_op&) = delete;
+
+  const executor_type& handler_executor() const noexcept { return executor_; }
+
+  // Outstanding work on the handler's executor until the handler has run.
+  void hold_work() { work_.emplace(executor_); }
+
+  // Installs a Canceller in the handler's cancellation slot, if it has one.
+  template <class Canceller, class... Args>
+  void connect_slot(Args&&... args) {
+    auto slot = boost::asio::get_associated_cancellation_slot(handler_);
+    if (slot.is_connected()) {
+      slot.template emplace<Canceller>(std::forward<Args>(args)...);
+      slot_connected_ = true;
+    }
+  }
+
+  // Hands `args` to the handler on its executor and gives the node to the completion:
+  // dispatch when `may_run_inline` (the handler runs right here if this thread is in
+  // its executor's context), else post (never inside the calling function).
+  template <class... Args>
+  void complete_with(bool may_run_inline, Args... args) noexcept {
+    try {
+      const executor_type ex(executor_);
+      completion<Args...> c(static_cast<Derived*>(this), std::move(args)...);
+      if (may_run_inline)
+        boost::asio::dispatch(ex, std::move(c));
+      else
+        boost::asio::post(ex, std::move(c));
+    } catch (...) {
+      // The executor could not take it (out of memory): the completion, destroyed,
+      // released the node and the work; the handler is lost, so say so.
+      report_here(std::current_exception(), "completion");
+    }
+  }
+
+private:
+  // Owns the node until the handler's executor runs it (or destroys it unrun).
+  template <class... Args>
+  class completion {
+  public:
+    explicit completion(Derived* op, Args&&... args)
+        : op_(op), alloc_(boost::asio::get_associated_allocator(op->handler_)), args_(std::move(args)...) {}
+    completion(completion&& o) noexcept(std::is_nothrow_move_constructible_v<std::tuple<Args...>>)
+        : op_(std::exchange(o.op_, nullptr)), alloc_(o.alloc_), args_(std::move(o.args_)) {}
+    completion& operator=(completion&&) = delete;
+    ~completion() {
+      if (op_) finish(op_, nullptr);
+    }
+
+    // Asio allocates whatever carries the completion through the handler's allocator.
+    using allocator_type = handler_allocator;
+    allocator_type get_allocator() const noexcept { return alloc_; }
+
+    void operator()() { finish(std::exchange(op_, nullptr), &args_); }
+
+  private:
+    // In the handler's context; `args` null: destroyed unrun.
+    static void finish(Derived* op, std::tuple<Args...>* args) noexcept {
+      handler_op& self = *op;
+      if (self.slot_connected_) self.disconnect_slot();
+      std::optional<work_guard> work(std::move(self.work_)); // declared first: let go last
+      Handler handler(std::move(self.handler_));
+      Derived::release_node(op);
+      if (!args) return;
+      try {
+        std::apply([&](Args&... a) { std::move(handler)(std::move(a)...); }, *args);
+      } catch (...) {
+        report_here(std::current_exception(), "completion handler");
+      }
+    }
+
+    Derived* op_;
+    handler_allocator alloc_;
+    std::tuple<Args...> args_;
+  };
+
+  void disconnect_slot() noexcept {
+    boost::asio::get_associated_cancellation_slot(handler_).clear();
+    slot_connected_ = false;
+  }
+
+  node_alloc alloc_;
+  std::optional<work_guard> work_; // before handler_: destroyed after it
+  Handler handler_;
+  executor_type executor_;
+  bool slot_connected_ = false;
+};
+
+} // namespace metronome::detail
+
+#endif

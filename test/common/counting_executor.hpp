@@ -1,0 +1,56 @@
+#ifndef METRONOME_TEST_COUNTING_EXECUTOR_HPP
+#define METRONOME_TEST_COUNTING_EXECUTOR_HPP
+
+#include <boost/asio/io_context.hpp>
+
+#include <atomic>
+#include <utility>
+
+namespace metronome::test {
+
+// A Networking-TS executor over an io_context that counts the outstanding work held on
+// it, and the work released outside the io_context's own thread, so that a test sees
+// when an operation holds work for its handler and where it lets go (Asio's rule: in
+// the handler's context, after the handler ran).
+class counting_executor {
+public:
+  struct counts {
+    std::atomic<int> held{0};
+    std::atomic<int> released_elsewhere{0};
+  };
+
+  counting_executor(boost::asio::io_context& io, counts& c) noexcept : io_(&io), counts_(&c) {}
+
+  boost::asio::io_context& context() const noexcept { return *io_; }
+  void on_work_started() const noexcept {
+    counts_->held.fetch_add(1);
+    io_->get_executor().on_work_started();
+  }
+  void on_work_finished() const noexcept {
+    counts_->held.fetch_sub(1);
+    if (!io_->get_executor().running_in_this_thread()) counts_->released_elsewhere.fetch_add(1);
+    io_->get_executor().on_work_finished();
+  }
+  template <class F, class A>
+  void dispatch(F&& f, const A& a) const {
+    io_->get_executor().dispatch(std::forward<F>(f), a);
+  }
+  template <class F, class A>
+  void post(F&& f, const A& a) const {
+    io_->get_executor().post(std::forward<F>(f), a);
+  }
+  template <class F, class A>
+  void defer(F&& f, const A& a) const {
+    io_->get_executor().defer(std::forward<F>(f), a);
+  }
+  friend bool operator==(const counting_executor& a, const counting_executor& b) noexcept { return a.io_ == b.io_; }
+  friend bool operator!=(const counting_executor& a, const counting_executor& b) noexcept { return a.io_ != b.io_; }
+
+private:
+  boost::asio::io_context* io_;
+  counts* counts_;
+};
+
+} // namespace metronome::test
+
+#endif

@@ -1,0 +1,49 @@
+#ifndef METRONOME_TEST_EXCEPTION_LOG_HPP
+#define METRONOME_TEST_EXCEPTION_LOG_HPP
+
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace metronome::test {
+
+// An exception handler for pools and wheels that records what it receives.
+class exception_log {
+public:
+  std::function<void(std::exception_ptr)> handler() {
+    return [this](std::exception_ptr e) {
+      std::lock_guard lk(m_);
+      seen_.push_back(std::move(e));
+    };
+  }
+  // what() of each exception received, in order; "null" for a null pointer.
+  std::vector<std::string> messages() {
+    std::lock_guard lk(m_);
+    std::vector<std::string> out;
+    for (const auto& e : seen_) {
+      if (!e) {
+        out.emplace_back("null");
+        continue;
+      }
+      try {
+        std::rethrow_exception(e);
+      } catch (const std::exception& x) {
+        out.emplace_back(x.what());
+      } catch (...) {
+        out.emplace_back("non-std");
+      }
+    }
+    return out;
+  }
+
+private:
+  std::mutex m_;
+  std::vector<std::exception_ptr> seen_;
+};
+
+} // namespace metronome::test
+
+#endif
