@@ -1,5 +1,6 @@
 // The pool's threads: construction, workers (spin, park, wake, elastic growth), the
 // ready queue's producers and the executor path.
+#include <metronome/detail/internal_post.hpp>
 #include <metronome/detail/node_cache.hpp>
 #include <metronome/detail/pool_core.hpp>
 #include <metronome/detail/report.hpp>
@@ -22,6 +23,14 @@ namespace metronome::detail {
 
 thread_local worker* this_worker = nullptr;
 thread_local bool this_thread_orphaned = false;
+
+namespace {
+thread_local bool posting_internal = false;
+}
+
+internal_post_scope::internal_post_scope(bool on) noexcept : outer_(posting_internal) { posting_internal = on; }
+internal_post_scope::~internal_post_scope() { posting_internal = outer_; }
+bool internal_post_scope::active() noexcept { return posting_internal; }
 
 namespace {
 
@@ -92,6 +101,8 @@ pool_core::~pool_core() {
 clock::time_point pool_core::now() const noexcept { return manual_ ? manual_->now() : clock::now(); }
 
 bool pool_core::running_in_this_thread() const noexcept { return this_worker != nullptr && this_worker->pool == this; }
+
+pool_core* pool_core::current() noexcept { return this_worker ? this_worker->pool : nullptr; }
 
 void pool_core::report(std::exception_ptr e) noexcept {
   assert(e && "metronome: reporting a null exception");
@@ -408,7 +419,7 @@ void pool_core::post(task_base* t, bool continuation, bool internal) noexcept {
   worker* w = this_worker;
   const bool inside = w != nullptr && w->pool == this;
   if (stopped_.load(std::memory_order_acquire) ||
-      (!inside && !internal && shutdown_.load(std::memory_order_acquire))) {
+      (!inside && shutdown_.load(std::memory_order_acquire) && !internal && !posting_internal)) {
     drop_outside(t);
     return;
   }

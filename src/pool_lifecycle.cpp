@@ -226,6 +226,7 @@ void pool_core::close() noexcept {
     if (!terminated_.load() && idle_for_termination_locked(1)) terminate_locked();
     wake_all_locked();
     this_thread_orphaned = true;
+    this_worker = nullptr; // the rest of the task runs on a thread of no pool
   }
   join_threads();
 }

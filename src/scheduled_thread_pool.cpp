@@ -12,7 +12,6 @@ scheduled_thread_pool::scheduled_thread_pool(std::size_t threads)
 scheduled_thread_pool::scheduled_thread_pool(pool_options options)
     : core_(std::make_unique<detail::pool_core>(std::move(options))) {
   core_->set_context(this);
-  detail::register_pool(core_.get());
 }
 
 scheduled_thread_pool::~scheduled_thread_pool() {
@@ -20,7 +19,6 @@ scheduled_thread_pool::~scheduled_thread_pool() {
   // Services (e.g. anything registered with use_service) go before the core.
   boost::asio::execution_context::shutdown();
   boost::asio::execution_context::destroy();
-  detail::unregister_pool(core_.get());
 }
 
 void scheduled_thread_pool::shutdown() { core_->shutdown(); }

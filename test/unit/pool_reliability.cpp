@@ -11,6 +11,7 @@
 #include "common/manual_pool.hpp"
 #include "common/poll_until.hpp"
 
+#include <boost/asio/bind_executor.hpp>
 #include <boost/asio/defer.hpp>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
@@ -281,6 +282,20 @@ BOOST_AUTO_TEST_CASE(a_serial_executor_over_a_shut_down_pool_refuses_outside_wor
   BOOST_CHECK_EQUAL(ran.load(), 1);
   BOOST_CHECK_EQUAL(r.count(), 1u);
   BOOST_CHECK_EQUAL(hp.pool.stats().rejected, 2u);
+}
+
+BOOST_AUTO_TEST_CASE(a_completion_reaching_a_shut_down_pool_from_outside_still_runs) {
+  scheduled_thread_pool pool(1);
+  auto h = pool.schedule([] {}, 1h);
+  std::atomic<int> ran{0};
+  h.async_wait(boost::asio::bind_executor(pool.get_executor(), [&](std::exception_ptr e) {
+    if (e) ++ran;
+  }));
+  pool.shutdown(); // the delayed task still runs when due (run_delayed_after_shutdown)
+  BOOST_REQUIRE(h.cancel()); // from outside: its completion goes to the pool from here
+  BOOST_CHECK_MESSAGE(poll_until([&] { return ran.load() == 1; }, 10s),
+                      "the completion was dropped as outside work");
+  BOOST_CHECK(pool.await_termination(10s));
 }
 
 // ---------------------------------------------------------------- handles after the pool

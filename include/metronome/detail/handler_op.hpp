@@ -1,6 +1,7 @@
 #ifndef METRONOME_DETAIL_HANDLER_OP_HPP
 #define METRONOME_DETAIL_HANDLER_OP_HPP
 
+#include <metronome/detail/internal_post.hpp>
 #include <metronome/detail/node_cache.hpp>
 #include <metronome/detail/report.hpp>
 
@@ -106,6 +107,7 @@ protected:
     try {
       const executor_type ex(executor_);
       completion<Args...> c(static_cast<Derived*>(this), std::move(args)...);
+      internal_post_scope internal; // a completion: a shut-down pool still takes it
       if (may_run_inline)
         boost::asio::dispatch(ex, std::move(c));
       else
@@ -146,6 +148,7 @@ private:
       Handler handler(std::move(self.handler_));
       Derived::release_node(op);
       if (!args) return;
+      internal_post_scope user(false); // the handler's own posts are its own
       try {
         std::apply([&](Args&... a) { std::move(handler)(std::move(a)...); }, *args);
       } catch (...) {

@@ -69,6 +69,9 @@ public:
   // terminates - dropping it would wedge everything queued behind it.
   void post(task_base* t, bool continuation, bool internal = false) noexcept;
   bool running_in_this_thread() const noexcept;
+  // The pool whose worker the calling thread is (nullptr on any other thread, and on a
+  // worker whose pool was destroyed from inside the task it runs).
+  static pool_core* current() noexcept;
   void work_started() noexcept { tracked_work_.fetch_add(1, std::memory_order_relaxed); }
   void work_finished() noexcept;
 

@@ -12,11 +12,6 @@ class pool_core;
 // on stderr, and keep going.
 void print_unhandled(std::exception_ptr e, const char* where) noexcept;
 
-// scheduled_thread_pool's constructor and destructor: the pools current_pool() knows.
-// A pool is forgotten before anything of it is destroyed.
-void register_pool(pool_core* pool) noexcept;
-void unregister_pool(pool_core* pool) noexcept;
-
 // The metronome pool whose worker the calling thread is; nullptr on any other thread.
 pool_core* current_pool() noexcept;
 
