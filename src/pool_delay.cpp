@@ -138,10 +138,16 @@ std::size_t pool_core::promote_due_locked(clock::time_point current, task_sink*&
     heap_.shrink_if_sparse();
   }
   if (count) ready_.push_chain(first, last, count);
+  if (owed) ++in_transit_; // until post_owed_drains() has posted them: the pool is not idle
   return count;
 }
 
+// Caller does not hold mtx_. The drains leave the heap's custody under the mutex and
+// reach the ready queue (or another executor) after it: in_transit_ keeps the pool from
+// terminating in between (it would drop them), and whoever makes it 0 after shutdown
+// lets parked workers look again.
 void pool_core::post_owed_drains(task_sink* owed) noexcept {
+  if (!owed) return;
   METRONOME_TEST_HOOK(hook_point::owed_drain_before_post);
   while (owed) {
     task_sink* next = owed->owed_next_; // posting may let the sink go
@@ -149,6 +155,8 @@ void pool_core::post_owed_drains(task_sink* owed) noexcept {
     owed->post_owed_drain();
     owed = next;
   }
+  std::lock_guard lk(mtx_);
+  if (--in_transit_ == 0 && (shutdown_.load() || joining_)) wake_all_locked();
 }
 
 void pool_core::promote_due(clock::time_point current) {

@@ -206,4 +206,29 @@ BOOST_AUTO_TEST_CASE(due_serial_tasks_whose_drain_is_not_yet_posted_are_not_over
   BOOST_CHECK((rec.snapshot() == std::vector<int>{1, 2, 3}));
 }
 
+// Termination while due serial tasks are in transit: they left the heap under the mutex,
+// their drain is not posted yet, and the pool is shut down and idle otherwise. It must
+// not terminate in that gap (it would drop the drain and strand the task).
+BOOST_AUTO_TEST_CASE(a_shut_down_pool_does_not_terminate_while_due_serial_tasks_are_in_transit) {
+  manual_clock clk;
+  scheduled_thread_pool pool(on_clock(clk, 1));
+  auto serial = metronome::make_serial_executor(pool);
+  std::atomic<bool> ran{false};
+  auto h = serial.schedule([&] { ran = true; }, 1ms);
+  pool.shutdown(); // delayed one-shots still run when due
+  hook_stop stop(hook_point::owed_drain_before_post);
+  std::thread advancer([&] {
+    hook_stop::arm_this_thread();
+    clk.advance(1ms);
+  });
+  BOOST_REQUIRE(stop.arrived());
+  std::thread joiner([&] { pool.join(); }); // wakes the worker to look for termination
+  BOOST_CHECK(!poll_until([&] { return pool.is_terminated(); }, 200ms));
+  stop.release();
+  advancer.join();
+  joiner.join();
+  BOOST_CHECK(ran.load());
+  BOOST_CHECK(h.is_done() && !h.is_cancelled());
+}
+
 BOOST_AUTO_TEST_SUITE_END()

@@ -151,7 +151,7 @@ private:
   // order); caller holds mtx_ and, after releasing it, posts the drains listed in
   // `owed` (post_owed_drains). Returns the count moved to the ready queue.
   std::size_t promote_due_locked(clock::time_point now, task_sink*& owed) noexcept;
-  static void post_owed_drains(task_sink* owed) noexcept;
+  void post_owed_drains(task_sink* owed) noexcept;
   void promote_due(clock::time_point current);
   void update_next_due_locked() noexcept;
   void heap_push_locked(timed_node* n);
@@ -192,6 +192,7 @@ private:
   int followers_ = 0;   // workers in follower_cv_ wait
   int wake_tokens_ = 0; // notifications not yet consumed
   int awake_ = 0;       // live workers not parked
+  int in_transit_ = 0;  // promotions whose serial drains are not posted yet
   bool joining_ = false;
   bool closing_ = false;        // destructor: ignore tracked work
   bool closer_in_pool_ = false; // the destructor runs on one of our workers
