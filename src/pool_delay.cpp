@@ -105,9 +105,7 @@ void pool_core::update_next_due_locked() noexcept {
 }
 
 std::size_t pool_core::promote_due_locked(clock::time_point current, task_sink*& owed) noexcept {
-  task_base* first = nullptr;
-  task_base* last = nullptr;
-  std::size_t count = 0;
+  task_chain ready;
   bool popped = false;
   const clock::rep limit = current.time_since_epoch().count();
   while (!heap_.empty() && heap_.top_due() <= limit) {
@@ -125,21 +123,15 @@ std::size_t pool_core::promote_due_locked(clock::time_point current, task_sink*&
         continue;
       }
     }
-    n->next_.store(nullptr, std::memory_order_relaxed);
-    if (last)
-      last->next_.store(n, std::memory_order_relaxed);
-    else
-      first = n;
-    last = n;
-    ++count;
+    ready.append(n);
   }
   if (popped) {
     update_next_due_locked();
     heap_.shrink_if_sparse();
   }
-  if (count) ready_.push_chain(first, last, count);
+  if (ready.count) ready_.push_chain(ready.first, ready.last, ready.count);
   if (owed) ++in_transit_; // until post_owed_drains() has posted them: the pool is not idle
-  return count;
+  return ready.count;
 }
 
 // Caller does not hold mtx_. The drains leave the heap's custody under the mutex and

@@ -36,6 +36,24 @@ extern thread_local bool this_thread_orphaned;
 
 inline constexpr clock::rep no_due = std::numeric_limits<clock::rep>::max();
 
+// A FIFO chain of nodes linked through next_, built outside any queue and handed over
+// whole (ready_queue::push_chain).
+struct task_chain {
+  task_base* first = nullptr;
+  task_base* last = nullptr;
+  std::size_t count = 0;
+
+  void append(task_base* n) noexcept {
+    n->next_.store(nullptr, std::memory_order_relaxed);
+    if (last)
+      last->next_.store(n, std::memory_order_relaxed);
+    else
+      first = n;
+    last = n;
+    ++count;
+  }
+};
+
 inline task_base* pop_local(worker& w) noexcept {
   task_base* t = w.local_head;
   w.local_head = t->next_.load(std::memory_order_relaxed);

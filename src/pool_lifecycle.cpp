@@ -91,35 +91,21 @@ void pool_core::sweep_for_shutdown_locked(timed_node*& gone) noexcept {
 // way; what is left (tasks to cancel) the caller discards with discard_chain() after
 // releasing the mutex (cancelling runs completion hooks).
 timed_node* pool_core::queue_aborted_waits_locked(timed_node* gone) noexcept {
-  timed_node* keep = nullptr;
-  timed_node* keep_tail = nullptr;
-  task_base* first = nullptr;
-  task_base* last = nullptr;
-  std::size_t count = 0;
+  task_chain waits, keep;
   while (gone) {
     timed_node* n = gone;
     gone = static_cast<timed_node*>(n->next_.load(std::memory_order_relaxed));
-    n->next_.store(nullptr, std::memory_order_relaxed);
     if (n->kind_ == task_kind::wait) {
       // Completes with operation_aborted on a pool thread, so a coroutine waiting on it
       // resumes where its continuations are still accepted.
       static_cast<wait_node*>(n)->aborted_ = true;
-      if (last)
-        last->next_.store(n, std::memory_order_relaxed);
-      else
-        first = n;
-      last = n;
-      ++count;
+      waits.append(n);
     } else {
-      if (keep_tail)
-        keep_tail->next_.store(n, std::memory_order_relaxed);
-      else
-        keep = n;
-      keep_tail = n;
+      keep.append(n);
     }
   }
-  if (count) ready_.push_chain(first, last, count);
-  return keep;
+  if (waits.count) ready_.push_chain(waits.first, waits.last, waits.count);
+  return static_cast<timed_node*>(keep.first);
 }
 
 void pool_core::discard_chain(timed_node* first) noexcept {
