@@ -17,7 +17,7 @@ run() { # name, cmake args...
 
 run release -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMETRONOME_BUILD_BENCH=ON
 run clang -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_COMPILER=clang++-14
-TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
+TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/test/tsan.supp" \
   run tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMETRONOME_SANITIZE=thread -DMETRONOME_BUILD_EXAMPLES=OFF
 ASAN_OPTIONS="detect_leaks=1" UBSAN_OPTIONS="print_stacktrace=1" \
   run asan -DCMAKE_BUILD_TYPE=Debug -DMETRONOME_SANITIZE=address -DMETRONOME_BUILD_EXAMPLES=OFF
