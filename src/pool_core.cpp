@@ -23,6 +23,9 @@ namespace metronome::detail {
 
 thread_local worker* this_worker = nullptr;
 thread_local bool this_thread_orphaned = false;
+#if !defined(NDEBUG)
+thread_local int calls_dismissed = 0;
+#endif
 
 namespace {
 thread_local bool posting_internal = false;
@@ -92,6 +95,11 @@ pool_core::pool_core(pool_options opts)
 }
 
 pool_core::~pool_core() {
+  // Every worker is joined (or, destroyed from inside, is this thread): a call still
+  // counted is another thread's, about to read freed memory.
+  assert(calls_.load() == 0 &&
+         "metronome: a pool is destroyed while another thread is inside one of its calls (post, submit, "
+         "schedule, async_delay); the pool must outlive every call into it");
   if (manual_) manual_->detach(this);
   for (auto& w : workers_)
     if (w->thread.joinable()) w->thread.detach();
@@ -416,6 +424,7 @@ void pool_core::push_ready_chain(task_base* first, task_base* last, std::size_t 
 }
 
 void pool_core::post(task_base* t, bool continuation, bool internal) noexcept {
+  METRONOME_POOL_CALL(calls_);
   worker* w = this_worker;
   const bool inside = w != nullptr && w->pool == this;
   if (stopped_.load(std::memory_order_acquire) ||

@@ -15,6 +15,7 @@ namespace metronome::detail {
 // ---------------------------------------------------------------- submission
 
 void pool_core::submit_scheduled(scheduled_task_base* t, clock::time_point due) {
+  METRONOME_POOL_CALL(calls_);
   const clock::time_point current = now();
   if (due <= current) {
     t->set_due(current);
@@ -63,6 +64,7 @@ void pool_core::reject_scheduled(scheduled_task_base* t, bool timed) {
     t->release();
     throw rejected_execution(why);
   case rejection_policy::caller_runs:
+    METRONOME_POOL_CALL_DISMISS(calls_); // the task may destroy the pool
     run_detached(t);
     return;
   case rejection_policy::discard:
@@ -187,6 +189,7 @@ bool pool_core::on_cancelled_locked(scheduled_task_base* t) noexcept {
 // ---------------------------------------------------------------- async_delay waits
 
 bool pool_core::add_wait(wait_node* n, clock::time_point due, clock::time_point current) {
+  METRONOME_POOL_CALL(calls_);
   n->set_due(due);
   if (terminated_.load()) return false;
   if (due > current && !shutdown_.load()) {

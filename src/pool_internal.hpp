@@ -36,6 +36,42 @@ extern thread_local bool this_thread_orphaned;
 
 inline constexpr clock::rep no_due = std::numeric_limits<clock::rep>::max();
 
+// Debug builds check the rule that no other thread is inside a call on a pool while it
+// is destroyed (a task may destroy its own pool): the calls that queue work count
+// themselves, and close() asserts that only its own thread's call, if any, is counted.
+// A caller_runs task runs inside submit and may destroy the pool: its call leaves the
+// count first (dismiss), and the scope then touches nothing.
+#if !defined(NDEBUG)
+extern thread_local int calls_dismissed;
+class call_scope {
+public:
+  explicit call_scope(std::atomic<int>& calls) noexcept : calls_(calls), outer_dismissed_(calls_dismissed) {
+    calls_.fetch_add(1, std::memory_order_relaxed);
+    calls_dismissed = 0;
+  }
+  ~call_scope() {
+    if (!calls_dismissed) calls_.fetch_sub(1, std::memory_order_relaxed);
+    calls_dismissed = outer_dismissed_;
+  }
+  call_scope(const call_scope&) = delete;
+  call_scope& operator=(const call_scope&) = delete;
+  // Leaves the count now; the pool may be gone when the scope ends.
+  static void dismiss(std::atomic<int>& calls) noexcept {
+    calls.fetch_sub(1, std::memory_order_relaxed);
+    calls_dismissed = 1;
+  }
+
+private:
+  std::atomic<int>& calls_;
+  int outer_dismissed_;
+};
+#define METRONOME_POOL_CALL(calls) call_scope metronome_call_scope_(calls)
+#define METRONOME_POOL_CALL_DISMISS(calls) call_scope::dismiss(calls)
+#else
+#define METRONOME_POOL_CALL(calls) ((void)0)
+#define METRONOME_POOL_CALL_DISMISS(calls) ((void)0)
+#endif
+
 // A FIFO chain of nodes linked through next_, built outside any queue and handed over
 // whole (ready_queue::push_chain).
 struct task_chain {

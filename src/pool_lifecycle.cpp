@@ -5,6 +5,7 @@
 
 #include "pool_internal.hpp"
 
+#include <cassert>
 #include <new>
 
 namespace metronome::detail {

@@ -17,6 +17,10 @@
 
 #include <atomic>
 #include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -230,5 +234,32 @@ BOOST_AUTO_TEST_CASE(a_shut_down_pool_does_not_terminate_while_due_serial_tasks_
   BOOST_CHECK(ran.load());
   BOOST_CHECK(h.is_done() && !h.is_cancelled());
 }
+
+#if !defined(NDEBUG) && !defined(__SANITIZE_THREAD__)
+// The rule that a pool outlives every call into it (a task may destroy its own pool, but
+// not while another thread is still inside post()): debug builds assert it. The producer
+// is stopped inside post(), after its push; the task it posted destroys the pool. The
+// child process must die of the assertion instead of reading the freed pool.
+BOOST_AUTO_TEST_CASE(destroying_a_pool_while_another_thread_is_inside_post_is_caught_in_debug_builds) {
+  const pid_t pid = ::fork();
+  BOOST_REQUIRE(pid >= 0);
+  if (pid == 0) {
+    std::fclose(stderr);            // the assertion's message is expected
+    std::signal(SIGABRT, SIG_DFL); // not Boost.Test's handler: the child is to die of it
+    auto* pool = new scheduled_thread_pool(1);
+    hook_stop stop(hook_point::producer_after_push);
+    std::thread producer([&] {
+      hook_stop::arm_this_thread();
+      boost::asio::post(*pool, [pool] { delete pool; });
+    });
+    stop.arrived();
+    std::this_thread::sleep_for(2s); // the worker runs the task meanwhile; the assertion ends the process
+    ::_exit(0);                      // not reached when the rule is checked
+  }
+  int status = 0;
+  BOOST_REQUIRE_EQUAL(::waitpid(pid, &status, 0), pid);
+  BOOST_CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT);
+}
+#endif
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -211,6 +211,7 @@ private:
   std::atomic<std::size_t> rejected_{0};
   std::atomic<std::size_t> retired_completed_{0};
   std::atomic<long> tracked_work_{0};
+  std::atomic<int> calls_{0}; // debug builds: threads inside post/submit/add_wait (see close())
 };
 
 } // namespace metronome::detail
