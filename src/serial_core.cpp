@@ -85,6 +85,11 @@ bool serial_core::enqueue_due(scheduled_task_base* t) noexcept {
   return pending_.fetch_add(1, std::memory_order_acq_rel) == 0;
 }
 
+void serial_core::abandon() noexcept {
+  disposed_.store(true, std::memory_order_seq_cst);
+  drain(); // disposed: discards, runs no user task, never re-posts
+}
+
 void serial_core::post_owed_drain() noexcept {
   // The tasks just queued keep this executor alive only until the drain runs them, which
   // may happen before the post returns: hold it until then.

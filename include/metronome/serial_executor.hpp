@@ -35,6 +35,27 @@ pool_core* metronome_pool_of(const Executor& ex) noexcept {
   }
 }
 
+// The drain handed to the underlying executor. If the executor destroys it unrun (an
+// io_context stopped and destroyed, a terminated pool), the serial executor is
+// abandoned: what it holds is cancelled and later work rejected - otherwise its queued
+// tasks, which keep it alive, would never run nor be freed.
+class drain_job {
+public:
+  explicit drain_job(std::shared_ptr<serial_core> s) noexcept : self_(std::move(s)) {}
+  drain_job(drain_job&& o) noexcept = default;
+  drain_job& operator=(drain_job&&) = delete;
+  ~drain_job() {
+    if (self_) self_->abandon();
+  }
+  void operator()() {
+    std::shared_ptr<serial_core> s = std::move(self_);
+    s->drain();
+  }
+
+private:
+  std::shared_ptr<serial_core> self_;
+};
+
 template <class Executor>
 class serial_state final : public serial_core {
 public:
@@ -45,7 +66,7 @@ public:
 private:
   void post_drain(drain_post how) noexcept override {
     try {
-      auto drain = [self = shared_from_this()] { self->drain(); };
+      drain_job drain{shared_from_this()};
       if constexpr (std::is_same_v<Executor, scheduled_thread_pool::executor_type>) {
         auto& core =
             static_cast<scheduled_thread_pool&>(boost::asio::query(inner_, boost::asio::execution::context)).core();

@@ -25,6 +25,12 @@
 #include <thread>
 #include <vector>
 
+#if defined(__has_feature)
+#define METRONOME_HAS_FEATURE(x) __has_feature(x)
+#else
+#define METRONOME_HAS_FEATURE(x) 0
+#endif
+
 using namespace std::chrono_literals;
 using metronome::detail::hook_point;
 using metronome::manual_clock;
@@ -235,7 +241,8 @@ BOOST_AUTO_TEST_CASE(a_shut_down_pool_does_not_terminate_while_due_serial_tasks_
   BOOST_CHECK(h.is_done() && !h.is_cancelled());
 }
 
-#if !defined(NDEBUG) && !defined(__SANITIZE_THREAD__)
+#if !defined(NDEBUG) && !defined(__SANITIZE_THREAD__) && !defined(__SANITIZE_ADDRESS__) && \
+    !METRONOME_HAS_FEATURE(address_sanitizer) && !METRONOME_HAS_FEATURE(thread_sanitizer)
 // The rule that a pool outlives every call into it (a task may destroy its own pool, but
 // not while another thread is still inside post()): debug builds assert it. The producer
 // is stopped inside post(), after its push; the task it posted destroys the pool. The

@@ -59,6 +59,9 @@ public:
   // Cancels what this executor holds; returns when no library thread is inside a post to
   // the underlying executor, and none will post to it again.
   void dispose() noexcept;
+  // The underlying executor destroyed a drain unrun: discard what is counted (this call
+  // holds the one drain) and refuse later work.
+  void abandon() noexcept;
   bool is_disposed() const noexcept { return disposed_.load(std::memory_order_acquire); }
   // Over a metronome pool that is shut down, work from outside the pool is refused as the
   // pool refuses it (its drains are internal work and are never refused).
