@@ -237,8 +237,12 @@ task_base* pool_core::next_task(worker& w) {
     // again; park once there is none left to unmap.
     if (node_cache_trim(2)) continue;
 
-    std::unique_lock lk(mtx_);
-    task_base* t = park(w, lk);
+    task_base* t = nullptr;
+    {
+      std::unique_lock lk(mtx_);
+      t = park(w, lk);
+    }
+    METRONOME_TEST_HOOK(hook_point::worker_after_unpark);
     if (t != retry_marker) return t;
   }
 }

@@ -1,5 +1,6 @@
 #include <metronome/detail/pool_core.hpp>
 #include <metronome/detail/scheduled_task.hpp>
+#include <metronome/detail/test_hooks.hpp>
 #include <metronome/errors.hpp>
 
 #include <array>
@@ -96,6 +97,7 @@ bool scheduled_task_base::cancel() noexcept {
         // We own the callable now: no worker can start it. Take it out of the delay
         // queue at once if the pool still exists (the anchor tells: see pool_anchor.hpp).
         bool removed = false;
+        METRONOME_TEST_HOOK(hook_point::handle_before_anchor);
         {
           std::lock_guard lk(anchor_->mtx);
           if (anchor_->generation == generation_) removed = pool()->on_cancelled_locked(this);
@@ -161,6 +163,7 @@ bool scheduled_task_base::wait_until(clock::time_point deadline) const {
 
 clock::duration scheduled_task_base::delay() const noexcept {
   if (is_terminal()) return clock::duration::zero();
+  METRONOME_TEST_HOOK(hook_point::handle_before_anchor);
   std::lock_guard lk(anchor_->mtx);
   if (anchor_->generation != generation_) return clock::duration::zero(); // the pool is gone
   return due() - pool()->now();

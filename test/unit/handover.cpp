@@ -21,6 +21,7 @@
 #include <cstdio>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -239,6 +240,68 @@ BOOST_AUTO_TEST_CASE(a_shut_down_pool_does_not_terminate_while_due_serial_tasks_
   joiner.join();
   BOOST_CHECK(ran.load());
   BOOST_CHECK(h.is_done() && !h.is_cancelled());
+}
+
+// Leader hand-off: the leader promotes the due head and leaves park() to run it, and is
+// stopped right there. The heap still holds a later task; the leader handed the heap to
+// the follower on its way out, so the follower leads, and runs both tasks while the
+// first thread stays stopped. (Without the hand-off the follower sleeps on: nothing runs.)
+BOOST_AUTO_TEST_CASE(a_leader_stopped_after_promoting_has_handed_the_heap_to_a_follower) {
+  scheduled_thread_pool pool(2);
+  pool.submit([] {}).wait();
+  counter ran;
+  hook_stop stop(hook_point::worker_after_unpark, true);
+  auto first = pool.schedule([&] { ran.add(); }, 20ms);
+  auto second = pool.schedule([&] { ran.add(); }, 40ms);
+  BOOST_REQUIRE(stop.arrived()); // the thread that promoted `first`
+  BOOST_CHECK(poll_until([&] { return second.is_done(); }, 10s));
+  BOOST_CHECK(poll_until([&] { return first.is_done(); }, 10s)); // queued behind: the follower takes it too
+  stop.release();
+  BOOST_CHECK(ran.wait_for_at_least(2));
+  BOOST_CHECK_EQUAL(ran.value(), 2);
+}
+
+// Handles after the pool: a handle's cancel() is stopped just before it locks the pool's
+// anchor while the pool is destroyed. The anchor outlives the pool with a new
+// generation, so the cancel goes on without touching the freed pool (ASan would see it)
+// and still cancels the task, whose callable is destroyed once.
+BOOST_AUTO_TEST_CASE(a_cancel_stopped_before_the_anchor_while_the_pool_is_destroyed_leaves_the_pool_alone) {
+  auto pool = std::make_unique<scheduled_thread_pool>(1);
+  auto held = std::make_shared<int>(0);
+  std::weak_ptr<int> watch = held;
+  auto task = pool->schedule([held] {}, 1h);
+  held.reset();
+  hook_stop stop(hook_point::handle_before_anchor);
+  std::atomic<bool> cancelled{false};
+  std::thread canceller([&] {
+    hook_stop::arm_this_thread();
+    cancelled = task.cancel();
+  });
+  BOOST_REQUIRE(stop.arrived()); // the task is marked cancelled; its heap entry still there
+  pool.reset();                  // drops the entry, retires the anchor
+  stop.release();
+  canceller.join();
+  BOOST_CHECK(cancelled.load());
+  BOOST_CHECK(task.is_cancelled());
+  BOOST_CHECK(watch.expired()); // the callable is gone
+  BOOST_CHECK(task.delay() == std::chrono::nanoseconds::zero());
+}
+
+// The same for delay(): stopped before the anchor while the pool goes, it answers 0.
+BOOST_AUTO_TEST_CASE(a_delay_query_stopped_before_the_anchor_while_the_pool_is_destroyed_answers_zero) {
+  auto pool = std::make_unique<scheduled_thread_pool>(1);
+  auto task = pool->schedule([] {}, 1h);
+  hook_stop stop(hook_point::handle_before_anchor);
+  std::atomic<long long> left{-1};
+  std::thread reader([&] {
+    hook_stop::arm_this_thread();
+    left = task.delay().count();
+  });
+  BOOST_REQUIRE(stop.arrived());
+  pool.reset();
+  stop.release();
+  reader.join();
+  BOOST_CHECK_EQUAL(left.load(), 0);
 }
 
 #if !defined(NDEBUG) && !defined(__SANITIZE_THREAD__) && !defined(__SANITIZE_ADDRESS__) && \

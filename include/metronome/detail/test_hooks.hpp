@@ -19,6 +19,8 @@ enum class hook_point {
   serial_after_push,      // a serial task is linked, its count not yet raised
   serial_before_settle,   // a drain ran its tasks and is about to lower the count
   serial_before_repost,   // a drain ran a full batch and is about to re-post itself
+  worker_after_unpark,    // a worker left park() with work (a leader: after promoting), mutex released
+  handle_before_anchor,   // a handle's cancel()/delay() is about to lock its pool's anchor
 };
 
 using hook_function = void (*)(hook_point);
