@@ -6,14 +6,19 @@
 
 #include <metronome/manual_clock.hpp>
 #include <metronome/serial_executor.hpp>
+#include <metronome/wheel_timer.hpp>
+#include <metronome/async_delay.hpp>
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/cancellation_signal.hpp>
 #include <boost/test/unit_test.hpp>
 
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <deque>
 #include <new>
 
 namespace {
@@ -43,6 +48,7 @@ void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::fre
 void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
 
 using namespace std::chrono_literals;
+using metronome::manual_clock;
 using metronome::scheduled_thread_pool;
 
 namespace {
@@ -144,6 +150,94 @@ BOOST_AUTO_TEST_CASE(a_pool_that_cannot_be_built_throws_and_leaves_nothing_runni
         pool.submit([] {}).wait();
       },
       [] {});
+}
+
+BOOST_AUTO_TEST_CASE(wheel_schedule_throws_bad_alloc_with_nothing_queued) {
+  manual_clock clk;
+  scheduled_thread_pool pool(1);
+  metronome::wheel_options o;
+  o.time_source = &clk;
+  metronome::wheel_timer wheel(pool, o);
+  std::atomic<int> runs{0};
+  const long live_before = tracked::live.load();
+  for_each_failure(
+      [&] {
+        auto t = wheel.schedule(tracked(&runs), 1h);
+        BOOST_CHECK(t.cancel());
+      },
+      [&] {
+        BOOST_CHECK_EQUAL(wheel.pending(), 0u);
+        BOOST_CHECK_EQUAL(tracked::live.load(), live_before);
+      });
+  // The wheel still works after the failures.
+  auto t = wheel.schedule(tracked(&runs), 5ms);
+  clk.advance(10ms);
+  BOOST_CHECK(t.is_expired());
+  pool.join();
+  BOOST_CHECK_EQUAL(runs.load(), 1);
+  BOOST_CHECK_EQUAL(tracked::live.load(), live_before);
+}
+
+// A wheel wait whose set-up fails throws bad_alloc with the handler destroyed and never
+// called; one that goes through completes once. (Each wait gets its own cancellation
+// signal, kept until its completion has run, as Asio requires.)
+BOOST_AUTO_TEST_CASE(wheel_async_wait_throws_bad_alloc_with_nothing_queued) {
+  manual_clock clk;
+  scheduled_thread_pool pool(1);
+  metronome::wheel_options o;
+  o.time_source = &clk;
+  metronome::wheel_timer wheel(pool, o);
+  std::atomic<int> calls{0};
+  std::atomic<int> aborted{0};
+  std::atomic<int> runs{0};
+  const long live_before = tracked::live.load();
+  std::deque<boost::asio::cancellation_signal> signals;
+  auto drain = [&] { pool.submit([] {}).wait(); }; // one worker: what was posted before has run
+  for_each_failure(
+      [&] {
+        auto& sig = signals.emplace_back();
+        wheel.async_wait(1h, boost::asio::bind_cancellation_slot(
+                                 sig.slot(), [&, t = tracked(&runs)](boost::system::error_code ec) {
+                                   ++calls;
+                                   if (ec == boost::asio::error::operation_aborted) ++aborted;
+                                 }));
+        sig.emit(boost::asio::cancellation_type::terminal);
+      },
+      [&] {
+        drain();
+        BOOST_CHECK_EQUAL(calls.load(), 0);
+        BOOST_CHECK_EQUAL(wheel.pending(), 0u);
+        BOOST_CHECK_EQUAL(tracked::live.load(), live_before);
+      });
+  drain();
+  BOOST_CHECK_EQUAL(calls.load(), 1); // the call that went through, cancelled
+  BOOST_CHECK_EQUAL(aborted.load(), 1);
+  BOOST_CHECK_EQUAL(runs.load(), 0);
+  BOOST_CHECK_EQUAL(tracked::live.load(), live_before);
+}
+
+BOOST_AUTO_TEST_CASE(async_delay_throws_bad_alloc_with_nothing_queued) {
+  manual_clock clk;
+  metronome::pool_options po;
+  po.time_source = &clk;
+  scheduled_thread_pool pool(po);
+  std::atomic<int> calls{0};
+  std::atomic<int> runs{0};
+  const long live_before = tracked::live.load();
+  for_each_failure(
+      [&] {
+        metronome::async_delay(pool.get_executor(), 1h,
+                               [&, t = tracked(&runs)](boost::system::error_code) { ++calls; });
+      },
+      [&] {
+        BOOST_CHECK_EQUAL(pool.stats().delayed_queued, 0u);
+        BOOST_CHECK_EQUAL(tracked::live.load(), live_before);
+      });
+  BOOST_CHECK_EQUAL(pool.stats().delayed_queued, 1u);
+  clk.advance(1h);
+  pool.submit([] {}).wait(); // the completion, dispatched by the worker, has run
+  BOOST_CHECK_EQUAL(calls.load(), 1);
+  BOOST_CHECK_EQUAL(tracked::live.load(), live_before);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
