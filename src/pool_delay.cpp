@@ -18,6 +18,7 @@ void pool_core::submit_scheduled(scheduled_task_base* t, clock::time_point due) 
   METRONOME_POOL_CALL(calls_);
   const clock::time_point current = now();
   if (due <= current) {
+    promote_due_before(current);
     t->set_due(current);
     if (shutdown_.load() || terminated_.load()) {
       reject_scheduled(t, false);
@@ -102,8 +103,10 @@ void pool_core::wake_for_new_head_locked() noexcept {
   }
 }
 
+// Release: a thread that reads the new value (promote_due_before) also sees the ready
+// chain that the promotion pushed before storing it.
 void pool_core::update_next_due_locked() noexcept {
-  next_due_.store(heap_.empty() ? no_due : heap_.top_due(), std::memory_order_relaxed);
+  next_due_.store(heap_.empty() ? no_due : heap_.top_due(), std::memory_order_release);
 }
 
 std::size_t pool_core::promote_due_locked(clock::time_point current, task_sink*& owed) noexcept {
@@ -127,11 +130,11 @@ std::size_t pool_core::promote_due_locked(clock::time_point current, task_sink*&
     }
     ready.append(n);
   }
+  if (ready.count) ready_.push_chain(ready.first, ready.last, ready.count);
   if (popped) {
-    update_next_due_locked();
+    update_next_due_locked(); // after the push: see promote_due_before()
     heap_.shrink_if_sparse();
   }
-  if (ready.count) ready_.push_chain(ready.first, ready.last, ready.count);
   if (owed) ++in_transit_; // until post_owed_drains() has posted them: the pool is not idle
   return ready.count;
 }
@@ -162,6 +165,17 @@ void pool_core::promote_due(clock::time_point current) {
   std::size_t n = promote_due_locked(current, owed);
   // This worker takes one; wake others for the rest when nobody is spinning.
   if (n > 1 && spinning_.load() == 0) wake_some_locked(n - 1);
+  lk.unlock();
+  post_owed_drains(owed);
+}
+
+void pool_core::promote_due_before(clock::time_point current) noexcept {
+  const clock::rep nd = next_due_.load(std::memory_order_acquire);
+  if (nd == no_due || nd > current.time_since_epoch().count()) return;
+  std::unique_lock lk(mtx_); // a promotion in progress elsewhere finishes first
+  task_sink* owed = nullptr;
+  std::size_t n = promote_due_locked(current, owed);
+  if (n > 0) wake_some_locked(n);
   lk.unlock();
   post_owed_drains(owed);
 }

@@ -285,8 +285,10 @@ private:
   template <class R>
   scheduled_future<R> start(detail::scheduled_task_base* t, clock::time_point due) const {
     scheduled_future<R> h(adopt(t));
-    if (due <= state_->timers().now()) {
-      t->set_due(state_->timers().now());
+    const clock::time_point now = state_->timers().now();
+    if (due <= now) {
+      state_->timers().promote_due_before(now); // behind serial tasks already due
+      t->set_due(now);
       if (!state_->try_enqueue(t)) reject(t);
       return h;
     }
@@ -313,6 +315,7 @@ private:
     const clock::time_point now = state_->timers().now();
     const clock::time_point due = detail::saturating_add(now, initial);
     if (due <= now) {
+      state_->timers().promote_due_before(now);
       t->set_due(now);
       if (!state_->try_enqueue(t)) reject(t);
       return h;

@@ -484,6 +484,65 @@ BOOST_AUTO_TEST_CASE(delayed_serial_tasks_falling_due_together_run_in_due_order_
 
 // ---------------------------------------------------------------- memory
 
+// Due order holds for work submitted due now: a task already due but not yet promoted
+// (its only worker is busy, so nobody looked at the heap) runs before a task submitted
+// after its due time with no delay, as in Java's delay queue. It used to be overtaken.
+BOOST_AUTO_TEST_CASE(a_due_now_submission_queues_behind_a_delayed_task_already_due) {
+  scheduled_thread_pool pool(pool_options::single_thread());
+  gate hold;
+  counter held;
+  pool.submit([&] {
+    held.add();
+    hold.wait();
+  });
+  BOOST_REQUIRE(held.wait_for_at_least(1));
+  std::mutex m;
+  std::vector<int> order;
+  auto record = [&](int id) {
+    return [&, id] {
+      std::lock_guard lk(m);
+      order.push_back(id);
+    };
+  };
+  auto a = pool.schedule(record(1), 1ms);
+  BOOST_REQUIRE(poll_until([&] { return a.delay() <= std::chrono::nanoseconds::zero(); }, 10s));
+  auto b = pool.submit(record(2));
+  auto c = pool.schedule(record(3), 0ms);
+  hold.open();
+  c.wait();
+  b.wait();
+  a.wait();
+  BOOST_CHECK((order == std::vector<int>{1, 2, 3}));
+}
+
+// The same on a serial executor: a serial task due now joins behind serial tasks already due.
+BOOST_AUTO_TEST_CASE(a_due_now_serial_task_queues_behind_a_delayed_serial_task_already_due) {
+  scheduled_thread_pool pool(pool_options::single_thread());
+  auto serial = metronome::make_serial_executor(pool);
+  gate hold;
+  counter held;
+  pool.submit([&] {
+    held.add();
+    hold.wait();
+  });
+  BOOST_REQUIRE(held.wait_for_at_least(1));
+  std::mutex m;
+  std::vector<int> order;
+  auto record = [&](int id) {
+    return [&, id] {
+      std::lock_guard lk(m);
+      order.push_back(id);
+    };
+  };
+  auto a = serial.schedule(record(1), 1ms);
+  BOOST_REQUIRE(poll_until([&] { return a.delay() <= std::chrono::nanoseconds::zero(); }, 10s));
+  auto b = serial.schedule(record(2), 0ms);
+  hold.open();
+  b.wait();
+  a.wait();
+  BOOST_CHECK((order == std::vector<int>{1, 2}));
+}
+
 BOOST_AUTO_TEST_CASE(the_delay_queue_gives_memory_back_when_it_empties_out) {
   scheduled_thread_pool pool(1);
   std::vector<metronome::scheduled_future<void>> hs;

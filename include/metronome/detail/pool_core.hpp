@@ -98,6 +98,10 @@ public:
   // Runs a scheduled task here and then completes, reports or reschedules it, as a
   // worker does (serial executors drain their tasks through this).
   void run_scheduled(scheduled_task_base* t) noexcept;
+  // Typed work due now (submit, schedule with a delay <= 0, a serial executor's) queues
+  // behind every heap task already due at `current`: promotes them first, so due work
+  // keeps (due time, submission) order. One load when nothing is due.
+  void promote_due_before(clock::time_point current) noexcept;
   // Queues ready work on this pool (internal: also after shutdown).
   void push_ready(task_base* t) noexcept;
   // A serial executor's drain re-posting itself from the worker running it: queues t
