@@ -41,7 +41,7 @@ public:
   bool is_periodic() const noexcept { return task_ && task_->kind_ == detail::task_kind::periodic; }
 
 private:
-  friend class detail::pool_core;
+  friend class scheduled_thread_pool;
   explicit pending_task(detail::task_base* t) noexcept : task_(t) {}
   detail::task_base* task_ = nullptr;
 };
