@@ -1,6 +1,7 @@
 #ifndef METRONOME_SCHEDULED_THREAD_POOL_HPP
 #define METRONOME_SCHEDULED_THREAD_POOL_HPP
 
+#include <metronome/detail/core_access.hpp>
 #include <metronome/detail/pool_core.hpp>
 #include <metronome/errors.hpp>
 #include <metronome/options.hpp>
@@ -139,11 +140,8 @@ public:
   /// A snapshot of the pool's counters.
   pool_stats stats() const { return core_->stats(); }
 
-  /// @cond internal
-  detail::pool_core& core() noexcept { return *core_; }
-  /// @endcond
-
 private:
+  friend struct detail::core_access;
   template <class R, class F>
   detail::scheduled_task_base* make_one_shot(F&& f);
   template <class R>
