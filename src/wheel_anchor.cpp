@@ -1,0 +1,181 @@
+// Where handles find a wheel: the process-wide registry of wheel anchors, a wheel's
+// enrollment in it, and what a handle does through it (cancel, report, is_due).
+#include <metronome/detail/report.hpp>
+#include <metronome/detail/wheel_core.hpp>
+
+#include <pthread.h>
+
+#include <bit>
+#include <mutex>
+#include <stdexcept>
+#include <utility>
+
+namespace metronome::detail {
+
+namespace {
+
+// A wheel id: the anchor's index in the low bits, its generation above (wrapping).
+constexpr unsigned index_bits = 24;
+constexpr std::uint64_t index_mask = (std::uint64_t(1) << index_bits) - 1;
+constexpr std::uint64_t generation_mask = ~std::uint64_t(0) >> index_bits;
+
+std::uint64_t generation_of(std::uint64_t id) noexcept { return id >> index_bits; }
+
+// Every wheel_anchor: blocks of 64 << k anchors for k = 0, 1, ..., published once and
+// never freed, so that a handle finds its entry's anchor without a lock. Wheels take
+// and give back anchors under one mutex (construction and destruction only).
+class anchor_registry {
+public:
+  static anchor_registry& get() {
+    static anchor_registry* r = [] {
+      auto* reg = new anchor_registry; // never destroyed: handles may outlive everything
+      ::pthread_atfork([] { get().m_.lock(); }, [] { get().m_.unlock(); }, [] { get().m_.unlock(); });
+      return reg;
+    }();
+    return *r;
+  }
+
+  wheel_anchor& at(std::uint64_t id) noexcept {
+    const auto [block, offset] = locate(id & index_mask);
+    return blocks_[block].load(std::memory_order_acquire)[offset];
+  }
+
+  // Returns the new wheel's id.
+  std::uint64_t enroll(wheel_core* w) {
+    std::lock_guard lk(m_);
+    std::uint64_t index;
+    if (free_ != 0) {
+      index = free_ - 1;
+      free_ = at(index).next_free;
+    } else {
+      index = used_;
+      const auto [block, offset] = locate(index);
+      if (block >= blocks) throw std::length_error("metronome: too many wheel_timers at once");
+      if (!blocks_[block].load(std::memory_order_relaxed))
+        blocks_[block].store(new wheel_anchor[first_block << block], std::memory_order_release);
+      ++used_;
+    }
+    wheel_anchor& a = at(index);
+    std::lock_guard al(a.mtx);
+    a.core = w;
+    a.elapsed.store(0, std::memory_order_release);
+    return a.generation.load(std::memory_order_relaxed) << index_bits | index;
+  }
+
+  void retire(std::uint64_t id) noexcept {
+    wheel_anchor& a = at(id);
+    {
+      std::lock_guard al(a.mtx);
+      a.core = nullptr;
+      a.generation.store((generation_of(id) + 1) & generation_mask, std::memory_order_release);
+    }
+    std::lock_guard lk(m_);
+    a.next_free = free_;
+    free_ = static_cast<std::uint32_t>((id & index_mask) + 1);
+  }
+
+private:
+  static constexpr std::uint64_t first_block = 64;
+  static constexpr std::size_t blocks = 18; // 64 * (2^18 - 1) anchors: just under 2^24
+
+  static std::pair<std::size_t, std::size_t> locate(std::uint64_t index) noexcept {
+    const std::uint64_t n = index + first_block;
+    const auto block = static_cast<std::size_t>(std::bit_width(n) - 7); // 64 = 2^6
+    return {block, static_cast<std::size_t>(n - (first_block << block))};
+  }
+
+  std::mutex m_;
+  std::uint32_t free_ = 0; // index + 1 of the first free anchor
+  std::uint64_t used_ = 0; // anchors handed out so far
+  std::atomic<wheel_anchor*> blocks_[blocks] = {};
+};
+
+} // namespace
+
+wheel_core::enrollment::enrollment(wheel_core* w)
+    : id(anchor_registry::get().enroll(w)), anchor(&anchor_registry::get().at(id)) {}
+
+void wheel_core::enrollment::retire() noexcept {
+  if (!anchor) return;
+  anchor_registry::get().retire(id);
+  anchor = nullptr;
+}
+
+// A due entry reaches the executor `firing` (moved one by one) or still `pending`
+// (handed over with its whole level-0 slot).
+bool wheel_entry::claim(std::uint32_t to) noexcept {
+  std::uint32_t expected = state_.load(std::memory_order_acquire);
+  while (expected == pending || expected == firing)
+    if (state_.compare_exchange_weak(expected, to, std::memory_order_acq_rel, std::memory_order_acquire)) return true;
+  return false;
+}
+
+void wheel_entry::settle(bool run) noexcept {
+  if (run && claim(running)) {
+    complete_(this, fire_action);
+    state_.store(done, std::memory_order_release);
+    drop();
+  } else if (!run && claim(cancelled)) {
+    drop(); // the executor discarded it
+  }
+  release();
+}
+
+bool wheel_entry::is_due() const noexcept {
+  const auto s = state();
+  if (s == pending) return wheel_core::deadline_passed(this);
+  return s == firing || s == running || s == done;
+}
+
+bool wheel_entry::cancel() noexcept {
+  if (state() == pending && wheel_core::cancel(this)) return true;
+  if (claim(cancelled)) { // queued on the executor, not started
+    drop();
+    return true;
+  }
+  return false;
+}
+
+bool wheel_core::cancel(wheel_entry* e) noexcept {
+  {
+    wheel_anchor& a = anchor_registry::get().at(e->wheel_id_);
+    std::lock_guard lk(a.mtx);
+    if (a.generation.load(std::memory_order_relaxed) != generation_of(e->wheel_id_)) return false; // gone
+    chain fired;
+    const bool won = a.core->cancel_locked(e, fired);
+    // Under the mutex: once it is let go, the wheel (and what dispatch() reads) may go.
+    a.core->dispatch(fired);
+    if (!won) return false;
+  }
+  e->drop();    // frees the callable at once; wakes nobody
+  e->release(); // the wheel's reference
+  return true;
+}
+
+void wheel_core::report(const wheel_entry* e, std::exception_ptr x) noexcept {
+  std::shared_ptr<const std::function<void(std::exception_ptr)>> handler;
+  {
+    wheel_anchor& a = anchor_registry::get().at(e->wheel_id_);
+    std::lock_guard lk(a.mtx);
+    if (a.generation.load(std::memory_order_relaxed) == generation_of(e->wheel_id_))
+      handler = a.core->exception_handler_;
+  }
+  if (handler)
+    call_exception_handler(*handler, std::move(x), "wheel_timer exception handler");
+  else
+    report_here(std::move(x), "timeout");
+}
+
+bool wheel_core::deadline_passed(const wheel_entry* e) noexcept {
+  const wheel_anchor& a = anchor_registry::get().at(e->wheel_id_);
+  const std::uint64_t generation = generation_of(e->wheel_id_);
+  if (a.generation.load(std::memory_order_acquire) == generation) {
+    const std::uint64_t elapsed = a.elapsed.load(std::memory_order_acquire);
+    // A later wheel's reading (the anchor reused meanwhile) comes with a new generation.
+    if (a.generation.load(std::memory_order_acquire) == generation) return e->when_ <= elapsed;
+  }
+  // Gone, having cancelled what it still held first: pending now means handed over.
+  return e->state() != wheel_entry::cancelled;
+}
+
+} // namespace metronome::detail

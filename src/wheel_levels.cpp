@@ -1,0 +1,262 @@
+// The wheel's levels: ticks from time, linking and unlinking entries in slots, the
+// occupied-slot bitmap, slots moving down a level (cascades) and the step from tick to
+// tick. Everything here runs under the wheel's mutex; the arithmetic is in
+// detail/wheel_slots.hpp.
+#include <metronome/detail/wheel_core.hpp>
+#include <metronome/detail/wheel_slots.hpp>
+
+#include <algorithm>
+#include <utility>
+
+namespace metronome::detail {
+
+std::uint64_t wheel_core::divide_by_tick(std::uint64_t ns, std::uint64_t& rest) const noexcept {
+  return wheel_slots::divide(ns, static_cast<std::uint64_t>(opts_.tick.count()), tick_magic_, rest);
+}
+
+std::uint64_t wheel_core::tick_of(clock::time_point t) const noexcept {
+  if (t <= start_) return 0;
+  std::uint64_t rest;
+  return divide_by_tick(static_cast<std::uint64_t>((t - start_).count()), rest);
+}
+
+std::uint64_t wheel_core::deadline_tick(clock::time_point current, clock::duration delay) const noexcept {
+  // Never early: round the deadline up to the next tick boundary.
+  if (delay < clock::duration::zero()) delay = clock::duration::zero();
+  const clock::time_point due = saturating_add(current, delay);
+  const auto since = due - start_;
+  if (since <= clock::duration::zero()) return 0;
+  std::uint64_t rest;
+  const std::uint64_t q = divide_by_tick(static_cast<std::uint64_t>(since.count()), rest);
+  return q + (rest != 0 ? 1 : 0);
+}
+
+std::size_t wheel_core::level_for(std::uint64_t when) const noexcept {
+  return wheel_slots::level_for(when, elapsed_, opts_.levels, span_bits_);
+}
+
+// Links a future entry into its slot: at least one slot ahead at level 0, two above
+// (a level's next slot is the one moving down). Except when its deadline is in the
+// slot moving down from the level above: then it joins that slot's tail, behind the
+// older ones with the same deadline (ties stay in scheduling order). Deadlines past the
+// top level's ring wait in its farthest slot.
+void wheel_core::link_locked(wheel_entry* e, std::size_t from_level) noexcept {
+  const std::uint64_t when = e->when_;
+  std::size_t level = level_for(when);
+  const std::size_t up = level + 1;
+  if (up < opts_.levels && up != from_level && (when >> shift(up)) == (elapsed_ >> shift(up)) + 1 &&
+      slots_[cascading(up)].count != 0)
+    level = up;
+  append_locked(e, level * (mask_ + 1) + wheel_slots::slot_in_level(when, elapsed_, level, span_bits_, mask_));
+}
+
+void wheel_core::append_locked(wheel_entry* e, std::size_t index) noexcept {
+  slot_list& list = slots_[index];
+  e->slot_index_ = static_cast<std::uint16_t>(index);
+  e->mark_ = wheel_entry::no_mark;
+  if (index <= mask_ && !marks_.empty() && list.count % mark_every == 0) mark_locked(e, index);
+  e->prev_ = list.tail;
+  e->next_.store(nullptr, std::memory_order_relaxed);
+  if (list.tail)
+    list.tail->next_.store(e, std::memory_order_relaxed);
+  else
+    list.head = e;
+  list.tail = e;
+  if (list.count++ == 0) set_occupied(index, true);
+}
+
+void wheel_core::mark_locked(wheel_entry* e, std::size_t index) noexcept {
+  auto& marks = marks_[index];
+  if (marks.size() >= wheel_entry::no_mark) return;
+  try {
+    marks.push_back(e);
+  } catch (...) {
+    return; // entry points are only a hint
+  }
+  e->mark_ = static_cast<std::uint8_t>(marks.size() - 1);
+}
+
+wheel_entry* wheel_core::next_in_slot(wheel_entry* e) noexcept {
+  return static_cast<wheel_entry*>(e->next_.load(std::memory_order_relaxed));
+}
+
+void wheel_core::unlink_locked(wheel_entry* e) noexcept {
+  const std::size_t index = e->slot_index_;
+  slot_list& list = slots_[index];
+  wheel_entry* next = next_in_slot(e);
+  if (e->prev_)
+    e->prev_->next_.store(next, std::memory_order_relaxed);
+  else
+    list.head = next;
+  if (next)
+    next->prev_ = e->prev_;
+  else
+    list.tail = e->prev_;
+  if (--list.count == 0) set_occupied(index, false);
+  if (e->mark_ != wheel_entry::no_mark) { // the walk from the entry point before covers what follows
+    marks_[index][e->mark_] = nullptr;
+    e->mark_ = wheel_entry::no_mark;
+  }
+  e->prev_ = nullptr;
+  e->next_.store(nullptr, std::memory_order_relaxed);
+  e->slot_index_ = wheel_entry::no_slot;
+}
+
+void wheel_core::set_occupied(std::size_t index, bool on) noexcept {
+  const std::size_t level = index / (mask_ + 1), slot = index & mask_;
+  std::uint64_t& word = occupied_[level * words_per_level_ + slot / 64];
+  const std::uint64_t bit = std::uint64_t(1) << (slot % 64);
+  word = on ? (word | bit) : (word & ~bit);
+}
+
+// The first occupied slot of `level` at or after `from`, going round; slots if none.
+std::size_t wheel_core::next_occupied(std::size_t level, std::size_t from) const noexcept {
+  return wheel_slots::next_occupied(occupied_.data() + level * words_per_level_, words_per_level_, from, mask_ + 1);
+}
+
+// The next tick at which the wheel has something to do: a level-0 slot falls due, a
+// level's next slot starts moving down, or a slot moving down owes its next batch.
+std::uint64_t wheel_core::next_event_locked() const noexcept {
+  const std::uint64_t soonest = elapsed_ + 1;
+  std::uint64_t best = never;
+  auto consider = [&](std::uint64_t t) { best = std::min(best, std::max(t, soonest)); };
+  if (const std::size_t idx = next_occupied(0, static_cast<std::size_t>(soonest & mask_)); idx <= mask_) {
+    const std::uint64_t distance = (idx - elapsed_) & mask_;
+    consider(elapsed_ + (distance == 0 ? mask_ + 1 : distance));
+  }
+  for (std::size_t level = 1; level < opts_.levels; ++level) {
+    if (const auto& list = slots_[cascading(level)]; list.count != 0 && cascades_[level].number != 0) {
+      // The first tick by which progress_cascade_locked() owes another batch.
+      const cascade& c = cascades_[level];
+      consider(wheel_slots::cascade_next_owed(list.count, cascade_batch, c.start, c.finish, c.total));
+    }
+    const std::uint64_t current = elapsed_ >> shift(level);
+    const std::size_t idx = next_occupied(level, static_cast<std::size_t>((current + 2) & mask_));
+    const std::uint64_t distance = (idx - current) & mask_;
+    if (idx > mask_ || distance < 2) continue;          // found only the current or the moving slot
+    consider((current + distance - 1) << shift(level)); // moves down once the slot before it is current
+  }
+  return best;
+}
+
+void wheel_core::chain::push(wheel_entry* e) noexcept {
+  e->next_.store(nullptr, std::memory_order_relaxed);
+  append(e, e, 1);
+}
+
+void wheel_core::chain::append(wheel_entry* first, wheel_entry* last, std::size_t n) noexcept {
+  if (tail)
+    tail->next_.store(first, std::memory_order_relaxed);
+  else
+    head = first;
+  tail = last;
+  count += n;
+}
+
+void wheel_core::fire_locked(wheel_entry* e, chain& fired) noexcept {
+  e->slot_index_ = wheel_entry::no_slot;
+  e->prev_ = nullptr;
+  e->state_.store(wheel_entry::firing, std::memory_order_release);
+  fired.push(e);
+}
+
+// Walks a list linked through next_: entries already due go to `fired`, the others
+// are linked. Returns the earliest deadline linked (never if none).
+std::uint64_t wheel_core::place_locked(wheel_entry* e, chain& fired, std::size_t from_level) noexcept {
+  std::uint64_t earliest = never;
+  std::size_t due = 0;
+  while (e) {
+    wheel_entry* next = next_in_slot(e);
+    if (e->when_ <= elapsed_) {
+      fire_locked(e, fired);
+      ++due;
+    } else {
+      link_locked(e, from_level);
+      if (e->when_ < earliest) earliest = e->when_;
+    }
+    e = next;
+  }
+  count_removed_locked(due);
+  return earliest;
+}
+
+// Fired, cancelled or stopped entries leave pending(); only mutex holders write removed_.
+void wheel_core::count_removed_locked(std::size_t n) noexcept {
+  if (n) removed_.store(removed_.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+}
+
+// Level L's next slot n (deadlines in [n, n + 1) * 2^shift(L)) is occupied and the
+// slot before it just became current: it starts moving down, to be linked one level
+// down bit by bit until one lower slot before its first deadline, when that lower slot
+// must be complete to start moving down itself. The entries stay where they are.
+void wheel_core::start_cascade_locked(std::size_t level, chain& fired) noexcept {
+  const std::uint64_t number = (elapsed_ >> shift(level)) + 1;
+  cascade& c = cascades_[level];
+  if (c.number == number) return; // already moving
+  // The one before is finished on schedule; after a clock jump it may not be.
+  const std::size_t before = level * (mask_ + 1) + static_cast<std::size_t>((number - 1) & mask_);
+  if (slots_[before].count != 0) {
+    wheel_entry* left = std::exchange(slots_[before], slot_list{}).head;
+    set_occupied(before, false);
+    place_locked(left, fired, level);
+  }
+  const std::uint64_t first = number << shift(level);
+  const std::uint64_t lower_span = std::uint64_t(1) << shift(level - 1);
+  c = cascade{number, elapsed_, std::max(elapsed_, first - lower_span - 1), slots_[cascading(level)].count};
+}
+
+// Links as many of the level's moving entries one level down as its schedule owes by
+// now: all of them at its finish tick, a proportional share before.
+void wheel_core::progress_cascade_locked(std::size_t level, chain& fired) noexcept {
+  slot_list& moving = slots_[cascading(level)];
+  const cascade& c = cascades_[level];
+  if (moving.count == 0 || c.number != (elapsed_ >> shift(level)) + 1) return;
+  const std::size_t keep = wheel_slots::cascade_keep(elapsed_, c.start, c.finish, c.total);
+  std::size_t due = 0;
+  while (moving.count > keep) {
+    wheel_entry* e = moving.head;
+    if (wheel_entry* next = next_in_slot(e)) __builtin_prefetch(next);
+    unlink_locked(e);
+    if (e->when_ <= elapsed_) { // only when the clock jumped past the schedule
+      fire_locked(e, fired);
+      ++due;
+    } else {
+      link_locked(e, level);
+    }
+  }
+  count_removed_locked(due);
+}
+
+// Moves the wheel to `tick`, which no event lies before: levels top-down finish or
+// continue what they are moving down and start on their next slot, then level 0's slot
+// for this tick goes to the executor.
+void wheel_core::step_locked(std::uint64_t tick, chain& fired) noexcept {
+  elapsed_ = tick;
+  for (std::size_t level = opts_.levels - 1; level >= 1; --level) {
+    if (slots_[cascading(level)].count != 0) start_cascade_locked(level, fired);
+    progress_cascade_locked(level, fired);
+  }
+  const std::size_t index = static_cast<std::size_t>(tick & mask_);
+  slot_list& list = slots_[index];
+  if (list.count == 0) return;
+  slot_list taken = std::exchange(list, slot_list{});
+  set_occupied(index, false);
+  if (!marks_.empty()) marks_[index].clear();
+  if (opts_.levels == 1) { // one level: deadlines past the ring wait in it and go round again
+    place_locked(taken.head, fired, no_level);
+    return;
+  }
+  // Every entry of a level-0 slot is due at this very tick, and the slot's list is
+  // linked through the ready queue's own field: hand the whole list over without
+  // touching a single entry (they stay `pending`; from now on `when_ <= elapsed_`
+  // tells cancel() that they left the wheel).
+  fired.append(taken.head, taken.tail, taken.count);
+  count_removed_locked(taken.count);
+}
+
+void wheel_core::advance_locked(std::uint64_t now_tick, chain& fired) noexcept {
+  while (elapsed_ < now_tick) step_locked(std::min(now_tick, next_event_locked()), fired);
+  enrolled_.anchor->elapsed.store(elapsed_, std::memory_order_release);
+}
+
+} // namespace metronome::detail
