@@ -1,6 +1,7 @@
 // The wheel's clock: reading the time, the timer thread and its sleep, the walk that
 // brings the next tick's timeouts into cache, and moving on a manual clock.
 #include <metronome/detail/report.hpp>
+#include <metronome/detail/test_hooks.hpp>
 #include <metronome/detail/wheel_core.hpp>
 #include <metronome/manual_clock.hpp>
 
@@ -100,6 +101,7 @@ void wheel_core::run() {
     if (touch_next_tick(lk)) continue; // the lock was let go: look again
     std::uint64_t until = next_event_locked();
     if (arrived && elapsed_ + 1 < until) until = elapsed_ + 1;
+    METRONOME_TEST_HOOK(hook_point::wheel_timer_before_sleep);
     sleeping_until_.store(until, std::memory_order_seq_cst);
     // Whatever a producer pushed before it could see `until` is in the inbox now.
     const bool linked = drain_inbox_locked(fired) != never;

@@ -1,6 +1,7 @@
 // A wheel's life and its producers: construction, the inbox that producers push onto,
 // insert, cancel under the mutex, handing due entries to the executor, stop.
 #include <metronome/detail/report.hpp>
+#include <metronome/detail/test_hooks.hpp>
 #include <metronome/detail/wheel_core.hpp>
 #include <metronome/errors.hpp>
 #include <metronome/manual_clock.hpp>
@@ -174,10 +175,12 @@ void wheel_core::enter(wheel_entry* e, clock::duration delay) {
     }
   }
   if (!bounded) inserted_.fetch_add(1, std::memory_order_relaxed);
+  METRONOME_TEST_HOOK(hook_point::wheel_producer_before_push);
   if (!push_inbox(e)) {
     inserted_.fetch_sub(1, std::memory_order_relaxed);
     throw rejected_execution("metronome: wheel_timer is stopped");
   }
+  METRONOME_TEST_HOOK(hook_point::wheel_producer_after_push);
   // Dekker pair with run(): it stores sleeping_until_ and then drains the inbox.
   if (e->when_ < sleeping_until_.load(std::memory_order_seq_cst)) wake();
 }

@@ -8,7 +8,10 @@
 
 #include "common/latch_task.hpp"
 
+#include <array>
 #include <atomic>
+#include <initializer_list>
+#include <stdexcept>
 #include <chrono>
 #include <random>
 #include <thread>
@@ -40,6 +43,7 @@ public:
   // The calling thread stops at the point (the next time it gets there).
   static void arm_this_thread() { marked_ = true; }
   static void disarm_this_thread() { marked_ = false; }
+  static bool is_marked() { return marked_; }
 
   bool arrived() { return arrived_.wait_for_at_least(1); }
   void release() { gate_.open(); }
@@ -64,6 +68,71 @@ private:
   std::atomic<bool> armed_{false};
   counter arrived_;
   gate gate_;
+};
+
+// Several stops at once, one per point: the first thread that reaches each listed point
+// (any thread, or only one marked with hook_stop::arm_this_thread()) blocks there until
+// that point is released. For hand-overs where two threads must each be held at their side.
+class hook_stops {
+public:
+  struct spec {
+    detail::hook_point point;
+    bool any_thread = true;
+  };
+  explicit hook_stops(std::initializer_list<spec> specs) {
+    if (specs.size() > 4) throw std::logic_error("hook_stops: at most 4 points");
+    for (auto sp : specs) {
+      stops_[count_].point = sp.point;
+      stops_[count_].any = sp.any_thread;
+      ++count_;
+    }
+    self_.store(this);
+    detail::test_hook.store(&on_hook);
+  }
+  ~hook_stops() {
+    detail::test_hook.store(nullptr);
+    self_.store(nullptr);
+    for (std::size_t i = 0; i < count_; ++i) stops_[i].opened.open();
+    while (inside_.load() != 0) std::this_thread::yield();
+  }
+  hook_stops(const hook_stops&) = delete;
+  hook_stops& operator=(const hook_stops&) = delete;
+
+  bool arrived(detail::hook_point p) { return find(p).arrived.wait_for_at_least(1); }
+  void release(detail::hook_point p) { find(p).opened.open(); }
+
+private:
+  struct stop {
+    detail::hook_point point{};
+    bool any = true;
+    std::atomic<bool> armed{true};
+    counter arrived;
+    gate opened;
+  };
+  stop& find(detail::hook_point p) {
+    for (std::size_t i = 0; i < count_; ++i)
+      if (stops_[i].point == p) return stops_[i];
+    throw std::logic_error("hook_stops: point not listed");
+  }
+  static void on_hook(detail::hook_point p) {
+    inside_.fetch_add(1);
+    if (hook_stops* s = self_.load()) {
+      for (std::size_t i = 0; i < s->count_; ++i) {
+        stop& st = s->stops_[i];
+        bool expected = true;
+        if (st.point == p && (st.any || hook_stop::is_marked()) && st.armed.compare_exchange_strong(expected, false)) {
+          st.arrived.add();
+          st.opened.wait();
+        }
+      }
+    }
+    inside_.fetch_sub(1);
+  }
+
+  static inline std::atomic<hook_stops*> self_{nullptr};
+  static inline std::atomic<int> inside_{0};
+  std::array<stop, 4> stops_;
+  std::size_t count_ = 0;
 };
 
 // Chaos: at every hand-over point, yield or sleep a little at random. Installed for the
