@@ -12,6 +12,7 @@ namespace {
 // (p+1)*share-1 in order), each task the user_task; returns once all have run.
 template <class Post>
 double run_producers(results& r, int producers, Post post) {
+  check(r.size() % producers == 0, "the tasks must divide evenly among the producers");
   const long share = r.size() / producers;
   auto start = clock::now();
   std::vector<std::thread> ps;
