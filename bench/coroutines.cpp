@@ -1,0 +1,82 @@
+// The coroutine row: many coroutines each awaiting a chain of short delays
+// (metronome::async_delay against a steady_timer per coroutine), then running the user
+// task. Wall time from the first co_spawn to the last coroutine's end, and memory.
+#include "harness.hpp"
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+namespace bench {
+namespace {
+
+constexpr int waits = 20;
+constexpr auto delay = 1ms;
+
+metrics coro_metrics(double wall, double base) {
+  return {{"wall s", wall}, {"peak RSS MiB", peak_rss_mib()}, {"heap after MiB", heap_in_use_mib() - base}};
+}
+
+metrics coro_metronome(const options& o, int n) {
+  results r(n);
+  double base = heap_in_use_mib();
+  double wall = 0;
+  {
+    metronome::scheduled_thread_pool pool(static_cast<std::size_t>(o.threads));
+    auto start = clock::now();
+    for (int i = 0; i < n; ++i)
+      asio::co_spawn(
+          pool,
+          [&pool, t = user_task{&r, i}]() -> asio::awaitable<void> {
+            for (int k = 0; k < waits; ++k)
+              co_await metronome::async_delay(pool.get_executor(), delay, asio::use_awaitable);
+            t();
+          },
+          asio::detached);
+    r.wait_all();
+    wall = seconds_since(start);
+  }
+  return coro_metrics(wall, base);
+}
+
+template <class Context>
+metrics coro_asio(const options& o, int n) {
+  results r(n);
+  double base = heap_in_use_mib();
+  double wall = 0;
+  {
+    Context ctx(o.threads);
+    auto start = clock::now();
+    for (int i = 0; i < n; ++i)
+      asio::co_spawn(
+          ctx.get_executor(),
+          [t = user_task{&r, i}]() -> asio::awaitable<void> {
+            asio::steady_timer timer(co_await asio::this_coro::executor);
+            for (int k = 0; k < waits; ++k) {
+              timer.expires_after(delay);
+              co_await timer.async_wait(asio::use_awaitable);
+            }
+            t();
+          },
+          asio::detached);
+    r.wait_all();
+    wall = seconds_since(start);
+    ctx.join();
+  }
+  return coro_metrics(wall, base);
+}
+
+} // namespace
+
+void add_coroutine_cases(std::vector<bench_case>& out, const options& o) {
+  const int n = o.quick ? 1000 : 10000;
+  out.push_back(
+      {"coroutines/" + count_label(n) + "x20x1ms",
+       {{"metronome async_delay", false, [=] { return coro_metronome(o, n); }},
+        {std::string("steady_timer on ") + asio_io_threads::name, true,
+         [=] { return coro_asio<asio_io_threads>(o, n); }},
+        {std::string("steady_timer on ") + asio_pool::name, true, [=] { return coro_asio<asio_pool>(o, n); }}}});
+}
+
+} // namespace bench
