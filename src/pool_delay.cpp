@@ -153,7 +153,16 @@ void pool_core::post_owed_drains(task_sink* owed) noexcept {
     owed = next;
   }
   std::lock_guard lk(mtx_);
+  leave_transit_locked();
+}
+
+void pool_core::leave_transit_locked() noexcept {
   if (--in_transit_ == 0 && (shutdown_.load() || joining_)) wake_all_locked();
+}
+
+void pool_core::cancel_delivered() noexcept {
+  std::lock_guard lk(mtx_);
+  leave_transit_locked();
 }
 
 void pool_core::promote_due(clock::time_point current) {
@@ -195,8 +204,10 @@ bool pool_core::on_cancelled_locked(scheduled_task_base* t) noexcept {
   heap_.remove(t);
   if (was_head) update_next_due_locked();
   heap_.shrink_if_sparse();
-  // A cancel wakes nobody, except that a shut-down pool may now be able to terminate.
-  if (heap_.empty() && (shutdown_.load() || joining_)) wake_all_locked();
+  // In transit until the canceller has delivered the task's completions (its handle's
+  // async_wait may post to this very pool): a shut-down pool must not terminate in
+  // between. cancel_delivered() ends it, and wakes the workers to look for termination.
+  ++in_transit_;
   return true;
 }
 

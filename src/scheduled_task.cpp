@@ -103,8 +103,11 @@ bool scheduled_task_base::cancel() noexcept {
           if (anchor_->generation == generation_) removed = pool()->on_cancelled_locked(this);
         }
         if (removed) release(); // the queue's reference; ours (the caller's handle) remains
+        METRONOME_TEST_HOOK(hook_point::handle_before_completions);
         destroy_callable();
         notify_terminal(s);
+        // The pool exists: a removal keeps it from terminating until this (in transit).
+        if (removed) pool()->cancel_delivered();
         return true;
       }
     } else if (phase == running && kind_ == task_kind::periodic && !(s & cancel_requested)) {

@@ -13,6 +13,7 @@
 #include "common/manual_pool.hpp"
 #include "common/poll_until.hpp"
 
+#include <boost/asio/bind_executor.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/test/unit_test.hpp>
 
@@ -286,6 +287,32 @@ BOOST_AUTO_TEST_CASE(a_cancel_stopped_before_the_anchor_while_the_pool_is_destro
   BOOST_CHECK(task.is_cancelled());
   BOOST_CHECK(watch.expired()); // the callable is gone
   BOOST_CHECK(task.delay() == std::chrono::nanoseconds::zero());
+}
+
+// A cancel from outside that empties a shut-down pool's heap: the canceller is held after
+// the removal, before it delivers the handle's completion (an async_wait bound to the
+// pool itself). The pool must not terminate in between, or the completion it is about to
+// post would be dropped.
+BOOST_AUTO_TEST_CASE(a_shut_down_pool_does_not_terminate_before_a_cancel_delivers_its_completions) {
+  scheduled_thread_pool pool(1);
+  auto h = pool.schedule([] {}, 1h);
+  std::atomic<int> completed{0};
+  h.async_wait(boost::asio::bind_executor(pool.get_executor(), [&](std::exception_ptr e) {
+    if (e) ++completed;
+  }));
+  pool.shutdown(); // the delayed task would still run when due: the pool stays up
+  hook_stop stop(hook_point::handle_before_completions);
+  std::thread canceller([&] {
+    hook_stop::arm_this_thread();
+    h.cancel();
+  });
+  BOOST_REQUIRE(stop.arrived()); // the heap is empty now
+  BOOST_CHECK(!pool.await_termination(100ms));
+  stop.release();
+  canceller.join();
+  BOOST_CHECK(poll_until([&] { return completed.load() == 1; }, 10s));
+  BOOST_CHECK(pool.await_termination(10s));
+  BOOST_CHECK_EQUAL(pool.stats().rejected, 0u);
 }
 
 // The same for delay(): stopped before the anchor while the pool goes, it answers 0.

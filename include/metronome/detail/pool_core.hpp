@@ -83,6 +83,9 @@ public:
   // Cancel support, caller holds the anchor's mutex (mtx_): removes t from the heap if
   // it is there. Returns true when it did: the caller then drops the heap's reference.
   bool on_cancelled_locked(scheduled_task_base* t) noexcept;
+  // The canceller of a task that on_cancelled_locked() took out of the heap has run its
+  // completions: the pool, kept from terminating until now, may go idle.
+  void cancel_delivered() noexcept;
 
   // Runs a scheduled task once on the calling thread (caller_runs, pending_task).
   static void run_detached(scheduled_task_base* t) noexcept;
@@ -161,6 +164,7 @@ private:
   // `owed` (post_owed_drains). Returns the count moved to the ready queue.
   std::size_t promote_due_locked(clock::time_point now, task_sink*& owed) noexcept;
   void post_owed_drains(task_sink* owed) noexcept;
+  void leave_transit_locked() noexcept;
   void promote_due(clock::time_point current);
   void update_next_due_locked() noexcept;
   void heap_push_locked(timed_node* n);
@@ -201,7 +205,7 @@ private:
   int followers_ = 0;   // workers in follower_cv_ wait
   int wake_tokens_ = 0; // notifications not yet consumed
   int awake_ = 0;       // live workers not parked
-  int in_transit_ = 0;  // promotions whose serial drains are not posted yet
+  int in_transit_ = 0;  // promotions whose serial drains, and cancels whose completions, are not delivered yet
   bool joining_ = false;
   bool closing_ = false;        // destructor: ignore tracked work
   bool closer_in_pool_ = false; // the destructor runs on one of our workers
