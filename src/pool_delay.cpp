@@ -239,8 +239,11 @@ void pool_core::cancel_wait(wait_node* n) noexcept {
     if (was_head) update_next_due_locked();
     heap_.shrink_if_sparse();
     n->aborted_ = true;
+    // Into the ready queue before the mutex goes: a pool that is being joined sees it
+    // and cannot terminate (and drop the completion) once the heap is empty.
+    ready_.push(n);
   }
-  push_ready(n);
+  maybe_wake_after_push();
 }
 
 // ---------------------------------------------------------------- running scheduled tasks
