@@ -69,6 +69,24 @@ struct pool_options {
   /// Time source: nullptr = `clock` (steady_clock); else a manual clock that must
   /// outlive the pool.
   manual_clock* time_source = nullptr;
+  /// Called on each worker thread (core and elastic) before it takes its first task.
+  /**
+   * The argument is the worker's number, the `<n>` of its name `<prefix>-<n>`: core
+   * threads are 1..threads, elastic threads get the next numbers (never reused while
+   * the pool lives). Use it for affinity, priority, a logging context. Empty (the
+   * default): nothing is called and nothing is paid. An exception it throws goes to
+   * `exception_handler` and the thread runs on as if the hook had returned.
+   */
+  std::function<void(std::size_t)> on_thread_start;
+  /// Called on each worker thread after its last task, just before the thread exits
+  /// (an elastic thread retiring, or every thread at termination).
+  /**
+   * Every stop hook has returned when `join()` (or the destructor) returns. A thread that
+   * a pool destroyed from inside one of its own tasks detaches runs it too, after that
+   * task; its exceptions are then printed to stderr (the pool is gone). Otherwise an
+   * exception goes to `exception_handler`. Empty: nothing is called.
+   */
+  std::function<void(std::size_t)> on_thread_stop;
 
   /// `n` threads, fixed.
   static pool_options fixed(std::size_t n) {

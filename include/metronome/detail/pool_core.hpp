@@ -13,6 +13,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -135,6 +136,8 @@ private:
   friend struct worker;
 
   void start_worker(bool core);
+  static void run_thread_hook(const std::function<void(std::size_t)>& hook, std::size_t id,
+                              pool_core* pool) noexcept;
   void worker_main(worker& w);
   task_base* next_task(worker& w);
   task_base* park(worker& w, std::unique_lock<std::mutex>& lk);
