@@ -216,6 +216,7 @@ void pool_core::worker_main(worker& w) {
   if (stop_hook) run_thread_hook(stop_hook, id, this);
   std::lock_guard lk(mtx_);
   retired_completed_.fetch_add(w.completed.load());
+  w.latency.move_to(shared_latency_);
   w.completed.store(0);
   threads_.fetch_sub(1);
   w.exited = true;

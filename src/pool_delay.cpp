@@ -79,6 +79,7 @@ void pool_core::reject_scheduled(scheduled_task_base* t, bool timed) {
 
 // May throw (std::bad_alloc, std::length_error) with nothing changed.
 void pool_core::heap_push_locked(timed_node* n) {
+  n->timed_ = true;
   if (heap_.push(n, next_seq_++)) heap_changed_locked();
 }
 
@@ -226,6 +227,7 @@ void pool_core::run_scheduled(scheduled_task_base* t) noexcept {
     return;
   }
   const clock::time_point started = now();
+  record_start(t, started);
   const bool ok = t->invoke();
   if (this_thread_orphaned && t->kind_ == task_kind::periodic) {
     t->finish_cancelled();
@@ -252,6 +254,18 @@ void pool_core::run_scheduled(scheduled_task_base* t) noexcept {
     t->set_error(nullptr);
   }
   reschedule(t, started);
+}
+
+// One relaxed store on the worker's own counters; off the pool's workers (a serial
+// executor's drain elsewhere) one relaxed RMW on the pool's shared ones.
+void pool_core::record_start(const timed_node* t, clock::time_point started) noexcept {
+  const std::size_t b = latency_histogram::bucket_of(started - t->due());
+  worker* w = this_worker;
+  if (w != nullptr && w->pool == this) {
+    latency_counters::bump_owned(t->timed_ ? w->latency.lateness[b] : w->latency.queue_wait[b]);
+  } else {
+    (t->timed_ ? shared_latency_.lateness[b] : shared_latency_.queue_wait[b]).fetch_add(1, std::memory_order_relaxed);
+  }
 }
 
 void pool_core::run_detached(scheduled_task_base* t) noexcept {
@@ -288,6 +302,7 @@ void pool_core::reschedule(scheduled_task_base* t, clock::time_point started) no
     return;
   }
   t->set_due(next);
+  t->timed_ = true; // every run after the first has a due time, even one already passed
   if (next > current) {
     try {
       heap_push_locked(t);

@@ -3,6 +3,7 @@
 
 #include <metronome/async_delay.hpp>
 #include <metronome/errors.hpp>
+#include <metronome/latency_histogram.hpp>
 #include <metronome/manual_clock.hpp>
 #include <metronome/options.hpp>
 #include <metronome/scheduled_future.hpp>

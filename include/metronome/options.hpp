@@ -1,10 +1,13 @@
 #ifndef METRONOME_OPTIONS_HPP
 #define METRONOME_OPTIONS_HPP
 
+#include <metronome/latency_histogram.hpp>
+
 #include <chrono>
 #include <cstddef>
 #include <exception>
 #include <functional>
+#include <iosfwd>
 #include <string>
 
 namespace metronome {
@@ -116,7 +119,18 @@ struct pool_stats {
   std::size_t completed = 0;         ///< tasks (and periodic runs) finished
   std::size_t rejected = 0;          ///< submissions refused, every policy counted
   std::size_t largest_pool_size = 0; ///< most threads alive at once
+  /// Ready-queue wait (from submission to start) of tasks of the typed API (`submit`,
+  /// a `schedule…` whose delay had already passed, a serial executor's `submit`), and of
+  /// a periodic task's first run when its initial delay is 0.
+  latency_histogram queue_wait;
+  /// Lateness (from due time to start) of delayed tasks and of every later run of a
+  /// periodic task: the timer's lateness plus the wait for a free worker.
+  latency_histogram lateness;
 };
+
+/// One compact line: every counter, then the two histograms (count, p50, p99, max by
+/// bucket bound).
+std::ostream& operator<<(std::ostream& os, const pool_stats& s);
 
 } // namespace metronome
 

@@ -55,6 +55,9 @@ struct timed_node : task_base {
 
   // The two small fields first: they sit in task_base's tail padding.
   bool callable_alive_ = false; // scheduled tasks: the callable is constructed
+  // This run waited for a due time (it went through the delay heap, or is a periodic
+  // run): its start counts as lateness in the pool's stats, else as queue wait.
+  bool timed_ = false;
   heap_index_t heap_index_ = not_in_heap;
   // Written under the pool mutex; read by handles (delay()) without it. The FIFO
   // sequence number of equal due times lives in the heap entry only.
