@@ -187,6 +187,27 @@ bool pool_core::on_cancelled_locked(scheduled_task_base* t) noexcept {
   return true;
 }
 
+bool pool_core::on_reset_locked(scheduled_task_base* t, clock::duration delay) noexcept {
+  // Out of the heap: queued to run (or in a serial queue), running, between two periodic
+  // runs, or cancelled. A cancel that won its CAS but waits for this mutex finds the
+  // node in the heap either way.
+  if (t->heap_index_ == not_in_heap || t->phase() != scheduled_task_base::pending) return false;
+  const clock::time_point current = now();
+  const clock::time_point due = saturating_add(current, delay);
+  const bool was_head = t->heap_index_ == 0;
+  heap_.remove(t);
+  t->set_due(due);
+  // The heap has the slot the node just left: push_back reuses its storage, allocates
+  // nothing, and cannot hit the size limit - nothing here can throw.
+  const bool is_head = heap_.push(t, next_seq_++);
+  if (was_head || is_head) update_next_due_locked();
+  if (is_head) wake_for_new_head_locked();
+  // Due now: on a manual clock nobody looks at the heap until time moves, so get a
+  // parked worker to promote it (park() promotes what is due).
+  if (due <= current && manual_) wake_some_locked(1);
+  return true;
+}
+
 // ---------------------------------------------------------------- async_delay waits
 
 bool pool_core::add_wait(wait_node* n, clock::time_point due, clock::time_point current) {

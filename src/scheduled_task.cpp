@@ -113,6 +113,13 @@ bool scheduled_task_base::cancel() noexcept {
   }
 }
 
+bool scheduled_task_base::reset(clock::duration delay) noexcept {
+  if (phase() != pending) return false;
+  std::lock_guard lk(anchor_->mtx);
+  if (anchor_->generation != generation_) return false; // the pool is gone
+  return pool()->on_reset_locked(this, delay);
+}
+
 void scheduled_task_base::notify_terminal(std::uint32_t old_state) noexcept {
   if (old_state & has_waiters) {
     auto& st = stripe_for(this);

@@ -117,6 +117,9 @@ public:
   // Cancel support, caller holds the anchor's mutex (mtx_): removes t from the heap if
   // it is there. Returns true when it did: the caller then drops the heap's reference.
   bool on_cancelled_locked(scheduled_task_base* t) noexcept;
+  // reset() support, caller holds mtx_: if t is pending in the heap, re-keys it to be due
+  // `delay` from now and returns true.
+  bool on_reset_locked(scheduled_task_base* t, clock::duration delay) noexcept;
 
   // Runs a scheduled task once on the calling thread (caller_runs, pending_task).
   static void run_detached(scheduled_task_base* t) noexcept;

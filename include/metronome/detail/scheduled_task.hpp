@@ -101,6 +101,7 @@ public:
 
   // Handle-side operations (src/scheduled_task.cpp).
   bool cancel() noexcept;
+  bool reset(clock::duration delay) noexcept; // re-key in the delay queue (see scheduled_future::reset)
   void wait() const;
   bool wait_until(clock::time_point real_deadline) const;
   clock::duration delay() const noexcept;
