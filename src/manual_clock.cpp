@@ -1,7 +1,10 @@
-#include <metronome/detail/pool_core.hpp>
+// manual_clock: moving time and telling the listeners (pools, wheels) built on it.
 #include <metronome/manual_clock.hpp>
 
+#include <metronome/detail/clock_listener.hpp>
+
 #include <algorithm>
+#include <limits>
 #include <stdexcept>
 
 namespace metronome {

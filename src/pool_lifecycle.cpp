@@ -1,7 +1,6 @@
 // The pool's lifecycle: shutdown, shutdown_now, the destructor's close, join and
 // termination, stats, and the restart of a pool's threads in a forked child.
 #include <metronome/detail/pool_core.hpp>
-#include <metronome/scheduled_thread_pool.hpp>
 
 #include "pool_internal.hpp"
 
@@ -117,7 +116,7 @@ void pool_core::discard_chain(timed_node* first) noexcept {
   }
 }
 
-std::vector<pending_task> pool_core::shutdown_now() {
+pool_core::taken_tasks pool_core::shutdown_now() {
   task_base* taken = nullptr; // ready work first (it became ready earlier), then delayed in due order
   std::size_t count = 0;
   {
@@ -154,32 +153,31 @@ std::vector<pending_task> pool_core::shutdown_now() {
       taken = d;
     wake_all_locked();
   }
-  std::vector<pending_task> out;
-  try {
-    out.reserve(count);
-  } catch (...) {
-    // No memory for the list: nothing taken is silently lost, every task is cancelled.
-    while (taken) {
-      task_base* next = taken->next_.load(std::memory_order_relaxed);
-      discard_task(taken, "metronome: work dropped: the pool was shut down now");
-      taken = next;
-    }
-    throw;
+  return taken_tasks{taken, count};
+}
+
+void pool_core::discard_taken(task_base* head) noexcept {
+  // No memory for the caller's list: nothing taken is silently lost, every task is cancelled.
+  while (head) {
+    task_base* next = head->next_.load(std::memory_order_relaxed);
+    discard_task(head, "metronome: work dropped: the pool was shut down now");
+    head = next;
   }
-  while (taken) {
-    task_base* t = taken;
-    taken = t->next_.load(std::memory_order_relaxed);
-    t->next_.store(nullptr, std::memory_order_relaxed);
-    if (t->kind_ == task_kind::wait) {
-      t->complete(false); // completes with operation_aborted
-    } else if (t->is_scheduled() &&
-               static_cast<scheduled_task_base*>(t)->phase() != scheduled_task_base::pending) {
-      static_cast<scheduled_task_base*>(t)->release(); // cancelled while it waited
-    } else {
-      out.push_back(pending_task(t)); // reserved: cannot throw
-    }
+}
+
+task_base* pool_core::next_taken(taken_tasks& taken) noexcept {
+  task_base* t = taken.head;
+  taken.head = t->next_.load(std::memory_order_relaxed);
+  t->next_.store(nullptr, std::memory_order_relaxed);
+  if (t->kind_ == task_kind::wait) {
+    t->complete(false); // completes with operation_aborted
+    return nullptr;
   }
-  return out;
+  if (t->is_scheduled() && static_cast<scheduled_task_base*>(t)->phase() != scheduled_task_base::pending) {
+    static_cast<scheduled_task_base*>(t)->release(); // cancelled while it waited
+    return nullptr;
+  }
+  return t;
 }
 
 void pool_core::close() noexcept {

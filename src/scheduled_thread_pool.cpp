@@ -23,7 +23,19 @@ scheduled_thread_pool::~scheduled_thread_pool() {
 
 void scheduled_thread_pool::shutdown() { core_->shutdown(); }
 
-std::vector<pending_task> scheduled_thread_pool::shutdown_now() { return core_->shutdown_now(); }
+std::vector<pending_task> scheduled_thread_pool::shutdown_now() {
+  auto taken = core_->shutdown_now();
+  std::vector<pending_task> out;
+  try {
+    out.reserve(taken.count);
+  } catch (...) {
+    core_->discard_taken(taken.head);
+    throw;
+  }
+  while (taken.head)
+    if (detail::task_base* t = detail::pool_core::next_taken(taken)) out.push_back(pending_task(t)); // reserved
+  return out;
+}
 
 void scheduled_thread_pool::join() { core_->join(); }
 

@@ -3,7 +3,6 @@
 #include <metronome/detail/serial_core.hpp>
 #include <metronome/detail/test_hooks.hpp>
 #include <metronome/errors.hpp>
-#include <metronome/scheduled_thread_pool.hpp>
 
 #include <vector>
 
@@ -16,24 +15,29 @@ thread_local const serial_core* current_drain = nullptr;
 }
 
 pool_core& default_timer_pool() {
-  static scheduled_thread_pool pool([] {
-    pool_options o;
-    o.threads = 1;
-    o.thread_name_prefix = "mtr-timer";
-    return o;
-  }());
+  // A bare engine, without the public pool around it: only its delay queue is used.
+  struct timer_pool {
+    pool_core core{[] {
+      pool_options o;
+      o.threads = 1;
+      o.thread_name_prefix = "mtr-timer";
+      return o;
+    }()};
+    ~timer_pool() { core.close(); }
+  };
+  static timer_pool pool;
   // fork(): the child gets the pool with its mutex free and its thread started anew, so
   // serial executors made before the fork keep timing their delayed work in the child.
   static const bool fork_hooks = [] {
-    ::pthread_atfork([] { pool.core().lock_for_fork(); }, [] { pool.core().unlock_after_fork(); },
+    ::pthread_atfork([] { pool.core.lock_for_fork(); }, [] { pool.core.unlock_after_fork(); },
                      [] {
-                       pool.core().unlock_after_fork();
-                       pool.core().restart_in_child();
+                       pool.core.unlock_after_fork();
+                       pool.core.restart_in_child();
                      });
     return true;
   }();
   (void)fork_hooks;
-  return pool.core();
+  return pool.core;
 }
 
 serial_core::serial_core(serial_options opts, pool_core& timers, pool_core* owner_pool)

@@ -122,6 +122,17 @@ void wheel_core::dispatch(chain& fired) noexcept {
 }
 
 void wheel_core::insert(wheel_entry* e, clock::duration delay) {
+  try {
+    enter(e, delay);
+  } catch (...) {
+    e->state_.store(wheel_entry::cancelled, std::memory_order_release);
+    e->drop(); // never fires: the callable goes, a wait completes with operation_aborted
+    e->release();
+    throw;
+  }
+}
+
+void wheel_core::enter(wheel_entry* e, clock::duration delay) {
   e->wheel_id_ = enrolled_.id;
   if (delay <= clock::duration::zero()) {
     // Due now: straight to the executor, never into the wheel.

@@ -2,7 +2,7 @@
 #define METRONOME_ASYNC_DELAY_HPP
 
 #include <metronome/detail/handler_op.hpp>
-#include <metronome/detail/pool_core.hpp>
+#include <metronome/detail/pool_of.hpp>
 #include <metronome/options.hpp>
 #include <metronome/scheduled_thread_pool.hpp>
 
@@ -20,11 +20,10 @@ namespace metronome {
 namespace detail {
 
 template <class Executor>
-pool_core& pool_core_of(const Executor& ex) {
-  decltype(auto) ctx = boost::asio::query(ex, boost::asio::execution::context);
-  static_assert(std::is_convertible_v<decltype(ctx), scheduled_thread_pool&>,
+pool_core& pool_core_of(const Executor& ex) noexcept {
+  static_assert(runs_on_a_metronome_pool<Executor>(),
                 "metronome::async_delay needs a metronome executor (a pool's, or a serial_executor over one)");
-  return static_cast<scheduled_thread_pool&>(ctx).core();
+  return *pool_of(ex);
 }
 
 template <class Executor>

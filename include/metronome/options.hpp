@@ -132,6 +132,42 @@ struct pool_stats {
 /// bucket bound).
 std::ostream& operator<<(std::ostream& os, const pool_stats& s);
 
+/// Options of a `serial_executor`.
+struct serial_options {
+  /// Tasks run per drain turn before the drain re-posts itself to the underlying
+  /// executor, so one busy serial executor cannot starve others on the same pool. >= 1.
+  std::size_t batch = 64;
+  /// Receives exceptions thrown by fire-and-forget tasks. Default: the pool's handler
+  /// when the underlying executor is a metronome pool, else print to stderr.
+  std::function<void(std::exception_ptr)> exception_handler;
+};
+
+/// Options of a `wheel_timer`.
+struct wheel_options {
+  /// Resolution: a timeout fires on the first tick at or after its deadline. > 0.
+  clock::duration tick = std::chrono::milliseconds(1);
+  /// Slots per level (S): a power of two from 4 to 4096. Each level is a ring of S
+  /// slots; a slot of level L spans (S/2)^L ticks, so the first level takes every
+  /// deadline less than S/2 to S ticks away, and a level's slot moves down while the
+  /// slot before it is current (spread over that time, never in one burst).
+  std::size_t slots_per_level = 512;
+  /// Levels: S * (S/2)^(levels-1) ticks are covered (256 * 128^4 ticks of 1 ms: two
+  /// years); later deadlines wait at the top level and move down as time passes.
+  /// log2(S) + log2(S/2) * (levels-1) <= 60.
+  std::size_t levels = 5;
+  /// Most timeouts pending at once; 0 = unbounded. Beyond it schedule() throws
+  /// rejected_execution (Netty's maxPendingTimeouts).
+  std::size_t max_pending = 0;
+  /// Time source: nullptr = the real clock (a timer thread); else a manual clock that
+  /// moves the wheel synchronously in advance(). Must outlive the wheel.
+  manual_clock* time_source = nullptr;
+  /// Receives the exceptions that timeouts throw (never a null pointer), on the thread
+  /// that ran the timeout. Empty (default), or once the wheel is destroyed: the
+  /// exception handler of the metronome pool the timeout runs on, else stderr. A handler
+  /// that throws has its exception printed to stderr, and the wheel goes on.
+  std::function<void(std::exception_ptr)> exception_handler;
+};
+
 } // namespace metronome
 
 #endif

@@ -1,6 +1,7 @@
 #ifndef METRONOME_SCHEDULED_THREAD_POOL_HPP
 #define METRONOME_SCHEDULED_THREAD_POOL_HPP
 
+#include <metronome/detail/core_access.hpp>
 #include <metronome/detail/pool_core.hpp>
 #include <metronome/errors.hpp>
 #include <metronome/options.hpp>
@@ -41,7 +42,7 @@ public:
   bool is_periodic() const noexcept { return task_ && task_->kind_ == detail::task_kind::periodic; }
 
 private:
-  friend class detail::pool_core;
+  friend class scheduled_thread_pool;
   explicit pending_task(detail::task_base* t) noexcept : task_(t) {}
   detail::task_base* task_ = nullptr;
 };
@@ -139,11 +140,8 @@ public:
   /// A snapshot of the pool's counters.
   pool_stats stats() const { return core_->stats(); }
 
-  /// @cond internal
-  detail::pool_core& core() noexcept { return *core_; }
-  /// @endcond
-
 private:
+  friend struct detail::core_access;
   template <class R, class F>
   detail::scheduled_task_base* make_one_shot(F&& f);
   template <class R>

@@ -3,6 +3,7 @@
 
 #include <metronome/detail/executor_op.hpp>
 #include <metronome/detail/node_cache.hpp>
+#include <metronome/detail/pool_of.hpp>
 #include <metronome/detail/serial_core.hpp>
 #include <metronome/errors.hpp>
 #include <metronome/scheduled_future.hpp>
@@ -21,19 +22,6 @@
 namespace metronome {
 
 namespace detail {
-
-template <class Executor>
-pool_core* metronome_pool_of(const Executor& ex) noexcept {
-  if constexpr (requires { boost::asio::query(ex, boost::asio::execution::context); }) {
-    decltype(auto) ctx = boost::asio::query(ex, boost::asio::execution::context);
-    if constexpr (std::is_convertible_v<decltype(ctx), scheduled_thread_pool&>)
-      return &static_cast<scheduled_thread_pool&>(ctx).core();
-    else
-      return nullptr;
-  } else {
-    return nullptr;
-  }
-}
 
 // The drain handed to the underlying executor. If the executor destroys it unrun (an
 // io_context stopped and destroyed, a terminated pool), the serial executor is
@@ -68,8 +56,7 @@ private:
     try {
       drain_job drain{shared_from_this()};
       if constexpr (std::is_same_v<Executor, scheduled_thread_pool::executor_type>) {
-        auto& core =
-            static_cast<scheduled_thread_pool&>(boost::asio::query(inner_, boost::asio::execution::context)).core();
+        pool_core& core = *pool_of(inner_);
         task_base* op = executor_op<decltype(drain), recycling_allocator<void>>::create(std::move(drain), {});
         switch (how) {
         case drain_post::producer:
@@ -129,7 +116,7 @@ public:
 
   /// A serial executor over `ex`. @throws std::invalid_argument if `opts.batch` is 0.
   explicit serial_executor(const Executor& ex, serial_options opts = {}) {
-    detail::pool_core* owner = detail::metronome_pool_of(ex);
+    detail::pool_core* owner = detail::pool_of(ex);
     detail::pool_core& timers = owner ? *owner : detail::default_timer_pool();
     state_ = std::make_shared<detail::serial_state<Executor>>(ex, std::move(opts), timers, owner);
   }

@@ -3,6 +3,7 @@
 
 #include <metronome/detail/handler_op.hpp>
 #include <metronome/detail/node_cache.hpp>
+#include <metronome/detail/pool_of.hpp>
 #include <metronome/detail/wheel_core.hpp>
 #include <metronome/errors.hpp>
 #include <metronome/scheduled_thread_pool.hpp>
@@ -23,8 +24,6 @@
 namespace metronome {
 
 namespace detail {
-
-struct wheel_access; // defined by tests
 
 template <class F>
 class wheel_task final : public wheel_entry {
@@ -183,7 +182,7 @@ public:
 
   /// A wheel firing onto `pool`. @throws std::invalid_argument on bad options.
   explicit wheel_timer(scheduled_thread_pool& pool, wheel_options opts = {})
-      : core_(std::make_unique<detail::wheel_core>(std::move(opts), pool.get_executor(), &pool.core())) {}
+      : core_(std::make_unique<detail::wheel_core>(std::move(opts), pool.get_executor(), &detail::pool_of(pool))) {}
 
   /// A wheel firing onto any Asio executor.
   template <class Executor>
@@ -207,14 +206,7 @@ public:
     D fn(std::forward<F>(f));
     auto* e = detail::wheel_task<D>::create(std::move(fn)); // the wheel's reference and the handle's
     timeout handle(e);
-    try {
-      core_->insert(e, detail::saturating_duration(delay));
-    } catch (...) {
-      e->state_.store(detail::wheel_entry::cancelled);
-      e->drop();
-      e->release();
-      throw;
-    }
+    core_->insert(e, detail::saturating_duration(delay)); // refused: cancelled, the handle lets go
     return handle;
   }
 
@@ -236,9 +228,7 @@ public:
           try {
             core->insert(e, d);
           } catch (...) {
-            e->state_.store(detail::wheel_entry::cancelled);
-            e->drop(); // completes with operation_aborted
-            e->release();
+            // Refused (stopped): the wait was cancelled, which completes it with operation_aborted.
           }
         },
         token, detail::saturating_duration(delay));
@@ -259,7 +249,7 @@ public:
   clock::time_point now() const noexcept { return core_->now(); }
 
 private:
-  friend struct detail::wheel_access; // tests reach the core's diagnostics
+  friend struct detail::core_access;
   std::unique_ptr<detail::wheel_core> core_;
 };
 

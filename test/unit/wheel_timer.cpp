@@ -40,12 +40,15 @@ using metronome::scheduled_thread_pool;
 using metronome::wheel_options;
 using metronome::wheel_timer;
 
-namespace metronome::detail {
+namespace {
+// The wheel's diagnostics, through the library's internal access to the engine.
 struct wheel_access {
-  static std::size_t moving(const wheel_timer& w, std::size_t level) { return w.core_->moving(level); }
-  static std::size_t touched_ahead(const wheel_timer& w) { return w.core_->touched_ahead(); }
+  static std::size_t moving(const wheel_timer& w, std::size_t level) {
+    return metronome::detail::core_access::core(w).moving(level);
+  }
+  static std::size_t touched_ahead(const wheel_timer& w) { return metronome::detail::core_access::core(w).touched_ahead(); }
 };
-} // namespace metronome::detail
+} // namespace
 
 namespace {
 struct manual_wheel {
@@ -247,9 +250,9 @@ BOOST_AUTO_TEST_CASE(the_next_tick_is_walked_once_per_timeout_despite_cancels) {
     if (i % 3 == 0 || (i >= 30 && i <= 40)) cancelled += handles[static_cast<std::size_t>(i)].cancel() ? 1 : 0;
   const std::size_t left = 1000 - cancelled;
   w.clock.advance(8ms);
-  BOOST_TEST(metronome::detail::wheel_access::touched_ahead(w.wheel) == 0u); // tick 9 is empty
+  BOOST_TEST(wheel_access::touched_ahead(w.wheel) == 0u); // tick 9 is empty
   w.clock.advance(1ms);
-  BOOST_TEST(metronome::detail::wheel_access::touched_ahead(w.wheel) == left);
+  BOOST_TEST(wheel_access::touched_ahead(w.wheel) == left);
   w.clock.advance(1ms);
   BOOST_TEST(w.count.wait_for_at_least(left));
   BOOST_TEST(w.fired_count() == left);
@@ -257,7 +260,7 @@ BOOST_AUTO_TEST_CASE(the_next_tick_is_walked_once_per_timeout_despite_cancels) {
   // The same slot one round later, filled by a level-1 slot moving down.
   for (int i = 0; i < 300; ++i) handles.push_back(w.add(i, 512ms)); // tick 522, slot 10 again
   w.clock.advance(511ms);
-  BOOST_TEST(metronome::detail::wheel_access::touched_ahead(w.wheel) == 300u);
+  BOOST_TEST(wheel_access::touched_ahead(w.wheel) == 300u);
   w.clock.advance(1ms);
   BOOST_TEST(w.count.wait_for_at_least(left + 300));
   BOOST_TEST(w.wheel.pending() == 0u);
@@ -272,7 +275,7 @@ BOOST_AUTO_TEST_CASE(a_cascade_is_spread_over_the_slot_before_it) {
   manual_wheel w(o);
   constexpr int n = 12800;
   for (int i = 0; i < n; ++i) w.add(i, std::chrono::milliseconds(256 + i % 128));
-  using access = metronome::detail::wheel_access;
+  using access = wheel_access;
   w.clock.advance(127ms);
   BOOST_TEST(access::moving(w.wheel, 1) == 0u); // still linked in its level-1 slot
   w.clock.advance(1ms);
@@ -307,7 +310,7 @@ BOOST_AUTO_TEST_CASE(ties_keep_scheduling_order_across_a_moving_slot) {
   manual_wheel w(o);
   for (int i = 0; i < 300; ++i) w.add(i, 300ms); // tick 0: level 1, slot 2
   w.clock.advance(130ms);                        // slot 2 is moving down
-  BOOST_TEST(metronome::detail::wheel_access::moving(w.wheel, 1) > 0u);
+  BOOST_TEST(wheel_access::moving(w.wheel, 1) > 0u);
   for (int i = 300; i < 600; ++i) w.add(i, 170ms); // same deadline, tick 130
   w.clock.advance(100ms);                          // moved
   for (int i = 600; i < 900; ++i) w.add(i, 70ms);  // same deadline, level 0

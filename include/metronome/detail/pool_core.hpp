@@ -1,6 +1,7 @@
 #ifndef METRONOME_DETAIL_POOL_CORE_HPP
 #define METRONOME_DETAIL_POOL_CORE_HPP
 
+#include <metronome/detail/clock_listener.hpp>
 #include <metronome/detail/delay_heap.hpp>
 #include <metronome/detail/pool_anchor.hpp>
 #include <metronome/detail/ready_queue.hpp>
@@ -22,7 +23,6 @@
 
 namespace metronome {
 class manual_clock;
-class pending_task;
 } // namespace metronome
 
 namespace metronome::detail {
@@ -30,15 +30,6 @@ namespace metronome::detail {
 // Names the calling library thread (the last 15 characters) and sets its timer slack to
 // 1 ns, so that its timed waits (ticks, heap deadlines) end on time.
 void init_library_thread(std::string name) noexcept;
-
-// Something told when a manual clock moves.
-class clock_listener {
-public:
-  virtual void on_time_advanced() = 0;
-
-protected:
-  ~clock_listener() = default;
-};
 
 struct worker;
 
@@ -137,7 +128,21 @@ public:
 
   // ---- Lifecycle.
   void shutdown();
-  std::vector<pending_task> shutdown_now();
+  // What shutdown_now() took out of the pool, linked through next_: ready work first
+  // (it became ready earlier), then delayed work in due order.
+  struct taken_tasks {
+    task_base* head = nullptr;
+    std::size_t count = 0; // an upper bound on what next_taken() hands out
+  };
+  // Stops the pool at once and takes every task that never ran. The caller makes room
+  // for them and passes each through next_taken(), or, out of memory, gives the whole
+  // chain to discard_taken().
+  taken_tasks shutdown_now();
+  void discard_taken(task_base* head) noexcept;
+  // Unlinks the first taken task: returns it when it is the caller's to keep, or settles
+  // it here and returns nullptr (a wait completes with operation_aborted; a task
+  // cancelled while it waited is released).
+  static task_base* next_taken(taken_tasks& taken) noexcept;
   void join();
   bool await_termination(clock::duration timeout);
   bool is_shutdown() const noexcept { return shutdown_.load(std::memory_order_acquire); }

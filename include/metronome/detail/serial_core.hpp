@@ -3,6 +3,7 @@
 
 #include <metronome/detail/ready_queue.hpp>
 #include <metronome/detail/scheduled_task.hpp>
+#include <metronome/options.hpp>
 
 #include <atomic>
 #include <cstddef>
@@ -10,20 +11,6 @@
 #include <functional>
 #include <memory>
 #include <mutex>
-
-namespace metronome {
-
-/// Options of a `serial_executor`.
-struct serial_options {
-  /// Tasks run per drain turn before the drain re-posts itself to the underlying
-  /// executor, so one busy serial executor cannot starve others on the same pool. >= 1.
-  std::size_t batch = 64;
-  /// Receives exceptions thrown by fire-and-forget tasks. Default: the pool's handler
-  /// when the underlying executor is a metronome pool, else print to stderr.
-  std::function<void(std::exception_ptr)> exception_handler;
-};
-
-} // namespace metronome
 
 namespace metronome::detail {
 

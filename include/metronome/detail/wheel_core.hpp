@@ -17,36 +17,6 @@
 #include <thread>
 #include <vector>
 
-namespace metronome {
-
-/// Options of a `wheel_timer`.
-struct wheel_options {
-  /// Resolution: a timeout fires on the first tick at or after its deadline. > 0.
-  clock::duration tick = std::chrono::milliseconds(1);
-  /// Slots per level (S): a power of two from 4 to 4096. Each level is a ring of S
-  /// slots; a slot of level L spans (S/2)^L ticks, so the first level takes every
-  /// deadline less than S/2 to S ticks away, and a level's slot moves down while the
-  /// slot before it is current (spread over that time, never in one burst).
-  std::size_t slots_per_level = 512;
-  /// Levels: S * (S/2)^(levels-1) ticks are covered (256 * 128^4 ticks of 1 ms: two
-  /// years); later deadlines wait at the top level and move down as time passes.
-  /// log2(S) + log2(S/2) * (levels-1) <= 60.
-  std::size_t levels = 5;
-  /// Most timeouts pending at once; 0 = unbounded. Beyond it schedule() throws
-  /// rejected_execution (Netty's maxPendingTimeouts).
-  std::size_t max_pending = 0;
-  /// Time source: nullptr = the real clock (a timer thread); else a manual clock that
-  /// moves the wheel synchronously in advance(). Must outlive the wheel.
-  manual_clock* time_source = nullptr;
-  /// Receives the exceptions that timeouts throw (never a null pointer), on the thread
-  /// that ran the timeout. Empty (default), or once the wheel is destroyed: the
-  /// exception handler of the metronome pool the timeout runs on, else stderr. A handler
-  /// that throws has its exception printed to stderr, and the wheel goes on.
-  std::function<void(std::exception_ptr)> exception_handler;
-};
-
-} // namespace metronome
-
 namespace metronome::detail {
 
 class wheel_core;
@@ -156,7 +126,8 @@ public:
   wheel_core(wheel_options opts, boost::asio::any_io_executor ex, pool_core* pool);
   ~wheel_core();
 
-  // Takes the wheel's reference on e. Throws rejected_execution (stopped, full).
+  // Takes the wheel's reference on e. Throws rejected_execution (stopped, full) after
+  // cancelling e (it never fires) and letting that reference go.
   void insert(wheel_entry* e, clock::duration delay);
   // From a handle: unlinks e if its wheel still holds it. The wheel may be gone.
   static bool cancel(wheel_entry* e) noexcept;
@@ -219,6 +190,7 @@ private:
   std::uint64_t divide_by_tick(std::uint64_t ns, std::uint64_t& rest) const noexcept;
   std::uint64_t tick_of(clock::time_point t) const noexcept;
   std::uint64_t deadline_tick(clock::time_point now, clock::duration delay) const noexcept;
+  void enter(wheel_entry* e, clock::duration delay);
   bool push_inbox(wheel_entry* e) noexcept;
   std::uint64_t drain_inbox_locked(chain& fired) noexcept;
   static constexpr std::size_t no_level = ~std::size_t(0);
