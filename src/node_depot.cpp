@@ -222,6 +222,7 @@ chunk*depot::fresh(int c) {
 }
 
 void depot::want_prepared() noexcept {
+  if (!prepare_ahead.load(std::memory_order_relaxed)) return; // off: the allocating threads populate
   if (!preparer_started.load(std::memory_order_relaxed) && !preparer_started.exchange(true)) {
     try {
       std::thread([this] { prepare(); }).detach();
@@ -297,6 +298,7 @@ depot& the_depot() {
 using node_store::the_depot;
 
 void node_cache_defer_frees(bool on) noexcept { node_store::defer_frees = on; }
+void node_cache_prepare_ahead(bool on) noexcept { the_depot().prepare_ahead.store(on, std::memory_order_relaxed); }
 bool node_cache_trim(std::size_t max_chunks, bool force) noexcept { return the_depot().trim(max_chunks, force); }
 bool node_cache_trim_pending() noexcept { return the_depot().surplus.load(std::memory_order_relaxed) != 0; }
 std::size_t node_cache_mapped_bytes() noexcept {
