@@ -4,23 +4,13 @@
 #include <metronome/detail/wheel_core.hpp>
 #include <metronome/manual_clock.hpp>
 
+#include "platform.hpp"
+
 #include <algorithm>
-#include <time.h>
-#include <type_traits>
 
 namespace metronome::detail {
 
-// steady_clock::now() without the library call in between (it reads CLOCK_MONOTONIC too).
-clock::time_point wheel_core::now() const noexcept {
-  if (manual_) return manual_->now();
-  if constexpr (std::is_same_v<clock, std::chrono::steady_clock>) {
-    timespec ts;
-    ::clock_gettime(CLOCK_MONOTONIC, &ts);
-    return clock::time_point(std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec));
-  } else {
-    return clock::now();
-  }
-}
+clock::time_point wheel_core::now() const noexcept { return manual_ ? manual_->now() : platform::steady_now(); }
 
 void wheel_core::wake() noexcept {
   { std::lock_guard lk(mtx_); }
