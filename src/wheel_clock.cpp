@@ -31,9 +31,8 @@ void wheel_core::on_time_advanced() {
 }
 
 // Brings the next tick's timeouts into this thread's cache while it waits for that tick,
-// so that the workers find them one core away (~45 ns on this kind of VM) rather than
-// in memory (~150 ns, paid one entry after another: each entry's link is in the one
-// before). The slot's list is walked from all its entry points side by side, so the
+// so that the workers find them in a nearby cache rather than in memory (a miss paid one
+// entry after another: each entry's link is in the one before). The slot's list is walked from all its entry points side by side, so the
 // cache misses overlap. The mutex is let go between groups of entry points: a cancel()
 // waits for one group at most. Returns whether it touched anything.
 bool wheel_core::touch_next_tick(std::unique_lock<std::mutex>& lk) noexcept {

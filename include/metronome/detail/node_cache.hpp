@@ -1,3 +1,4 @@
+// The node cache's interface: task node memory, and the allocator executors use for it.
 #ifndef METRONOME_DETAIL_NODE_CACHE_HPP
 #define METRONOME_DETAIL_NODE_CACHE_HPP
 
