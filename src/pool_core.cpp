@@ -6,6 +6,7 @@
 #include <metronome/detail/report.hpp>
 #include <metronome/manual_clock.hpp>
 
+#include "platform.hpp"
 #include "pool_internal.hpp"
 #include <metronome/detail/test_hooks.hpp>
 #include <metronome/errors.hpp>
@@ -15,9 +16,6 @@
 #include <cstdio>
 #include <stdexcept>
 #include <string>
-
-#include <pthread.h>
-#include <sys/prctl.h>
 
 namespace metronome::detail {
 
@@ -60,11 +58,8 @@ std::uint32_t generation_of(pool_anchor* a) noexcept {
 } // namespace
 
 void init_library_thread(std::string name) noexcept {
-  if (name.size() > 15) name = name.substr(name.size() - 15);
-  ::pthread_setname_np(::pthread_self(), name.c_str());
-  // Timed waits of this thread are deadlines: let the kernel wake it on time, not up
-  // to 50 us late (the default slack).
-  ::prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
+  platform::name_this_thread(name.c_str());
+  platform::wake_on_time(); // its timed waits are deadlines
 }
 
 pool_core::pool_core(pool_options opts)

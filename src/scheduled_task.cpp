@@ -1,3 +1,5 @@
+// Scheduled tasks: their states (pending, running, done, cancelled), cancel, and waiting
+// on a handle.
 #include <metronome/detail/pool_core.hpp>
 #include <metronome/detail/scheduled_task.hpp>
 #include <metronome/errors.hpp>

@@ -1,3 +1,4 @@
+// The umbrella header: every public header of metronome.
 #ifndef METRONOME_METRONOME_HPP
 #define METRONOME_METRONOME_HPP
 

@@ -1,3 +1,5 @@
+// The clock, and the options and policy types of pools, periodic tasks, serial executors
+// and wheels.
 #ifndef METRONOME_OPTIONS_HPP
 #define METRONOME_OPTIONS_HPP
 

@@ -1,3 +1,4 @@
+// scheduled_future: the handle of a submitted or scheduled task.
 #ifndef METRONOME_SCHEDULED_FUTURE_HPP
 #define METRONOME_SCHEDULED_FUTURE_HPP
 

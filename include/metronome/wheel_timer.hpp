@@ -1,3 +1,4 @@
+// wheel_timer: a hierarchical timing wheel that fires timeouts onto an executor.
 #ifndef METRONOME_WHEEL_TIMER_HPP
 #define METRONOME_WHEEL_TIMER_HPP
 

@@ -1,3 +1,4 @@
+// pool_core: the engine behind scheduled_thread_pool.
 #ifndef METRONOME_DETAIL_POOL_CORE_HPP
 #define METRONOME_DETAIL_POOL_CORE_HPP
 

@@ -1,3 +1,4 @@
+// Scheduled task nodes: one-shot and periodic tasks with a handle, and their results.
 #ifndef METRONOME_DETAIL_SCHEDULED_TASK_HPP
 #define METRONOME_DETAIL_SCHEDULED_TASK_HPP
 

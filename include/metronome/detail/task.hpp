@@ -1,3 +1,4 @@
+// task_base: the node every piece of work in a pool is, and its kinds.
 #ifndef METRONOME_DETAIL_TASK_HPP
 #define METRONOME_DETAIL_TASK_HPP
 

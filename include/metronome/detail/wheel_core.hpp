@@ -1,3 +1,4 @@
+// wheel_core and wheel_entry: the engine behind wheel_timer and its timeout nodes.
 #ifndef METRONOME_DETAIL_WHEEL_CORE_HPP
 #define METRONOME_DETAIL_WHEEL_CORE_HPP
 
