@@ -1,3 +1,5 @@
+// latency_histogram: a fixed-size log-scale histogram of durations (the pool's queue-wait and
+// lateness statistics).
 #ifndef METRONOME_LATENCY_HISTOGRAM_HPP
 #define METRONOME_LATENCY_HISTOGRAM_HPP
 
