@@ -157,11 +157,14 @@ BOOST_AUTO_TEST_CASE(a_worker_detached_by_a_pool_destroyed_from_inside_still_run
     ++stops;
     done.add();
   };
+  metronome::test::gate submitted; // the pool is deleted only once submit() has returned
   auto* pool = new scheduled_thread_pool(o);
   pool->submit([&, pool] {
+    submitted.wait();
     task_thread = std::this_thread::get_id();
     delete pool;
   });
+  submitted.open();
   BOOST_TEST(done.wait_for_at_least(1));
   BOOST_TEST(stops.load() == 1);
   BOOST_TEST(stopped_on_task_thread.load());
