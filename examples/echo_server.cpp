@@ -1,8 +1,9 @@
 // A TCP echo server on 127.0.0.1 whose network runs on an io_context and whose
-// timeouts and CPU work run on a metronome pool:
+// timeouts and CPU work run on metronome:
 //  - each session is a coroutine on the io_context;
-//  - every read races an idle timeout: metronome::async_delay on the pool, cancelled
-//    through Asio's per-operation cancellation when the read wins (awaitable ||);
+//  - each session has an idle timeout in a wheel_timer that fires onto the io_context;
+//    every read restarts it with timeout::reset() (an unlink and a link in the wheel:
+//    no cancel, no new timer, no allocation), and when it fires it closes the socket;
 //  - each message is "processed" on the pool (submit + co_await handle.async_wait)
 //    and the result comes back to the io_context.
 // The same program runs clients against it: busy clients get their echoes, an idle
@@ -11,7 +12,6 @@
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
-#include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/read.hpp>
@@ -27,39 +27,50 @@
 namespace asio = boost::asio;
 using asio::ip::tcp;
 using namespace std::chrono_literals;
-using namespace asio::experimental::awaitable_operators;
 
 namespace {
 
 constexpr auto idle_timeout = 200ms;
-std::atomic<int> timeouts{0};
+std::atomic<int> timeouts{0}; // sessions closed by their idle timeout
+std::atomic<int> ended{0};    // sessions over, for any reason
 
-asio::awaitable<void> session(tcp::socket socket, metronome::scheduled_thread_pool& pool) {
+asio::awaitable<void> session(tcp::socket socket, metronome::scheduled_thread_pool& pool, metronome::wheel_timer& wheel) {
+  // The wheel fires onto the io_context, this session's thread: closing the socket there
+  // ends the pending read with operation_aborted.
+  auto idle = wheel.schedule(
+      [&socket] {
+        ++timeouts;
+        socket.close();
+      },
+      idle_timeout);
   char data[1024];
-  for (;;) {
-    // The read races the idle timeout; the loser is cancelled (the delay leaves the
-    // pool's delay queue at once).
-    auto result = co_await (socket.async_read_some(asio::buffer(data), asio::use_awaitable) ||
-                            metronome::async_delay(pool.get_executor(), idle_timeout, asio::use_awaitable));
-    if (result.index() == 1) {
-      ++timeouts;
-      socket.close();
-      co_return;
+  try {
+    for (;;) {
+      const std::size_t n = co_await socket.async_read_some(asio::buffer(data), asio::use_awaitable);
+      // Activity: the idle timeout starts again. false: it already fell due (it is
+      // closing the socket, or about to): the session is over.
+      if (!idle.reset(idle_timeout)) break;
+      // CPU work on the pool; the result comes back here, on the io_context. (The
+      // handle is named in its own statement: g++ 12 destroys a temporary closure
+      // inside a co_await full-expression twice.)
+      auto processed = pool.submit([msg = std::string(data, n)] { return msg; });
+      std::string echo = co_await processed.async_wait(asio::use_awaitable);
+      co_await asio::async_write(socket, asio::buffer(echo), asio::use_awaitable);
     }
-    const std::size_t n = std::get<0>(result);
-    // CPU work on the pool; the result comes back here, on the io_context. (The
-    // handle is named in its own statement: g++ 12 destroys a temporary closure
-    // inside a co_await full-expression twice.)
-    auto processed = pool.submit([msg = std::string(data, n)] { return msg; });
-    std::string echo = co_await processed.async_wait(asio::use_awaitable);
-    co_await asio::async_write(socket, asio::buffer(echo), asio::use_awaitable);
+  } catch (const boost::system::system_error&) {
+    // closed by the idle timeout, or by the peer
   }
+  // On this thread: false means the timeout has already run here (it never runs once
+  // this frame is gone, which it uses).
+  idle.cancel();
+  ++ended;
 }
 
-asio::awaitable<void> listener(tcp::acceptor& acceptor, metronome::scheduled_thread_pool& pool) {
+asio::awaitable<void> listener(tcp::acceptor& acceptor, metronome::scheduled_thread_pool& pool,
+                               metronome::wheel_timer& wheel) {
   for (;;) {
     tcp::socket socket = co_await acceptor.async_accept(asio::use_awaitable);
-    asio::co_spawn(acceptor.get_executor(), session(std::move(socket), pool), asio::detached);
+    asio::co_spawn(acceptor.get_executor(), session(std::move(socket), pool, wheel), asio::detached);
   }
 }
 
@@ -95,9 +106,10 @@ asio::awaitable<bool> idle_client(tcp::endpoint server) {
 int main() {
   asio::io_context io;
   metronome::scheduled_thread_pool pool(2);
+  metronome::wheel_timer wheel(io.get_executor()); // idle timeouts fire on the io_context
   tcp::acceptor acceptor(io, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
   const tcp::endpoint server = acceptor.local_endpoint();
-  asio::co_spawn(io, listener(acceptor, pool), asio::detached);
+  asio::co_spawn(io, listener(acceptor, pool, wheel), asio::detached);
 
   std::atomic<int> ok{0};
   constexpr int busy = 4;
@@ -107,19 +119,20 @@ int main() {
   for (int i = 0; i < busy; ++i) asio::co_spawn(io, busy_client(server, i), tally);
   asio::co_spawn(io, idle_client(server), tally);
 
-  // Stop once every client reported and every session timed out.
+  // Stop once every client reported and every session is over.
   asio::co_spawn(
       io,
       [&]() -> asio::awaitable<void> {
         const auto deadline = metronome::clock::now() + 20s;
-        while ((ok < busy + 1 || timeouts < busy + 1) && metronome::clock::now() < deadline)
+        while ((ok < busy + 1 || ended < busy + 1) && metronome::clock::now() < deadline)
           co_await metronome::async_delay(pool.get_executor(), 10ms, asio::use_awaitable);
         io.stop();
       },
       asio::detached);
 
   io.run();
-  std::cout << "echo: " << ok << "/" << busy + 1 << " clients ok, " << timeouts
-            << " sessions closed by the idle timeout\n";
-  return ok == busy + 1 && timeouts == busy + 1 ? 0 : 1;
+  std::cout << "echo: " << ok << "/" << busy + 1 << " clients ok, " << ended << " sessions over, " << timeouts
+            << " closed by the idle timeout\n";
+  // The idle client's session ends by its timeout; the busy clients close theirs.
+  return ok == busy + 1 && ended == busy + 1 && timeouts == 1 ? 0 : 1;
 }

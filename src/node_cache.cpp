@@ -1,6 +1,7 @@
 // The node cache's per-thread half: each thread's free lists and the chunk it carves
 // from, the allocation and free fast paths, and handing everything back at thread exit.
-// With the cache off (AddressSanitizer builds), every node is a plain heap block.
+// With the cache off (METRONOME_NODE_CACHE=OFF, AddressSanitizer builds), every node is a
+// plain heap block.
 #include "node_depot.hpp"
 
 #include <algorithm>
@@ -11,11 +12,13 @@ namespace metronome::detail {
 
 #ifdef METRONOME_NODE_CACHE_OFF
 
-// AddressSanitizer builds: every node is its own heap block, so that a use after free
-// or an overflow into a neighbour is reported.
+// The cache is off (METRONOME_NODE_CACHE=OFF, AddressSanitizer builds): every node is
+// its own heap block, so that heap profilers see it and a use after free or an overflow
+// into a neighbour is reported.
 void* node_allocate(std::size_t size) { return ::operator new(size); }
 void node_deallocate(void* p, std::size_t) noexcept { ::operator delete(p); }
 void node_cache_defer_frees(bool) noexcept {}
+void node_cache_prepare_ahead(bool) noexcept {}
 bool node_cache_trim(std::size_t, bool) noexcept { return false; }
 bool node_cache_trim_pending() noexcept { return false; }
 std::size_t node_cache_mapped_bytes() noexcept { return 0; }

@@ -2,6 +2,7 @@
 // empty chunks kept for reuse or trimmed, and the background thread that prepares
 // chunks ahead of demand.
 #include "node_depot.hpp"
+#include "platform.hpp"
 
 #ifndef METRONOME_NODE_CACHE_OFF
 
@@ -11,8 +12,6 @@
 #include <utility>
 
 #include <pthread.h>
-#include <sched.h>
-#include <sys/mman.h>
 
 namespace metronome::detail {
 namespace node_store {
@@ -28,28 +27,11 @@ std::int64_t now_ns() noexcept {
 // empty chunks beyond the kept ones for node_cache_trim().
 thread_local bool defer_frees = false;
 
-chunk* map_chunk() {
-  // Over-map, keep the aligned part: a node's chunk is its address rounded down.
-  void* p = ::mmap(nullptr, 2 * chunk_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) throw std::bad_alloc();
-  const auto base = reinterpret_cast<std::uintptr_t>(p);
-  const std::uintptr_t aligned = (base + chunk_bytes - 1) & ~std::uintptr_t(chunk_bytes - 1);
-  if (aligned != base) ::munmap(p, aligned - base);
-  if (const std::size_t tail = chunk_bytes - (aligned - base))
-    ::munmap(reinterpret_cast<void*>(aligned + chunk_bytes), tail);
-  return reinterpret_cast<chunk*>(aligned);
-}
+chunk* map_chunk() { return static_cast<chunk*>(platform::allocate_aligned_pages(chunk_bytes)); }
 
 } // namespace
 
-// Faults in [from, to) in one system call (Linux 5.14+; elsewhere the pages fault in
-// one by one as nodes are carved): ~15 % cheaper per page, and no trap per page.
-void populate(char* from, char* to) noexcept {
-#ifndef MADV_POPULATE_WRITE
-  constexpr int MADV_POPULATE_WRITE = 23;
-#endif
-  (void)::madvise(from, static_cast<std::size_t>(to - from), MADV_POPULATE_WRITE);
-}
+void populate(char* from, char* to) noexcept { platform::populate_pages(from, static_cast<std::size_t>(to - from)); }
 
 void depot::list_partial(chunk* ch) noexcept {
   ch->prev = nullptr;
@@ -111,7 +93,7 @@ void depot::release(chunk* unmap) noexcept {
   std::size_t n = 0;
   while (unmap) {
     chunk* next = unmap->next;
-    ::munmap(unmap, chunk_bytes);
+    platform::free_aligned_pages(unmap, chunk_bytes);
     unmap = next;
     ++n;
   }
@@ -222,6 +204,7 @@ chunk*depot::fresh(int c) {
 }
 
 void depot::want_prepared() noexcept {
+  if (!prepare_ahead.load(std::memory_order_relaxed)) return; // off: the allocating threads populate
   if (!preparer_started.load(std::memory_order_relaxed) && !preparer_started.exchange(true)) {
     try {
       std::thread([this] { prepare(); }).detach();
@@ -234,9 +217,8 @@ void depot::want_prepared() noexcept {
 }
 
 void depot::prepare() noexcept {
-  ::pthread_setname_np(::pthread_self(), "metronome-mem");
-  sched_param none{};
-  (void)::sched_setscheduler(0, SCHED_IDLE, &none); // only on a core nobody else wants
+  platform::name_this_thread("metronome-mem");
+  platform::run_at_idle_priority();
   for (;;) {
     const unsigned seen = demand.load(std::memory_order_acquire);
     for (auto& slot : prepared) {
@@ -297,6 +279,7 @@ depot& the_depot() {
 using node_store::the_depot;
 
 void node_cache_defer_frees(bool on) noexcept { node_store::defer_frees = on; }
+void node_cache_prepare_ahead(bool on) noexcept { the_depot().prepare_ahead.store(on, std::memory_order_relaxed); }
 bool node_cache_trim(std::size_t max_chunks, bool force) noexcept { return the_depot().trim(max_chunks, force); }
 bool node_cache_trim_pending() noexcept { return the_depot().surplus.load(std::memory_order_relaxed) != 0; }
 std::size_t node_cache_mapped_bytes() noexcept {

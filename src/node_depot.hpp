@@ -11,6 +11,9 @@
 #include <cstdint>
 #include <mutex>
 
+// Off (every node a plain operator new, seen by heap profilers and sanitizers): with
+// the CMake option METRONOME_NODE_CACHE=OFF, and in AddressSanitizer builds.
+#ifndef METRONOME_NODE_CACHE_OFF
 #if defined(__has_feature)
 #if __has_feature(address_sanitizer)
 #define METRONOME_NODE_CACHE_OFF 1
@@ -18,6 +21,12 @@
 #endif
 #if defined(__SANITIZE_ADDRESS__)
 #define METRONOME_NODE_CACHE_OFF 1
+#endif
+#endif
+
+// The background preparer's default (CMake option METRONOME_NODE_CACHE_PREPARE_AHEAD).
+#ifndef METRONOME_NODE_CACHE_PREPARE_AHEAD
+#define METRONOME_NODE_CACHE_PREPARE_AHEAD 0
 #endif
 
 #ifndef METRONOME_NODE_CACHE_OFF
@@ -71,8 +80,8 @@ inline std::uint32_t capacity_of(int c) noexcept {
 // Faults in the pages of [from, to) in one system call where the system has one.
 void populate(char* from, char* to) noexcept;
 
-// What all threads share: chunks with nodes handed back, empty chunks, and chunks
-// prepared ahead by a background thread.
+// What all threads share: chunks with nodes handed back, empty chunks, and (only when
+// enabled: node_cache_prepare_ahead) chunks prepared ahead by a background thread.
 struct depot {
   std::mutex m;
   chunk* partial[classes] = {}; // chunks with nodes handed back and some still in use
@@ -87,10 +96,12 @@ struct depot {
   // core (it runs at idle priority) instead of in the allocating thread. It never takes
   // the mutex (preempted while holding it at that priority, it would stall every thread
   // that frees or allocates): chunks go through atomic slots, demand through an atomic
-  // wait. Started on first demand.
+  // wait. Started on the first demand after it is enabled, never by default.
   std::atomic<chunk*> prepared[prepared_slots] = {};
   std::atomic<unsigned> demand{0};
   std::atomic<bool> preparer_started{false};
+  // Whether the preparer may be started (node_cache_prepare_ahead; the build's default).
+  std::atomic<bool> prepare_ahead{METRONOME_NODE_CACHE_PREPARE_AHEAD != 0};
 
   // A chunk's whole free list (its nodes all of class c), or nullptr.
   free_node* take(int c) noexcept;

@@ -6,6 +6,7 @@
 #include <metronome/detail/report.hpp>
 #include <metronome/manual_clock.hpp>
 
+#include "platform.hpp"
 #include "pool_internal.hpp"
 #include <metronome/detail/test_hooks.hpp>
 #include <metronome/errors.hpp>
@@ -15,9 +16,6 @@
 #include <cstdio>
 #include <stdexcept>
 #include <string>
-
-#include <pthread.h>
-#include <sys/prctl.h>
 
 namespace metronome::detail {
 
@@ -60,11 +58,8 @@ std::uint32_t generation_of(pool_anchor* a) noexcept {
 } // namespace
 
 void init_library_thread(std::string name) noexcept {
-  if (name.size() > 15) name = name.substr(name.size() - 15);
-  ::pthread_setname_np(::pthread_self(), name.c_str());
-  // Timed waits of this thread are deadlines: let the kernel wake it on time, not up
-  // to 50 us late (the default slack).
-  ::prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
+  platform::name_this_thread(name.c_str());
+  platform::wake_on_time(); // its timed waits are deadlines
 }
 
 pool_core::pool_core(pool_options opts)
@@ -142,6 +137,20 @@ void print_unhandled(std::exception_ptr e, const char* where) noexcept {
 
 // ---------------------------------------------------------------- threads
 
+// A thread hook that throws is reported (to the pool's handler while it lives) and the
+// thread goes on.
+void pool_core::run_thread_hook(const std::function<void(std::size_t)>& hook, std::size_t id,
+                                pool_core* pool) noexcept {
+  try {
+    hook(id);
+  } catch (...) {
+    if (pool)
+      pool->report(std::current_exception());
+    else
+      print_unhandled(std::current_exception(), "a pool's on_thread_stop hook");
+  }
+}
+
 // Caller holds mtx_.
 void pool_core::start_worker(bool core) {
   // Reap elastic workers that have exited.
@@ -173,9 +182,16 @@ void pool_core::start_worker(bool core) {
 }
 
 void pool_core::worker_main(worker& w) {
-  this_worker = &w;
-  init_library_thread(opts_.thread_name_prefix + "-" + std::to_string(w.id));
+  const std::size_t id = w.id;
+  init_library_thread(opts_.thread_name_prefix + "-" + std::to_string(id));
   node_cache_defer_frees(true); // unmap emptied node chunks when idle, not mid-burst
+  // The hooks run outside this_worker's scope (they are not tasks: what they post is
+  // queued like outside work). The stop hook is copied first: a pool destroyed from
+  // inside a task leaves this thread without its options.
+  std::function<void(std::size_t)> stop_hook;
+  if (opts_.on_thread_stop) stop_hook = opts_.on_thread_stop;
+  if (opts_.on_thread_start) run_thread_hook(opts_.on_thread_start, id, this);
+  this_worker = &w;
   for (;;) {
     task_base* t = next_task(w);
     if (!t) break;
@@ -183,6 +199,7 @@ void pool_core::worker_main(worker& w) {
     if (this_thread_orphaned) {
       this_thread_orphaned = false;
       this_worker = nullptr;
+      if (stop_hook) run_thread_hook(stop_hook, id, nullptr); // w and the pool are gone
       return;
     }
   }
@@ -191,8 +208,10 @@ void pool_core::worker_main(worker& w) {
   while (node_cache_trim(8, true)) {
   }
   this_worker = nullptr;
+  if (stop_hook) run_thread_hook(stop_hook, id, this);
   std::lock_guard lk(mtx_);
   retired_completed_.fetch_add(w.completed.load());
+  w.latency.move_to(shared_latency_);
   w.completed.store(0);
   threads_.fetch_sub(1);
   w.exited = true;

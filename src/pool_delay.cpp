@@ -80,6 +80,7 @@ void pool_core::reject_scheduled(scheduled_task_base* t, bool timed) {
 
 // May throw (std::bad_alloc, std::length_error) with nothing changed.
 void pool_core::heap_push_locked(timed_node* n) {
+  n->timed_ = true;
   if (heap_.push(n, next_seq_++)) heap_changed_locked();
 }
 
@@ -211,6 +212,27 @@ bool pool_core::on_cancelled_locked(scheduled_task_base* t) noexcept {
   return true;
 }
 
+bool pool_core::on_reset_locked(scheduled_task_base* t, clock::duration delay) noexcept {
+  // Out of the heap: queued to run (or in a serial queue), running, between two periodic
+  // runs, or cancelled. A cancel that won its CAS but waits for this mutex finds the
+  // node in the heap either way.
+  if (t->heap_index_ == not_in_heap || t->phase() != scheduled_task_base::pending) return false;
+  const clock::time_point current = now();
+  const clock::time_point due = saturating_add(current, delay);
+  const bool was_head = t->heap_index_ == 0;
+  heap_.remove(t);
+  t->set_due(due);
+  // The heap has the slot the node just left: push_back reuses its storage, allocates
+  // nothing, and cannot hit the size limit - nothing here can throw.
+  const bool is_head = heap_.push(t, next_seq_++);
+  if (was_head || is_head) update_next_due_locked();
+  if (is_head) wake_for_new_head_locked();
+  // Due now: on a manual clock nobody looks at the heap until time moves, so get a
+  // parked worker to promote it (park() promotes what is due).
+  if (due <= current && manual_) wake_some_locked(1);
+  return true;
+}
+
 // ---------------------------------------------------------------- async_delay waits
 
 bool pool_core::add_wait(wait_node* n, clock::time_point due, clock::time_point current) {
@@ -254,6 +276,7 @@ void pool_core::run_scheduled(scheduled_task_base* t) noexcept {
     return;
   }
   const clock::time_point started = now();
+  record_start(t, started);
   const bool ok = t->invoke();
   if (this_thread_orphaned && t->kind_ == task_kind::periodic) {
     t->finish_cancelled();
@@ -280,6 +303,18 @@ void pool_core::run_scheduled(scheduled_task_base* t) noexcept {
     t->set_error(nullptr);
   }
   reschedule(t, started);
+}
+
+// One relaxed store on the worker's own counters; off the pool's workers (a serial
+// executor's drain elsewhere) one relaxed RMW on the pool's shared ones.
+void pool_core::record_start(const timed_node* t, clock::time_point started) noexcept {
+  const std::size_t b = latency_histogram::bucket_of(started - t->due());
+  worker* w = this_worker;
+  if (w != nullptr && w->pool == this) {
+    latency_counters::bump_owned(t->timed_ ? w->latency.lateness[b] : w->latency.queue_wait[b]);
+  } else {
+    (t->timed_ ? shared_latency_.lateness[b] : shared_latency_.queue_wait[b]).fetch_add(1, std::memory_order_relaxed);
+  }
 }
 
 void pool_core::run_detached(scheduled_task_base* t) noexcept {
@@ -316,6 +351,7 @@ void pool_core::reschedule(scheduled_task_base* t, clock::time_point started) no
     return;
   }
   t->set_due(next);
+  t->timed_ = true; // every run after the first has a due time, even one already passed
   if (next > current) {
     try {
       heap_push_locked(t);

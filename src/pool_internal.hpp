@@ -26,6 +26,9 @@ struct worker {
   unsigned tick = 0;
   alignas(64) std::atomic<std::uint64_t> completed{0};
   std::atomic<bool> busy{false};
+  // Start-time histograms of this worker's scheduled tasks (queue wait, lateness):
+  // written by this thread only (a relaxed load and store, no RMW), read by stats().
+  latency_counters latency;
 };
 
 // The worker the calling thread is, if any.

@@ -263,10 +263,12 @@ pool_stats pool_core::stats() const {
   std::lock_guard lk(mtx_);
   s.threads = threads_.load();
   s.completed = retired_completed_.load();
+  shared_latency_.add_to(s);
   for (auto& w : workers_) {
     if (w->exited) continue;
     s.active += w->busy.load(std::memory_order_relaxed) ? 1 : 0;
     s.completed += w->completed.load(std::memory_order_relaxed);
+    w->latency.add_to(s);
   }
   s.ready_queued = ready_.size();
   s.delayed_queued = heap_.size();

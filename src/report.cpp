@@ -1,3 +1,4 @@
+// Where exceptions of user code go: the current pool's handler, else stderr.
 #include <metronome/detail/pool_core.hpp>
 #include <metronome/detail/report.hpp>
 

@@ -1,3 +1,5 @@
+// Scheduled tasks: their states (pending, running, done, cancelled), cancel, and waiting
+// on a handle.
 #include <metronome/detail/pool_core.hpp>
 #include <metronome/detail/scheduled_task.hpp>
 #include <metronome/detail/test_hooks.hpp>
@@ -116,6 +118,13 @@ bool scheduled_task_base::cancel() noexcept {
       return false;
     }
   }
+}
+
+bool scheduled_task_base::reset(clock::duration delay) noexcept {
+  if (phase() != pending) return false;
+  std::lock_guard lk(anchor_->mtx);
+  if (anchor_->generation != generation_) return false; // the pool is gone
+  return pool()->on_reset_locked(this, delay);
 }
 
 void scheduled_task_base::notify_terminal(std::uint32_t old_state) noexcept {

@@ -1,3 +1,4 @@
+// scheduled_thread_pool's non-template members and pending_task.
 #include <metronome/scheduled_thread_pool.hpp>
 
 #include <metronome/detail/report.hpp>

@@ -1,3 +1,5 @@
+// The serial executor's queue drain, its delayed tasks, dispose, and the process-wide
+// timing pool.
 #include <metronome/detail/pool_core.hpp>
 #include <metronome/detail/report.hpp>
 #include <metronome/detail/serial_core.hpp>

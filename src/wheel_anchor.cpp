@@ -1,10 +1,11 @@
 // Where handles find a wheel: the process-wide registry of wheel anchors, a wheel's
-// enrollment in it, and what a handle does through it (cancel, report, is_due).
+// enrollment in it, and what a handle does through it (cancel, reset, report, is_due).
 #include <metronome/detail/report.hpp>
 #include <metronome/detail/wheel_core.hpp>
 
 #include <pthread.h>
 
+#include <atomic>
 #include <bit>
 #include <mutex>
 #include <stdexcept>
@@ -152,6 +153,20 @@ bool wheel_core::cancel(wheel_entry* e) noexcept {
   return true;
 }
 
+bool wheel_entry::reset(clock::duration delay) noexcept {
+  return state() == pending && wheel_core::reset(this, delay);
+}
+
+bool wheel_core::reset(wheel_entry* e, clock::duration delay) noexcept {
+  wheel_anchor& a = anchor_registry::get().at(e->wheel_id_);
+  std::lock_guard lk(a.mtx);
+  if (a.generation.load(std::memory_order_relaxed) != generation_of(e->wheel_id_)) return false; // gone
+  chain fired;
+  const bool moved = a.core->reset_locked(e, delay, fired);
+  a.core->dispatch(fired); // under the mutex, as in cancel()
+  return moved;
+}
+
 void wheel_core::report(const wheel_entry* e, std::exception_ptr x) noexcept {
   std::shared_ptr<const std::function<void(std::exception_ptr)>> handler;
   {
@@ -171,8 +186,11 @@ bool wheel_core::deadline_passed(const wheel_entry* e) noexcept {
   const std::uint64_t generation = generation_of(e->wheel_id_);
   if (a.generation.load(std::memory_order_acquire) == generation) {
     const std::uint64_t elapsed = a.elapsed.load(std::memory_order_acquire);
+    // when_ moves under the mutex after the entry is published (reset()): read it as an atomic.
+    const std::uint64_t when =
+        std::atomic_ref<std::uint64_t>(const_cast<std::uint64_t&>(e->when_)).load(std::memory_order_relaxed);
     // A later wheel's reading (the anchor reused meanwhile) comes with a new generation.
-    if (a.generation.load(std::memory_order_acquire) == generation) return e->when_ <= elapsed;
+    if (a.generation.load(std::memory_order_acquire) == generation) return when <= elapsed;
   }
   // Gone, having cancelled what it still held first: pending now means handed over.
   return e->state() != wheel_entry::cancelled;

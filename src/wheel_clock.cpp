@@ -5,23 +5,13 @@
 #include <metronome/detail/wheel_core.hpp>
 #include <metronome/manual_clock.hpp>
 
+#include "platform.hpp"
+
 #include <algorithm>
-#include <time.h>
-#include <type_traits>
 
 namespace metronome::detail {
 
-// steady_clock::now() without the library call in between (it reads CLOCK_MONOTONIC too).
-clock::time_point wheel_core::now() const noexcept {
-  if (manual_) return manual_->now();
-  if constexpr (std::is_same_v<clock, std::chrono::steady_clock>) {
-    timespec ts;
-    ::clock_gettime(CLOCK_MONOTONIC, &ts);
-    return clock::time_point(std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec));
-  } else {
-    return clock::now();
-  }
-}
+clock::time_point wheel_core::now() const noexcept { return manual_ ? manual_->now() : platform::steady_now(); }
 
 void wheel_core::wake() noexcept {
   { std::lock_guard lk(mtx_); }
@@ -42,9 +32,8 @@ void wheel_core::on_time_advanced() {
 }
 
 // Brings the next tick's timeouts into this thread's cache while it waits for that tick,
-// so that the workers find them one core away (~45 ns on this kind of VM) rather than
-// in memory (~150 ns, paid one entry after another: each entry's link is in the one
-// before). The slot's list is walked from all its entry points side by side, so the
+// so that the workers find them in a nearby cache rather than in memory (a miss paid one
+// entry after another: each entry's link is in the one before). The slot's list is walked from all its entry points side by side, so the
 // cache misses overlap. The mutex is let go between groups of entry points: a cancel()
 // waits for one group at most. Returns whether it touched anything.
 bool wheel_core::touch_next_tick(std::unique_lock<std::mutex>& lk) noexcept {

@@ -10,6 +10,7 @@
 
 #include <metronome/detail/wheel_slots.hpp>
 
+#include <atomic>
 #include <bit>
 #include <stdexcept>
 #include <utility>
@@ -195,6 +196,30 @@ bool wheel_core::cancel_locked(wheel_entry* e, chain& fired) noexcept {
   unlink_locked(e);
   e->state_.store(wheel_entry::cancelled, std::memory_order_release);
   count_removed_locked(1);
+  return true;
+}
+
+// The same tests as cancel_locked(): only a linked entry whose deadline is still ahead
+// can move. Unlinked and linked again (at the tail of its new slot: a reset counts as a
+// new scheduling among equal deadlines), the node and its slot lists allocate nothing.
+bool wheel_core::reset_locked(wheel_entry* e, clock::duration delay, chain& fired) noexcept {
+  if (e->state() == wheel_entry::pending && e->slot_index_ == wheel_entry::no_slot)
+    drain_inbox_locked(fired); // it is still in the inbox: link it first
+  if (e->state() != wheel_entry::pending || e->slot_index_ == wheel_entry::no_slot || e->when_ <= elapsed_)
+    return false;
+  unlink_locked(e);
+  // An atomic store: handles read when_ without the mutex (deadline_passed).
+  std::atomic_ref<std::uint64_t>(e->when_).store(
+      delay <= clock::duration::zero() ? elapsed_ : deadline_tick(now(), delay), std::memory_order_relaxed);
+  if (e->when_ <= elapsed_) { // due now: to the executor, as insert() does
+    fire_locked(e, fired);
+    count_removed_locked(1);
+    return true;
+  }
+  link_locked(e, no_level);
+  // An earlier deadline than the timer thread sleeps until: wake it (it waits on the
+  // mutex we hold, so it sees the new link).
+  if (e->when_ < sleeping_until_.load(std::memory_order_relaxed)) cv_.notify_one();
   return true;
 }
 

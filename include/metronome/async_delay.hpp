@@ -1,3 +1,5 @@
+// async_delay and async_delay_until: Asio operations that wait on a metronome pool's
+// delay queue.
 #ifndef METRONOME_ASYNC_DELAY_HPP
 #define METRONOME_ASYNC_DELAY_HPP
 

@@ -1,3 +1,4 @@
+// The exceptions metronome throws: rejected_execution and cancelled_error.
 #ifndef METRONOME_ERRORS_HPP
 #define METRONOME_ERRORS_HPP
 

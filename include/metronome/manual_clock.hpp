@@ -1,3 +1,4 @@
+// manual_clock: a clock whose time moves only when a test moves it.
 #ifndef METRONOME_MANUAL_CLOCK_HPP
 #define METRONOME_MANUAL_CLOCK_HPP
 

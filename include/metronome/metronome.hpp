@@ -1,8 +1,10 @@
+// The umbrella header: every public header of metronome.
 #ifndef METRONOME_METRONOME_HPP
 #define METRONOME_METRONOME_HPP
 
 #include <metronome/async_delay.hpp>
 #include <metronome/errors.hpp>
+#include <metronome/latency_histogram.hpp>
 #include <metronome/manual_clock.hpp>
 #include <metronome/options.hpp>
 #include <metronome/scheduled_future.hpp>

@@ -1,10 +1,15 @@
+// The clock, and the options and policy types of pools, periodic tasks, serial executors
+// and wheels.
 #ifndef METRONOME_OPTIONS_HPP
 #define METRONOME_OPTIONS_HPP
+
+#include <metronome/latency_histogram.hpp>
 
 #include <chrono>
 #include <cstddef>
 #include <exception>
 #include <functional>
+#include <iosfwd>
 #include <string>
 
 namespace metronome {
@@ -69,6 +74,24 @@ struct pool_options {
   /// Time source: nullptr = `clock` (steady_clock); else a manual clock that must
   /// outlive the pool.
   manual_clock* time_source = nullptr;
+  /// Called on each worker thread (core and elastic) before it takes its first task.
+  /**
+   * The argument is the worker's number, the `<n>` of its name `<prefix>-<n>`: core
+   * threads are 1..threads, elastic threads get the next numbers (never reused while
+   * the pool lives). Use it for affinity, priority, a logging context. Empty (the
+   * default): nothing is called and nothing is paid. An exception it throws goes to
+   * `exception_handler` and the thread runs on as if the hook had returned.
+   */
+  std::function<void(std::size_t)> on_thread_start;
+  /// Called on each worker thread after its last task, just before the thread exits
+  /// (an elastic thread retiring, or every thread at termination).
+  /**
+   * Every stop hook has returned when `join()` (or the destructor) returns. A thread that
+   * a pool destroyed from inside one of its own tasks detaches runs it too, after that
+   * task; its exceptions are then printed to stderr (the pool is gone). Otherwise an
+   * exception goes to `exception_handler`. Empty: nothing is called.
+   */
+  std::function<void(std::size_t)> on_thread_stop;
 
   /// `n` threads, fixed.
   static pool_options fixed(std::size_t n) {
@@ -98,7 +121,18 @@ struct pool_stats {
   std::size_t completed = 0;         ///< tasks (and periodic runs) finished
   std::size_t rejected = 0;          ///< submissions refused, every policy counted
   std::size_t largest_pool_size = 0; ///< most threads alive at once
+  /// Ready-queue wait (from submission to start) of tasks of the typed API (`submit`,
+  /// a `schedule…` whose delay had already passed, a serial executor's `submit`), and of
+  /// a periodic task's first run when its initial delay is 0.
+  latency_histogram queue_wait;
+  /// Lateness (from due time to start) of delayed tasks and of every later run of a
+  /// periodic task: the timer's lateness plus the wait for a free worker.
+  latency_histogram lateness;
 };
+
+/// One compact line: every counter, then the two histograms (count, p50, p99, max by
+/// bucket bound).
+std::ostream& operator<<(std::ostream& os, const pool_stats& s);
 
 /// Options of a `serial_executor`.
 struct serial_options {

@@ -1,3 +1,4 @@
+// scheduled_future: the handle of a submitted or scheduled task.
 #ifndef METRONOME_SCHEDULED_FUTURE_HPP
 #define METRONOME_SCHEDULED_FUTURE_HPP
 
@@ -62,6 +63,29 @@ public:
    * (for a periodic run in progress: when that run returns). Wakes no worker.
    */
   bool cancel() noexcept { return task_ && task_->cancel(); }
+
+  /// Moves a task still waiting in the delay queue so that it falls due `delay` from now.
+  /**
+   * The idle-timeout pattern (restart on every read) and debouncing: the node stays
+   * where it is in memory and is re-keyed in the delay queue (a removal and an insert,
+   * O(log n), nothing allocated or freed). A delay <= 0 makes it due now.
+   *
+   * @returns true iff the task was still waiting in the delay queue and now has the new
+   * due time. false, with nothing changed, when the task is no longer waiting there:
+   * it fell due (it may be queued to run, running, or done), was cancelled, or its pool
+   * is gone; such a task is never revived: schedule a new one.
+   * A periodic task's next run moves; a fixed-rate grid then continues from the new due
+   * time. Like a new earliest task, an earlier due time wakes the pool's timed waiter;
+   * a later one wakes nobody. Equal due times keep the order of the calls that set them
+   * (a reset counts as a new submission).
+   *
+   * @par Thread Safety
+   * Safe from any thread, concurrently with the pool running or cancelling the task.
+   */
+  template <class Rep, class Period>
+  bool reset(std::chrono::duration<Rep, Period> delay) noexcept {
+    return task_ && task_->reset(detail::saturating_duration(delay));
+  }
 
   /// Whether the task ended by cancellation (including discard by a rejection policy).
   bool is_cancelled() const noexcept { return task_ && task_->phase() == detail::scheduled_task_base::cancelled; }

@@ -1,3 +1,4 @@
+// scheduled_thread_pool and pending_task.
 #ifndef METRONOME_SCHEDULED_THREAD_POOL_HPP
 #define METRONOME_SCHEDULED_THREAD_POOL_HPP
 

@@ -1,3 +1,5 @@
+// serial_executor: ordered (strand-like) execution over any Asio executor, with delayed
+// work.
 #ifndef METRONOME_SERIAL_EXECUTOR_HPP
 #define METRONOME_SERIAL_EXECUTOR_HPP
 

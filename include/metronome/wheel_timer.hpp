@@ -1,3 +1,4 @@
+// wheel_timer: a hierarchical timing wheel that fires timeouts onto an executor.
 #ifndef METRONOME_WHEEL_TIMER_HPP
 #define METRONOME_WHEEL_TIMER_HPP
 
@@ -169,6 +170,27 @@ public:
     /// Prevents the timeout from firing: true iff it had not started. Unlinks it from
     /// the wheel at once and frees its function; wakes nobody.
     bool cancel() noexcept { return e_ && e_->cancel(); }
+    /// Moves a timeout still waiting in the wheel so that it fires `delay` from now.
+    /**
+     * The idle-timeout pattern (restart on every read) at the cost of an unlink and a
+     * link: the same node moves to its new slot; nothing is allocated or freed (save,
+     * as for a new timeout, the rare growth of a level-0 slot's list of walk hints,
+     * whose failure is ignored).
+     * A delay <= 0 hands it to the executor now. Among equal deadlines it counts as
+     * scheduled now (it fires after those scheduled before).
+     *
+     * @returns true iff the timeout was still waiting in the wheel and now has the new
+     * deadline. false, with nothing changed, once it fell due (queued on the executor,
+     * running or done), was cancelled, or its wheel is stopped or gone: a timeout is
+     * never revived - schedule a new one.
+     *
+     * @par Thread Safety
+     * Safe from any thread, concurrently with the wheel firing or cancelling it.
+     */
+    template <class Rep, class Period>
+    bool reset(std::chrono::duration<Rep, Period> delay) noexcept {
+      return e_ && e_->reset(detail::saturating_duration(delay));
+    }
     bool is_cancelled() const noexcept { return e_ && e_->state() == detail::wheel_entry::cancelled; }
     /// Whether it fell due (queued on the executor, running or done).
     bool is_expired() const noexcept { return e_ && e_->is_due(); }

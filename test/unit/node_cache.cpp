@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <set>
 #include <thread>
 #include <vector>
@@ -17,6 +18,7 @@ using metronome::detail::node_allocate;
 using metronome::detail::node_cache_defer_frees;
 using metronome::detail::node_cache_empty_chunks;
 using metronome::detail::node_cache_mapped_bytes;
+using metronome::detail::node_cache_prepare_ahead;
 using metronome::detail::node_cache_trim;
 using metronome::detail::node_cache_trim_pending;
 using metronome::detail::node_deallocate;
@@ -70,6 +72,13 @@ bool ready_chunks_reach(std::size_t n) {
 // Takes more chunks than the cache keeps empty (8), so that all kept ones are used and
 // new ones are needed.
 constexpr std::size_t past_the_kept = 12 * (256u << 10) / 64;
+
+// Threads of this process (Linux: /proc/self/task).
+std::size_t live_threads() {
+  std::size_t n = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/task")) ++n;
+  return n;
+}
 
 void free_all(std::vector<void*>& v, std::size_t size) {
   for (void* p : v) node_deallocate(p, size);
@@ -173,10 +182,21 @@ BOOST_AUTO_TEST_CASE(a_thread_s_cache_is_handed_back_at_exit) {
   BOOST_TEST(node_cache_mapped_bytes() <= settled + 512 * 1024);
 }
 
-// A thread that takes new chunks finds them mapped and populated: the background
-// thread keeps two ready while there is demand.
+// By default the cache starts no thread of its own: taking new chunks maps them on the
+// allocating thread and prepares none ahead.
+BOOST_AUTO_TEST_CASE(no_background_thread_by_default) {
+  if (!cache_on()) return;
+  const std::size_t threads_before = live_threads();
+  auto v = allocate_n(past_the_kept, 64);
+  BOOST_TEST(live_threads() == threads_before);
+  free_all(v, 64);
+}
+
+// With prepare-ahead on, a thread that takes new chunks finds them mapped and
+// populated: the background thread keeps two ready while there is demand.
 BOOST_AUTO_TEST_CASE(new_chunks_are_prepared_in_the_background) {
   if (!cache_on()) return;
+  node_cache_prepare_ahead(true);
   auto v = allocate_n(past_the_kept, 64);
   BOOST_TEST(ready_chunks_reach(2));
   free_all(v, 64);
@@ -186,6 +206,7 @@ BOOST_AUTO_TEST_CASE(new_chunks_are_prepared_in_the_background) {
 // starts it (the parent's, running at the fork, is not copied).
 BOOST_AUTO_TEST_CASE(a_forked_child_prepares_its_own_chunks) {
   if (!cache_on() || thread_sanitizer) return; // TSan refuses threads started after fork()
+  node_cache_prepare_ahead(true);
   auto v = allocate_n(past_the_kept, 64); // the parent's background thread is running
   BOOST_REQUIRE(ready_chunks_reach(2));
   const pid_t pid = ::fork();

@@ -1,3 +1,4 @@
+// The pool's delay queue: a 4-ary heap of timed nodes keyed by (due, sequence).
 #ifndef METRONOME_DETAIL_DELAY_HEAP_HPP
 #define METRONOME_DETAIL_DELAY_HEAP_HPP
 

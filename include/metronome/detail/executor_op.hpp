@@ -1,3 +1,4 @@
+// The node of fire-and-forget executor work (execute, post, defer).
 #ifndef METRONOME_DETAIL_EXECUTOR_OP_HPP
 #define METRONOME_DETAIL_EXECUTOR_OP_HPP
 

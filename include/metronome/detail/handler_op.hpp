@@ -1,3 +1,5 @@
+// handler_op: the completion handler an asynchronous operation holds, and its
+// completion.
 #ifndef METRONOME_DETAIL_HANDLER_OP_HPP
 #define METRONOME_DETAIL_HANDLER_OP_HPP
 

@@ -1,3 +1,5 @@
+// internal_post_scope: marks the library's own completions posted to a pool as internal
+// work.
 #ifndef METRONOME_DETAIL_INTERNAL_POST_HPP
 #define METRONOME_DETAIL_INTERNAL_POST_HPP
 

@@ -1,3 +1,4 @@
+// The node cache's interface: task node memory, and the allocator executors use for it.
 #ifndef METRONOME_DETAIL_NODE_CACHE_HPP
 #define METRONOME_DETAIL_NODE_CACHE_HPP
 
@@ -17,7 +18,8 @@ namespace metronome::detail {
 // whole free list, or carves new nodes off its own chunk (no lock). A chunk whose
 // nodes are all back is empty: up to 8 are kept for reuse, the rest unmapped (from a
 // pool worker: when it is idle, see node_cache_defer_frees). Larger nodes go straight
-// to operator new; AddressSanitizer builds use operator new for every node.
+// to operator new; with the CMake option METRONOME_NODE_CACHE=OFF, and in
+// AddressSanitizer builds, every node is a plain operator new.
 void* node_allocate(std::size_t size);
 void node_deallocate(void* p, std::size_t size) noexcept;
 // For the calling thread: chunks that empty beyond the kept ones stay mapped instead
@@ -34,11 +36,18 @@ bool node_cache_trim_pending() noexcept;
 // between bursts keeps its chunks instead of unmapping and faulting them in again each
 // time (and a munmap interrupts the other cores to flush their TLBs).
 inline constexpr std::chrono::milliseconds node_cache_trim_delay{20};
-// Bytes of chunks mapped now (in use, partly free, or empty and kept); 0 under ASan.
+// Bytes of chunks mapped now (in use, partly free, or empty and kept); 0 with the cache off.
 std::size_t node_cache_mapped_bytes() noexcept;
 // Empty chunks ready for use: kept ones, and up to two that a background thread maps
-// and populates ahead of threads that need new chunks; 0 under ASan.
+// and populates ahead of threads that need new chunks (prepare-ahead on only); 0 with
+// the cache off.
 std::size_t node_cache_empty_chunks() noexcept;
+// Lets the node cache start its one background thread (at idle priority), which maps
+// and populates chunks ahead of threads that need new ones, so that page faults are
+// taken off the allocating threads. Off by default (the CMake option
+// METRONOME_NODE_CACHE_PREPARE_AHEAD turns it on by default); turning it off stops
+// nothing already started, only new demand no longer reaches the thread.
+void node_cache_prepare_ahead(bool on) noexcept;
 
 // std::allocator<void> in an executor means "use the recycling cache".
 template <class T>

@@ -1,3 +1,4 @@
+// When a periodic task runs next: the missed-tick arithmetic as a pure function.
 #ifndef METRONOME_DETAIL_PERIODIC_HPP
 #define METRONOME_DETAIL_PERIODIC_HPP
 
@@ -7,7 +8,7 @@
 namespace metronome::detail {
 
 // When a periodic task runs next, as a pure function of its schedule and of the run that
-// just ended (tested directly in test/unit/periodic.cpp):
+// just ended (tested through the pool in test/unit/scheduled_thread_pool.cpp):
 //   fixed delay: the end of the run + period;
 //   fixed rate, run started on time: previous due + period, under every policy;
 //   late (the next grid point is already past): burst -> previous due + period (runs

@@ -1,3 +1,4 @@
+// Pool anchors: where a handle finds its pool, or learns that it is gone.
 #ifndef METRONOME_DETAIL_POOL_ANCHOR_HPP
 #define METRONOME_DETAIL_POOL_ANCHOR_HPP
 

@@ -1,3 +1,4 @@
+// pool_core: the engine behind scheduled_thread_pool.
 #ifndef METRONOME_DETAIL_POOL_CORE_HPP
 #define METRONOME_DETAIL_POOL_CORE_HPP
 
@@ -14,6 +15,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -31,6 +33,30 @@ namespace metronome::detail {
 void init_library_thread(std::string name) noexcept;
 
 struct worker;
+
+// The counters behind pool_stats::queue_wait and ::lateness.
+struct latency_counters {
+  std::atomic<std::uint64_t> queue_wait[latency_histogram::bucket_count] = {};
+  std::atomic<std::uint64_t> lateness[latency_histogram::bucket_count] = {};
+
+  // Only the owning thread writes (a worker's own counters).
+  static void bump_owned(std::atomic<std::uint64_t>& c) noexcept {
+    c.store(c.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  }
+  void add_to(pool_stats& s) const noexcept {
+    for (std::size_t b = 0; b < latency_histogram::bucket_count; ++b) {
+      s.queue_wait.add_to_bucket(b, queue_wait[b].load(std::memory_order_relaxed));
+      s.lateness.add_to_bucket(b, lateness[b].load(std::memory_order_relaxed));
+    }
+  }
+  // Moves these counts into `into` (a retiring worker's into the pool's).
+  void move_to(latency_counters& into) noexcept {
+    for (std::size_t b = 0; b < latency_histogram::bucket_count; ++b) {
+      into.queue_wait[b].fetch_add(queue_wait[b].exchange(0, std::memory_order_relaxed), std::memory_order_relaxed);
+      into.lateness[b].fetch_add(lateness[b].exchange(0, std::memory_order_relaxed), std::memory_order_relaxed);
+    }
+  }
+};
 
 // The engine behind scheduled_thread_pool: a lock-free ready queue, a delay heap
 // under one mutex with leader-follower waiting, and worker threads that spin briefly
@@ -86,6 +112,9 @@ public:
   // The canceller of a task that on_cancelled_locked() took out of the heap has run its
   // completions: the pool, kept from terminating until now, may go idle.
   void cancel_delivered() noexcept;
+  // reset() support, caller holds mtx_: if t is pending in the heap, re-keys it to be due
+  // `delay` from now and returns true.
+  bool on_reset_locked(scheduled_task_base* t, clock::duration delay) noexcept;
 
   // Runs a scheduled task once on the calling thread (caller_runs, pending_task).
   static void run_detached(scheduled_task_base* t) noexcept;
@@ -147,10 +176,13 @@ private:
   friend struct worker;
 
   void start_worker(bool core);
+  static void run_thread_hook(const std::function<void(std::size_t)>& hook, std::size_t id,
+                              pool_core* pool) noexcept;
   void worker_main(worker& w);
   task_base* next_task(worker& w);
   task_base* park(worker& w, std::unique_lock<std::mutex>& lk);
   void run_task(worker& w, task_base* t) noexcept;
+  void record_start(const timed_node* t, clock::time_point started) noexcept;
   void reschedule(scheduled_task_base* t, clock::time_point started) noexcept;
   void end_periodic(scheduled_task_base* t, std::exception_ptr e) noexcept;
   void wake_one() noexcept;
@@ -223,6 +255,9 @@ private:
   std::atomic<std::size_t> largest_{0};
   std::atomic<std::size_t> rejected_{0};
   std::atomic<std::size_t> retired_completed_{0};
+  // Start-time histograms recorded off the pool's workers (a serial executor's drain on
+  // another executor) and those of retired workers; workers keep their own.
+  latency_counters shared_latency_;
   std::atomic<long> tracked_work_{0};
   std::atomic<int> calls_{0}; // debug builds: threads inside post/submit/add_wait (see close())
 };

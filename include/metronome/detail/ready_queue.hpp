@@ -1,3 +1,4 @@
+// The pool's ready queue: an intrusive MPSC queue of task nodes with a consumer lock.
 #ifndef METRONOME_DETAIL_READY_QUEUE_HPP
 #define METRONOME_DETAIL_READY_QUEUE_HPP
 

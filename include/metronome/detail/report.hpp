@@ -1,3 +1,4 @@
+// Reporting exceptions of user code to a handler or stderr.
 #ifndef METRONOME_DETAIL_REPORT_HPP
 #define METRONOME_DETAIL_REPORT_HPP
 

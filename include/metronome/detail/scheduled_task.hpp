@@ -1,3 +1,4 @@
+// Scheduled task nodes: one-shot and periodic tasks with a handle, and their results.
 #ifndef METRONOME_DETAIL_SCHEDULED_TASK_HPP
 #define METRONOME_DETAIL_SCHEDULED_TASK_HPP
 
@@ -101,6 +102,7 @@ public:
 
   // Handle-side operations (src/scheduled_task.cpp).
   bool cancel() noexcept;
+  bool reset(clock::duration delay) noexcept; // re-key in the delay queue (see scheduled_future::reset)
   void wait() const;
   bool wait_until(clock::time_point real_deadline) const;
   clock::duration delay() const noexcept;

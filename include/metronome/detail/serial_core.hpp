@@ -1,3 +1,4 @@
+// serial_core: the queue drain behind serial_executor.
 #ifndef METRONOME_DETAIL_SERIAL_CORE_HPP
 #define METRONOME_DETAIL_SERIAL_CORE_HPP
 

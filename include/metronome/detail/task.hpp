@@ -1,3 +1,4 @@
+// task_base: the node every piece of work in a pool is, and its kinds.
 #ifndef METRONOME_DETAIL_TASK_HPP
 #define METRONOME_DETAIL_TASK_HPP
 
@@ -55,6 +56,9 @@ struct timed_node : task_base {
 
   // The two small fields first: they sit in task_base's tail padding.
   bool callable_alive_ = false; // scheduled tasks: the callable is constructed
+  // This run waited for a due time (it went through the delay heap, or is a periodic
+  // run): its start counts as lateness in the pool's stats, else as queue wait.
+  bool timed_ = false;
   heap_index_t heap_index_ = not_in_heap;
   // Written under the pool mutex; read by handles (delay()) without it. The FIFO
   // sequence number of equal due times lives in the heap entry only.

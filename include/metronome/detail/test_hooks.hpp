@@ -1,3 +1,4 @@
+// Test hooks at the engine's hand-over points (only with METRONOME_TEST_HOOKS).
 #ifndef METRONOME_DETAIL_TEST_HOOKS_HPP
 #define METRONOME_DETAIL_TEST_HOOKS_HPP
 

@@ -1,3 +1,4 @@
+// wheel_core and wheel_entry: the engine behind wheel_timer and its timeout nodes.
 #ifndef METRONOME_DETAIL_WHEEL_CORE_HPP
 #define METRONOME_DETAIL_WHEEL_CORE_HPP
 
@@ -44,6 +45,8 @@ public:
   }
   std::uint32_t state() const noexcept { return state_.load(std::memory_order_acquire); }
   bool cancel() noexcept;
+  // Moves a pending, linked entry to a new deadline (see wheel_timer::timeout::reset).
+  bool reset(clock::duration delay) noexcept;
   // Never fires: destroys the callable (or completes the handler with operation_aborted).
   void drop() noexcept { complete_(this, drop_action); }
   // The executor ran (run) or discarded (!run) the due entry; drops the queue's reference.
@@ -131,6 +134,9 @@ public:
   void insert(wheel_entry* e, clock::duration delay);
   // From a handle: unlinks e if its wheel still holds it. The wheel may be gone.
   static bool cancel(wheel_entry* e) noexcept;
+  // From a handle: moves e to deadline now + delay if its wheel still holds it (an
+  // unlink and a link; delay <= 0: handed to the executor now). The wheel may be gone.
+  static bool reset(wheel_entry* e, clock::duration delay) noexcept;
   // A timeout threw: to its wheel's exception handler, or (none, or the wheel is gone)
   // to the pool running it, else stderr.
   static void report(const wheel_entry* e, std::exception_ptr x) noexcept;
@@ -218,6 +224,7 @@ private:
   void advance_locked(std::uint64_t now_tick, chain& fired) noexcept;
   void fire_locked(wheel_entry* e, chain& fired) noexcept;
   bool cancel_locked(wheel_entry* e, chain& fired) noexcept;
+  bool reset_locked(wheel_entry* e, clock::duration delay, chain& fired) noexcept;
   void dispatch(chain& fired) noexcept;
   void wake() noexcept;
   void run();

@@ -1,3 +1,4 @@
+// scheduled_thread_pool::executor_type: the pool's Asio executor.
 #ifndef METRONOME_IMPL_POOL_EXECUTOR_HPP
 #define METRONOME_IMPL_POOL_EXECUTOR_HPP
 

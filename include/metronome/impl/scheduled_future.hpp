@@ -1,3 +1,4 @@
+// Template bodies of scheduled_future (get, wait, async_wait).
 #ifndef METRONOME_IMPL_SCHEDULED_FUTURE_HPP
 #define METRONOME_IMPL_SCHEDULED_FUTURE_HPP
 

@@ -1,3 +1,4 @@
+// Template bodies of scheduled_thread_pool's submit and schedule calls.
 #ifndef METRONOME_IMPL_SCHEDULED_THREAD_POOL_HPP
 #define METRONOME_IMPL_SCHEDULED_THREAD_POOL_HPP
 

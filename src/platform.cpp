@@ -1,0 +1,86 @@
+// The system-specific calls of src/platform.hpp: Linux, and the portable fallbacks.
+#include "platform.hpp"
+
+#include <chrono>
+#include <cstdint>
+#include <new>
+#include <type_traits>
+
+#ifdef METRONOME_PLATFORM_LINUX
+#include <pthread.h>
+#include <sched.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <time.h>
+
+#include <cstring>
+#endif
+
+namespace metronome::detail::platform {
+
+#ifdef METRONOME_PLATFORM_LINUX
+
+void name_this_thread(const char* name) noexcept {
+  char shortened[16];
+  const std::size_t n = std::strlen(name);
+  const char* tail = n > 15 ? name + (n - 15) : name; // the end says most: "...-worker-3"
+  std::strncpy(shortened, tail, sizeof shortened - 1);
+  shortened[sizeof shortened - 1] = '\0';
+  ::pthread_setname_np(::pthread_self(), shortened);
+}
+
+void wake_on_time() noexcept { ::prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL); }
+
+void run_at_idle_priority() noexcept {
+  sched_param none{};
+  (void)::sched_setscheduler(0, SCHED_IDLE, &none);
+}
+
+clock::time_point steady_now() noexcept {
+  if constexpr (std::is_same_v<clock, std::chrono::steady_clock>) {
+    timespec ts;
+    ::clock_gettime(CLOCK_MONOTONIC, &ts); // what steady_clock::now() reads
+    return clock::time_point(std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec));
+  } else {
+    return clock::now();
+  }
+}
+
+void* allocate_aligned_pages(std::size_t bytes) {
+  // Over-map, keep the aligned part.
+  void* p = ::mmap(nullptr, 2 * bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) throw std::bad_alloc();
+  const auto base = reinterpret_cast<std::uintptr_t>(p);
+  const std::uintptr_t aligned = (base + bytes - 1) & ~std::uintptr_t(bytes - 1);
+  if (aligned != base) ::munmap(p, aligned - base);
+  if (const std::size_t tail = bytes - (aligned - base)) ::munmap(reinterpret_cast<void*>(aligned + bytes), tail);
+  return reinterpret_cast<void*>(aligned);
+}
+
+void free_aligned_pages(void* p, std::size_t bytes) noexcept { ::munmap(p, bytes); }
+
+void populate_pages(void* p, std::size_t bytes) noexcept {
+#ifndef MADV_POPULATE_WRITE
+  constexpr int MADV_POPULATE_WRITE = 23;
+#endif
+  (void)::madvise(p, bytes, MADV_POPULATE_WRITE);
+}
+
+#else
+
+void name_this_thread(const char*) noexcept {}
+void wake_on_time() noexcept {}
+void run_at_idle_priority() noexcept {}
+clock::time_point steady_now() noexcept { return clock::now(); }
+
+void* allocate_aligned_pages(std::size_t bytes) { return ::operator new(bytes, std::align_val_t(bytes)); }
+
+void free_aligned_pages(void* p, std::size_t bytes) noexcept {
+  ::operator delete(p, bytes, std::align_val_t(bytes));
+}
+
+void populate_pages(void*, std::size_t) noexcept {}
+
+#endif
+
+} // namespace metronome::detail::platform
