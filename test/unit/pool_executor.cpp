@@ -1,5 +1,7 @@
 #include <metronome/scheduled_thread_pool.hpp>
 
+#include <metronome/serial_executor.hpp>
+
 #include "common/latch_task.hpp"
 #include "common/poll_until.hpp"
 
@@ -191,6 +193,39 @@ BOOST_AUTO_TEST_CASE(empty_function_on_the_executor_path_is_reported) {
   std::function<void()> empty;
   pool.get_executor().execute(empty);
   BOOST_TEST(invalid.load() == 1);
+}
+
+// asio::post/dispatch/defer wrap the handler before execute() sees it: a null function
+// pointer or an empty std::function inside is still reported as invalid_argument (a null
+// pointer used to crash the worker), on the pool and on a serial executor over it.
+BOOST_AUTO_TEST_CASE(empty_handlers_through_post_dispatch_and_defer_are_reported) {
+  std::atomic<int> invalid{0}, other{0};
+  metronome::pool_options o;
+  o.exception_handler = [&](std::exception_ptr e) {
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::invalid_argument&) {
+      ++invalid;
+    } catch (...) {
+      ++other;
+    }
+  };
+  {
+    scheduled_thread_pool pool(o);
+    auto serial = metronome::make_serial_executor(pool);
+    void (*null_fn)() = nullptr;
+    std::function<void()> empty;
+    asio::post(pool, null_fn);
+    asio::post(pool, empty);
+    asio::dispatch(pool.get_executor(), empty);
+    asio::defer(pool.get_executor(), null_fn);
+    asio::post(serial, null_fn);
+    asio::post(serial, empty);
+    pool.shutdown();
+    BOOST_TEST(pool.await_termination(std::chrono::seconds(10)));
+  }
+  BOOST_TEST(invalid.load() == 6);
+  BOOST_TEST(other.load() == 0);
 }
 
 BOOST_AUTO_TEST_CASE(io_context_handlers_post_onto_the_pool_and_back) {

@@ -4,6 +4,9 @@
 
 #include <metronome/options.hpp>
 
+#include <boost/asio/detail/bind_handler.hpp>
+
+
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -94,10 +97,19 @@ clock::duration saturating_duration(std::chrono::duration<Rep, Period> d) noexce
   return std::chrono::duration_cast<clock::duration>(d);
 }
 
-// True when a callable is observably empty (null pointer, empty std::function…).
+template <class F>
+inline constexpr bool is_asio_binder0 = false;
+template <class H>
+inline constexpr bool is_asio_binder0<boost::asio::detail::binder0<H>> = true;
+
+// True when a callable is observably empty (null pointer, empty std::function…), also
+// inside the wrapper asio::post/dispatch/defer put around a handler on its way to
+// execute(). (Behind a type-erased executor the handler cannot be seen: not checked.)
 template <class F>
 bool is_empty_callable(const F& f) noexcept {
-  if constexpr (std::is_pointer_v<F> || std::is_member_pointer_v<F>) {
+  if constexpr (is_asio_binder0<F>) {
+    return is_empty_callable(f.handler_);
+  } else if constexpr (std::is_pointer_v<F> || std::is_member_pointer_v<F>) {
     return f == nullptr;
   } else if constexpr (requires { static_cast<bool>(f == nullptr); }) {
     return static_cast<bool>(f == nullptr);
