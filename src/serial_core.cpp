@@ -99,7 +99,7 @@ void serial_core::abandon() noexcept {
 void serial_core::post_owed_drain() noexcept {
   // The tasks just queued keep this executor alive only until the drain runs them, which
   // may happen before the post returns: hold it until then.
-  const std::shared_ptr<serial_core> keep = shared_from_this();
+  const std::shared_ptr<serial_core> keep = weak_from_this().lock(); // owned by a shared_ptr: never empty
   hand_drain(drain_post::internal);
 }
 
