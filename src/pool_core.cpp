@@ -110,15 +110,10 @@ pool_core* pool_core::current() noexcept { return this_worker ? this_worker->poo
 void pool_core::report(const std::exception_ptr& e) noexcept {
   assert(e && "metronome: reporting a null exception");
   if (!e) return;
-  if (opts_.exception_handler) {
-    try {
-      opts_.exception_handler(e);
-    } catch (...) {
-      print_unhandled(std::current_exception(), "the pool's exception handler");
-    }
-    return;
-  }
-  print_unhandled(e, "task");
+  if (opts_.exception_handler)
+    call_exception_handler(opts_.exception_handler, e, "the pool's exception handler");
+  else
+    print_unhandled(e, "task");
 }
 
 void print_unhandled(const std::exception_ptr& e, const char* where) noexcept {

@@ -183,11 +183,7 @@ void serial_core::discard(task_base* t) noexcept {
 void serial_core::report(std::exception_ptr e) noexcept {
   if (!e) return;
   if (opts_.exception_handler) {
-    try {
-      opts_.exception_handler(e);
-    } catch (...) {
-      print_unhandled(std::current_exception(), "a serial executor's exception handler");
-    }
+    call_exception_handler(opts_.exception_handler, e, "a serial executor's exception handler");
   } else if (owner_pool_) {
     owner_pool_->report(e);
   } else {
