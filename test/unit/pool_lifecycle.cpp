@@ -48,7 +48,7 @@ namespace {
 }
 } // namespace
 
-BOOST_AUTO_TEST_SUITE(pool_lifecycle)
+BOOST_AUTO_TEST_SUITE(pool_lifecycle_suite)
 
 BOOST_AUTO_TEST_CASE(shutdown_rejects_new_work_and_runs_queued_work) {
   scheduled_thread_pool pool(1);
