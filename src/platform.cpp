@@ -11,9 +11,8 @@
 #include <sched.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
-#include <time.h>
-
 #include <cstring>
+#include <ctime>
 #endif
 
 namespace metronome::detail::platform {

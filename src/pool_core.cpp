@@ -57,7 +57,7 @@ std::uint32_t generation_of(pool_anchor* a) noexcept {
 
 } // namespace
 
-void init_library_thread(std::string name) noexcept {
+void init_library_thread(const std::string& name) noexcept {
   platform::name_this_thread(name.c_str());
   platform::wake_on_time(); // its timed waits are deadlines
 }
@@ -107,21 +107,16 @@ bool pool_core::running_in_this_thread() const noexcept { return this_worker != 
 
 pool_core* pool_core::current() noexcept { return this_worker ? this_worker->pool : nullptr; }
 
-void pool_core::report(std::exception_ptr e) noexcept {
+void pool_core::report(const std::exception_ptr& e) noexcept {
   assert(e && "metronome: reporting a null exception");
   if (!e) return;
-  if (opts_.exception_handler) {
-    try {
-      opts_.exception_handler(e);
-    } catch (...) {
-      print_unhandled(std::current_exception(), "the pool's exception handler");
-    }
-    return;
-  }
-  print_unhandled(e, "task");
+  if (opts_.exception_handler)
+    call_exception_handler(opts_.exception_handler, e, "the pool's exception handler");
+  else
+    print_unhandled(e, "task");
 }
 
-void print_unhandled(std::exception_ptr e, const char* where) noexcept {
+void print_unhandled(const std::exception_ptr& e, const char* where) noexcept {
   if (!e) {
     std::fprintf(stderr, "metronome: unhandled error in %s (no exception object)\n", where);
     return;

@@ -110,7 +110,7 @@ timed_node* pool_core::queue_aborted_waits_locked(timed_node* gone) noexcept {
 
 void pool_core::discard_chain(timed_node* first) noexcept {
   while (first) {
-    timed_node* next = static_cast<timed_node*>(first->next_.load(std::memory_order_relaxed));
+    auto* next = static_cast<timed_node*>(first->next_.load(std::memory_order_relaxed));
     discard_task(first, "metronome: work dropped: the pool is shut down");
     first = next;
   }

@@ -2,16 +2,15 @@
 #include <metronome/detail/pool_core.hpp>
 #include <metronome/detail/report.hpp>
 
-
 namespace metronome::detail {
 
 pool_core* current_pool() noexcept { return pool_core::current(); }
 
-void report_here(std::exception_ptr e, const char* where) noexcept {
+void report_here(const std::exception_ptr& e, const char* where) noexcept {
   if (pool_core* p = current_pool())
-    p->report(std::move(e));
+    p->report(e);
   else
-    print_unhandled(std::move(e), where);
+    print_unhandled(e, where);
 }
 
 void call_exception_handler(const std::function<void(std::exception_ptr)>& handler, std::exception_ptr e,

@@ -99,7 +99,7 @@ void serial_core::abandon() noexcept {
 void serial_core::post_owed_drain() noexcept {
   // The tasks just queued keep this executor alive only until the drain runs them, which
   // may happen before the post returns: hold it until then.
-  const std::shared_ptr<serial_core> keep = shared_from_this();
+  const std::shared_ptr<serial_core> keep = weak_from_this().lock(); // owned by a shared_ptr: never empty
   hand_drain(drain_post::internal);
 }
 
@@ -183,11 +183,7 @@ void serial_core::discard(task_base* t) noexcept {
 void serial_core::report(std::exception_ptr e) noexcept {
   if (!e) return;
   if (opts_.exception_handler) {
-    try {
-      opts_.exception_handler(e);
-    } catch (...) {
-      print_unhandled(std::current_exception(), "a serial executor's exception handler");
-    }
+    call_exception_handler(opts_.exception_handler, e, "a serial executor's exception handler");
   } else if (owner_pool_) {
     owner_pool_->report(e);
   } else {

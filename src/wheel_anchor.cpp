@@ -178,7 +178,7 @@ void wheel_core::report(const wheel_entry* e, std::exception_ptr x) noexcept {
   if (handler)
     call_exception_handler(*handler, std::move(x), "wheel_timer exception handler");
   else
-    report_here(std::move(x), "timeout");
+    report_here(x, "timeout");
 }
 
 bool wheel_core::deadline_passed(const wheel_entry* e) noexcept {

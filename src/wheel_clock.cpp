@@ -39,7 +39,7 @@ void wheel_core::on_time_advanced() {
 bool wheel_core::touch_next_tick(std::unique_lock<std::mutex>& lk) noexcept {
   const std::uint64_t tick = elapsed_ + 1;
   if (marks_.empty() || touched_ >= tick) return false;
-  const std::size_t index = static_cast<std::size_t>(tick & mask_);
+  const auto index = static_cast<std::size_t>(tick & mask_);
   if (slots_[index].count < touch_at_least) return false;
   touched_ = tick;
   touched_entries_ = 0;

@@ -236,7 +236,7 @@ void wheel_core::step_locked(std::uint64_t tick, chain& fired) noexcept {
     if (slots_[cascading(level)].count != 0) start_cascade_locked(level, fired);
     progress_cascade_locked(level, fired);
   }
-  const std::size_t index = static_cast<std::size_t>(tick & mask_);
+  const auto index = static_cast<std::size_t>(tick & mask_);
   slot_list& list = slots_[index];
   if (list.count == 0) return;
   slot_list taken = std::exchange(list, slot_list{});

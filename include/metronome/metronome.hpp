@@ -10,6 +10,7 @@
 #include <metronome/scheduled_future.hpp>
 #include <metronome/scheduled_thread_pool.hpp>
 #include <metronome/serial_executor.hpp>
+#include <metronome/version.hpp>
 #include <metronome/wheel_timer.hpp>
 
 #endif

@@ -72,6 +72,14 @@ private:
   alignas(F) unsigned char storage_[sizeof(F)];
 };
 
+// A timeout whose function captures one pointer is one 64-byte node (no vtable; small
+// fields in the task header's padding; Itanium C++ ABI layout, as g++ and clang use).
+struct one_pointer_timeout {
+  void* p;
+  void operator()() const {}
+};
+static_assert(sizeof(wheel_task<one_pointer_timeout>) <= 64, "metronome: a small timeout is one 64-byte node");
+
 template <class Handler>
 class wheel_wait_op final : public wheel_entry,
                             public handler_op<wheel_wait_op<Handler>, Handler, boost::asio::any_io_executor> {

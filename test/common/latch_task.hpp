@@ -1,3 +1,4 @@
+// Test fixtures that block and count: a gate, a counter, and a worker held busy.
 #ifndef METRONOME_TEST_LATCH_TASK_HPP
 #define METRONOME_TEST_LATCH_TASK_HPP
 
@@ -49,6 +50,18 @@ private:
   std::condition_variable cv_;
   int value_ = 0;
 };
+
+// Blocks one of the pool's workers (in a pool of one: the only one) inside a task until
+// `release` opens; returns once the task is running (false if it did not start within
+// 20 s). `started` counts the task's start.
+template <class Pool>
+bool occupy_worker(Pool& pool, gate& release, counter& started) {
+  pool.submit([&release, &started] {
+    started.add();
+    release.wait();
+  });
+  return started.wait_for_at_least(1);
+}
 
 } // namespace metronome::test
 

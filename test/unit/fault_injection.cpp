@@ -91,7 +91,7 @@ int for_each_failure(Op&& op, Check&& check_unchanged) {
 
 } // namespace
 
-BOOST_AUTO_TEST_SUITE(fault_injection)
+BOOST_AUTO_TEST_SUITE(fault_injection_suite)
 
 BOOST_AUTO_TEST_CASE(schedule_throws_bad_alloc_with_nothing_queued) {
   scheduled_thread_pool pool(1);

@@ -77,7 +77,7 @@ struct recorder {
 
 } // namespace
 
-BOOST_AUTO_TEST_SUITE(handover)
+BOOST_AUTO_TEST_SUITE(handover_suite)
 
 // Park: a worker that saw an empty queue while spinning re-checks it under the mutex,
 // after raising sleepers_, before it waits. A producer that pushed in between (and found

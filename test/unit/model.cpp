@@ -943,7 +943,7 @@ outcome model_run::run() {
 
 } // namespace
 
-BOOST_AUTO_TEST_SUITE(model)
+BOOST_AUTO_TEST_SUITE(model_suite)
 
 BOOST_AUTO_TEST_CASE(one_thread_pool_on_a_manual_clock_follows_the_model) {
   const char* one = std::getenv("METRONOME_MODEL_SEED");

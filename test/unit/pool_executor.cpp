@@ -40,7 +40,7 @@ static_assert(asio::can_require<executor, asio::execution::outstanding_work_t::t
 static_assert(asio::can_prefer<executor, asio::execution::relationship_t::continuation_t>::value);
 static_assert(asio::can_query<executor, asio::execution::context_t>::value);
 
-BOOST_AUTO_TEST_SUITE(pool_executor)
+BOOST_AUTO_TEST_SUITE(pool_executor_suite)
 
 BOOST_AUTO_TEST_CASE(queries_and_requires_report_properties) {
   scheduled_thread_pool pool(2);

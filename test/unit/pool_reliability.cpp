@@ -81,11 +81,7 @@ struct reported {
 // A pool whose only worker is held inside a task until release().
 struct held_pool {
   explicit held_pool(pool_options o) : pool(std::move(o)) {
-    pool.submit([this] {
-      entered.add();
-      release_gate.wait();
-    });
-    BOOST_REQUIRE(entered.wait_for_at_least(1));
+    BOOST_REQUIRE(metronome::test::occupy_worker(pool, release_gate, entered));
   }
   void release() { release_gate.open(); }
   ~held_pool() { release(); }
@@ -104,7 +100,7 @@ std::size_t heap_in_use() {
 
 } // namespace
 
-BOOST_AUTO_TEST_SUITE(pool_reliability)
+BOOST_AUTO_TEST_SUITE(pool_reliability_suite)
 
 // ---------------------------------------------------------------- periodic exceptions
 

@@ -1340,7 +1340,7 @@ struct chaos_mode {
 BOOST_TEST_GLOBAL_FIXTURE(chaos_mode);
 #endif
 
-BOOST_AUTO_TEST_SUITE(stress)
+BOOST_AUTO_TEST_SUITE(stress_suite)
 
 // ---- the pool's lifecycle raced by producers
 

@@ -81,11 +81,7 @@ struct manual_wheel {
   }
   // Occupies the only pool thread until busy.open(): due timeouts queue behind it.
   void occupy_pool() {
-    pool.submit([this] {
-      busy_started.add();
-      busy.wait();
-    });
-    BOOST_REQUIRE(busy_started.wait_for_at_least(1));
+    BOOST_REQUIRE(metronome::test::occupy_worker(pool, busy, busy_started));
   }
   // What fired ran in id order (the tests number timeouts in scheduling order).
   void check_fired_in_id_order() {
@@ -111,14 +107,6 @@ void fires_each_on_its_tick(manual_wheel& w, const std::vector<long>& delays, lo
 }
 
 } // namespace
-
-// A timeout whose function captures one pointer is one 64-byte node (no vtable; small
-// fields in the task header's padding). Itanium C++ ABI layout (g++, clang).
-struct one_pointer_capture {
-  void* p;
-  void operator()() const {}
-};
-static_assert(sizeof(metronome::detail::wheel_task<one_pointer_capture>) <= 64);
 
 BOOST_AUTO_TEST_SUITE(wheel_timer_suite)
 
@@ -539,11 +527,7 @@ BOOST_AUTO_TEST_CASE(handles_outlive_the_wheel_with_timeouts_queued_on_the_execu
   wheel_options o;
   o.time_source = &clock;
   std::optional<wheel_timer> wheel(std::in_place, pool, o);
-  pool.submit([&] {
-    busy_started.add();
-    busy.wait();
-  });
-  BOOST_REQUIRE(busy_started.wait_for_at_least(1));
+  BOOST_REQUIRE(metronome::test::occupy_worker(pool, busy, busy_started));
   std::atomic<int> cancelled_runs{0};
   auto cancelled = wheel->schedule([&] { cancelled_runs.fetch_add(1); }, 1ms);
   auto kept = wheel->schedule([&] { ran.add(); }, 1ms);
@@ -628,11 +612,7 @@ BOOST_AUTO_TEST_CASE(a_throwing_timeout_goes_to_the_wheel_handler) {
   wheel->schedule([] { throw std::runtime_error("timeout"); }, 1ms);
   clock.advance(1ms);
   pool.submit([] {}).get(); // one thread: the timeout ran before
-  pool.submit([&] {
-    busy_started.add();
-    busy.wait();
-  });
-  BOOST_REQUIRE(busy_started.wait_for_at_least(1));
+  BOOST_REQUIRE(metronome::test::occupy_worker(pool, busy, busy_started));
   wheel->schedule([] { throw std::runtime_error("after the wheel"); }, 1ms);
   clock.advance(1ms); // queued behind the busy task
   wheel.reset();

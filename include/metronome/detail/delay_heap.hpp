@@ -54,8 +54,7 @@ public:
   template <class Pred, class F>
   void remove_if(Pred&& pred, F&& f) noexcept {
     std::size_t kept = 0;
-    for (std::size_t i = 0; i < entries_.size(); ++i) {
-      const entry e = entries_[i];
+    for (const entry e : entries_) { // writes only behind itself (kept <= the position read)
       if (pred(e.node)) {
         e.node->heap_index_ = not_in_heap;
         f(e.node);

@@ -83,8 +83,12 @@ protected:
       : alloc_(alloc_source::get(boost::asio::get_associated_allocator(h))), handler_(std::forward<H>(h)),
         executor_(boost::asio::get_associated_executor(handler_, ex)) {}
   ~handler_op() = default;
+
+public:
   handler_op(const handler_op&) = delete;
   handler_op& operator=(const handler_op&) = delete;
+
+protected:
 
   const executor_type& handler_executor() const noexcept { return executor_; }
 

@@ -30,7 +30,7 @@ namespace metronome::detail {
 
 // Names the calling library thread (the last 15 characters) and sets its timer slack to
 // 1 ns, so that its timed waits (ticks, heap deadlines) end on time.
-void init_library_thread(std::string name) noexcept;
+void init_library_thread(const std::string& name) noexcept;
 
 struct worker;
 
@@ -162,7 +162,7 @@ public:
   void note_rejected() noexcept { rejected_.fetch_add(1); } // work refused on the pool's behalf
   std::size_t thread_count() const noexcept { return threads_.load(std::memory_order_relaxed); }
 
-  void report(std::exception_ptr e) noexcept;
+  void report(const std::exception_ptr& e) noexcept;
 
   void on_time_advanced() override;
 

@@ -67,7 +67,7 @@ constexpr std::size_t slot_in_level(std::uint64_t when, std::uint64_t elapsed, s
 constexpr std::size_t next_occupied(const std::uint64_t* words, std::size_t word_count, std::size_t from,
                                     std::size_t slots) noexcept {
   const std::size_t first = from / 64;
-  const unsigned bit = static_cast<unsigned>(from % 64);
+  const auto bit = static_cast<unsigned>(from % 64);
   if (const std::uint64_t w = words[first] & (~std::uint64_t(0) << bit))
     return first * 64 + static_cast<std::size_t>(std::countr_zero(w));
   for (std::size_t i = 1; i < word_count; ++i) {

@@ -223,7 +223,7 @@ private:
 };
 
 inline scheduled_thread_pool::executor_type scheduled_thread_pool::get_executor() noexcept {
-  return executor_type(this, std::allocator<void>());
+  return {this, std::allocator<void>()};
 }
 
 inline scheduled_thread_pool::executor_type scheduled_thread_pool::executor() noexcept { return get_executor(); }
