@@ -1542,9 +1542,8 @@ BOOST_AUTO_TEST_CASE(join_after_shutdown_with_coroutines_on_strands) {
              [](std::uint64_t seed, errors& errs) { return coroutine_join_round(seed, errs); });
 }
 
-// ---- last: over non-metronome executors a throwing periodic serial task is reported
-// through the default timing pool's handler; on this branch that crashes the process
-// (a null exception_ptr rethrown), so these run after everything else.
+// ---- serial executors over non-metronome executors: a throwing periodic serial task is
+// reported through the shared timing pool's handler.
 
 BOOST_AUTO_TEST_CASE(serial_over_an_asio_thread_pool) {
   run_rounds("serial over asio::thread_pool", 5, budget(ms(2500, 4000), 2, 100000),
