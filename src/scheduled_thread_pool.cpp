@@ -1,5 +1,6 @@
 #include <metronome/scheduled_thread_pool.hpp>
 
+#include <metronome/detail/pool_locator.hpp>
 #include <metronome/detail/report.hpp>
 
 #include <stdexcept>
@@ -12,6 +13,7 @@ scheduled_thread_pool::scheduled_thread_pool(std::size_t threads)
 scheduled_thread_pool::scheduled_thread_pool(pool_options options)
     : core_(std::make_unique<detail::pool_core>(std::move(options))) {
   core_->set_context(this);
+  boost::asio::make_service<detail::pool_locator>(*this, *core_);
 }
 
 scheduled_thread_pool::~scheduled_thread_pool() {
