@@ -218,6 +218,17 @@ void pool_core::cancel_wait(wait_node* n) noexcept {
   push_ready(n);
 }
 
+bool pool_core::withdraw_wait(pool_anchor* anchor, std::uint32_t generation, wait_node* n) noexcept {
+  std::lock_guard lk(anchor->mtx);
+  pool_core* core = anchor->core.load(std::memory_order_relaxed);
+  if (!core || anchor->generation != generation || n->heap_index_ == not_in_heap) return false;
+  const bool was_head = n->heap_index_ == 0;
+  core->heap_.remove(n);
+  if (was_head) core->update_next_due_locked();
+  core->heap_.shrink_if_sparse();
+  return true;
+}
+
 // ---------------------------------------------------------------- running scheduled tasks
 
 void pool_core::run_scheduled(scheduled_task_base* t) noexcept {
