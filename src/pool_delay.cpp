@@ -288,7 +288,9 @@ void pool_core::reschedule(scheduled_task_base* t, clock::time_point started) no
   const clock::time_point current = now();
   const task_extras& x = t->extras();
   const clock::time_point next =
-      next_periodic_due(x.fixed_delay, x.periodic.missed, x.period, t->due(), started, current);
+      x.periodic.jitter > 0.0
+          ? next_jittered_due(t->extras(), t->due(), started, current)
+          : next_periodic_due(x.fixed_delay, x.periodic.missed, x.period, t->due(), started, current);
 
   std::unique_lock lk(mtx_);
   const bool stop = stopped_.load() || closing_ || (shutdown_.load() && !opts_.continue_periodic_after_shutdown);
