@@ -175,6 +175,13 @@ void pool_core::on_time_advanced() {
   post_owed_drains(owed);
 }
 
+bool pool_core::quiescent(clock::time_point& next_due) noexcept {
+  std::lock_guard lk(mtx_);
+  if (awake_ > 0 || in_transit_ > 0 || !ready_.empty()) return false;
+  if (!heap_.empty()) next_due = heap_.top()->due();
+  return true;
+}
+
 bool pool_core::on_cancelled_locked(scheduled_task_base* t) noexcept {
   if (t->heap_index_ == not_in_heap) return false; // queued elsewhere: dropped when taken
   const bool was_head = t->heap_index_ == 0;

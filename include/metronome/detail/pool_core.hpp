@@ -34,6 +34,13 @@ void init_library_thread(std::string name) noexcept;
 class clock_listener {
 public:
   virtual void on_time_advanced() = 0;
+  // Auto-advance: false while any of this listener's threads is awake or work is ready;
+  // else true, with `next_due` lowered to its earliest timed work (if any). Called
+  // under the clock's mutex; takes the listener's own.
+  virtual bool quiescent(clock::time_point& next_due) noexcept {
+    (void)next_due;
+    return true;
+  }
 
 protected:
   ~clock_listener() = default;
@@ -129,6 +136,7 @@ public:
   void report(std::exception_ptr e) noexcept;
 
   void on_time_advanced() override;
+  bool quiescent(clock::time_point& next_due) noexcept override;
 
   // fork(): the child has none of this pool's threads. The prepare/parent/child hooks
   // of the process-wide timing pool (default_timer_pool()) call these.
