@@ -15,16 +15,57 @@ void manual_clock::advance(duration d) {
   auto now = now_.load(std::memory_order_relaxed);
   auto step = d.count();
   auto next = step > std::numeric_limits<clock::rep>::max() - now ? std::numeric_limits<clock::rep>::max() : now + step;
-  now_.store(next, std::memory_order_release);
-  for (auto* l : listeners_) l->on_time_advanced();
+  set_locked(next);
 }
 
 void manual_clock::advance_to(time_point t) {
   std::lock_guard lk(mtx_);
   if (t.time_since_epoch().count() < now_.load(std::memory_order_relaxed))
     throw std::invalid_argument("metronome: manual_clock cannot go back");
-  now_.store(t.time_since_epoch().count(), std::memory_order_release);
+  set_locked(t.time_since_epoch().count());
+}
+
+void manual_clock::set_locked(clock::rep t) {
+  now_.store(t, std::memory_order_release);
   for (auto* l : listeners_) l->on_time_advanced();
+}
+
+// Under mtx_, which every decision and every advance takes, so decisions are serialised.
+// Each listener answers under its own mutex; a pool thread that calls idle_point() has
+// already counted itself as parked, so two pools going idle at once cannot each see the
+// other busy and both wait (docs/design.md, "Auto-advance").
+void manual_clock::check_idle_locked() {
+  if (!auto_.load(std::memory_order_relaxed) || holds_ > 0) return;
+  clock::time_point earliest = clock::time_point::max();
+  for (auto* l : listeners_) {
+    clock::time_point due = clock::time_point::max();
+    if (!l->quiescent(due)) return;
+    if (due < earliest) earliest = due;
+  }
+  if (earliest == clock::time_point::max()) return; // no timed work: nothing to jump to
+  if (earliest.time_since_epoch().count() > now_.load(std::memory_order_relaxed))
+    set_locked(earliest.time_since_epoch().count());
+}
+
+void manual_clock::set_auto_advance(bool on) {
+  std::lock_guard lk(mtx_);
+  auto_.store(on, std::memory_order_release);
+  check_idle_locked();
+}
+
+void manual_clock::idle_point() {
+  std::lock_guard lk(mtx_);
+  check_idle_locked();
+}
+
+manual_clock::hold_guard::hold_guard(manual_clock& c) noexcept : c_(c) {
+  std::lock_guard lk(c_.mtx_);
+  ++c_.holds_;
+}
+
+manual_clock::hold_guard::~hold_guard() {
+  std::lock_guard lk(c_.mtx_);
+  if (--c_.holds_ == 0) c_.check_idle_locked();
 }
 
 void manual_clock::attach(detail::clock_listener* l) {

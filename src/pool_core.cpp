@@ -302,6 +302,17 @@ task_base* pool_core::park(worker& w, std::unique_lock<std::mutex>& lk) {
       return retry_marker;
     }
 
+    if (manual_ && manual_->auto_advance() && awake_ == 1 && in_transit_ == 0) {
+      // The last awake worker, about to park: count itself parked, and let the clock
+      // decide (its mutex before ours: ours is released). Then look again.
+      --awake_;
+      lk.unlock();
+      manual_->idle_point();
+      lk.lock();
+      ++awake_;
+      if (!ready_.empty()) return retry_marker;
+      if (!heap_.empty() && heap_.top()->due() <= now()) continue;
+    }
     --awake_;
     bool timed_out = false;
     if (!heap_.empty() && !manual_ && leader_ == nullptr) {

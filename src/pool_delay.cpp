@@ -199,6 +199,13 @@ void pool_core::on_time_advanced() {
   post_owed_drains(owed);
 }
 
+bool pool_core::quiescent(clock::time_point& next_due) noexcept {
+  std::lock_guard lk(mtx_);
+  if (awake_ > 0 || in_transit_ > 0 || !ready_.empty()) return false;
+  if (!heap_.empty()) next_due = heap_.top()->due();
+  return true;
+}
+
 bool pool_core::on_cancelled_locked(scheduled_task_base* t) noexcept {
   if (t->heap_index_ == not_in_heap) return false; // queued elsewhere: dropped when taken
   const bool was_head = t->heap_index_ == 0;
@@ -266,6 +273,17 @@ void pool_core::cancel_wait(wait_node* n) noexcept {
     ready_.push(n);
   }
   maybe_wake_after_push();
+}
+
+bool pool_core::withdraw_wait(pool_anchor* anchor, std::uint32_t generation, wait_node* n) noexcept {
+  std::lock_guard lk(anchor->mtx);
+  pool_core* core = anchor->core.load(std::memory_order_relaxed);
+  if (!core || anchor->generation != generation || n->heap_index_ == not_in_heap) return false;
+  const bool was_head = n->heap_index_ == 0;
+  core->heap_.remove(n);
+  if (was_head) core->update_next_due_locked();
+  core->heap_.shrink_if_sparse();
+  return true;
 }
 
 // ---------------------------------------------------------------- running scheduled tasks
@@ -340,7 +358,9 @@ void pool_core::reschedule(scheduled_task_base* t, clock::time_point started) no
   const clock::time_point current = now();
   const task_extras& x = t->extras();
   const clock::time_point next =
-      next_periodic_due(x.fixed_delay, x.periodic.missed, x.period, t->due(), started, current);
+      x.periodic.jitter > 0.0
+          ? next_jittered_due(t->extras(), t->due(), started, current)
+          : next_periodic_due(x.fixed_delay, x.periodic.missed, x.period, t->due(), started, current);
 
   std::unique_lock lk(mtx_);
   const bool stop = stopped_.load() || closing_ || (shutdown_.load() && !opts_.continue_periodic_after_shutdown);

@@ -1,6 +1,7 @@
 // scheduled_thread_pool's non-template members and pending_task.
 #include <metronome/scheduled_thread_pool.hpp>
 
+#include <metronome/detail/pool_locator.hpp>
 #include <metronome/detail/report.hpp>
 
 #include <stdexcept>
@@ -12,7 +13,13 @@ scheduled_thread_pool::scheduled_thread_pool(std::size_t threads)
 
 scheduled_thread_pool::scheduled_thread_pool(pool_options options)
     : core_(std::make_unique<detail::pool_core>(std::move(options))) {
-  core_->set_context(this);
+  try {
+    core_->set_context(this);
+    boost::asio::make_service<detail::pool_locator>(*this, *core_);
+  } catch (...) {
+    core_->close(); // the workers are running: join them before the core goes
+    throw;
+  }
 }
 
 scheduled_thread_pool::~scheduled_thread_pool() {

@@ -1,16 +1,20 @@
-// async_delay and async_delay_until: Asio operations that wait on a metronome pool's
-// delay queue.
 #ifndef METRONOME_ASYNC_DELAY_HPP
 #define METRONOME_ASYNC_DELAY_HPP
 
 #include <metronome/detail/handler_op.hpp>
+#include <metronome/detail/pool_core.hpp>
+#include <metronome/detail/pool_locator.hpp>
 #include <metronome/detail/pool_of.hpp>
+#include <metronome/detail/serial_core.hpp>
 #include <metronome/options.hpp>
 #include <metronome/scheduled_thread_pool.hpp>
 
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/cancellation_type.hpp>
 #include <boost/asio/error.hpp>
+#include <boost/asio/execution.hpp>
+#include <boost/asio/execution_context.hpp>
+#include <boost/asio/is_executor.hpp>
 #include <boost/asio/query.hpp>
 #include <boost/system/error_code.hpp>
 
@@ -21,12 +25,69 @@
 namespace metronome {
 namespace detail {
 
+// The metronome pool that keeps a wait started on `ex`: the pool behind it (a pool's
+// executor, a serial_executor or strand over one, an any_io_executor wrapping one), else
+// the process-wide timing pool.
 template <class Executor>
-pool_core& pool_core_of(const Executor& ex) noexcept {
-  static_assert(runs_on_a_metronome_pool<Executor>(),
-                "metronome::async_delay needs a metronome executor (a pool's, or a serial_executor over one)");
-  return *pool_of(ex);
+pool_core& pool_core_of(const Executor& ex) {
+  if constexpr (requires { boost::asio::query(ex, boost::asio::execution::context); }) {
+    decltype(auto) ctx = boost::asio::query(ex, boost::asio::execution::context);
+    if constexpr (runs_on_a_metronome_pool<Executor>()) {
+      return *pool_of(ex);
+    } else if constexpr (std::is_convertible_v<decltype(ctx), boost::asio::execution_context&>) {
+      if (pool_core* pool = pool_locator::find(ctx)) return *pool;
+    }
+  } else if constexpr (requires { ex.context(); }) {
+    if (pool_core* pool = pool_locator::find(ex.context())) return *pool;
+  }
+  return default_timer_pool();
 }
+
+template <class T>
+inline constexpr bool is_any_executor_v =
+    boost::asio::execution::is_executor<T>::value || boost::asio::is_executor<T>::value;
+
+template <class T>
+inline constexpr bool is_context_v = std::is_convertible_v<T&, boost::asio::execution_context&>;
+
+// The executor a wait started on `T` (an executor or an execution context) completes on.
+template <class T, class = void>
+struct delay_target {
+  using executor_type = void; // neither: async_delay's static_assert says so
+};
+template <class T>
+struct delay_target<T, std::enable_if_t<is_any_executor_v<T>>> {
+  using executor_type = T;
+  static const T& get(const T& ex) noexcept { return ex; }
+};
+template <class T>
+struct delay_target<T, std::enable_if_t<!is_any_executor_v<T> && is_context_v<T>>> {
+  using executor_type = decltype(std::declval<T&>().get_executor());
+  static executor_type get(T& ctx) noexcept { return ctx.get_executor(); }
+};
+
+template <class T>
+using delay_executor_t = typename delay_target<std::remove_cvref_t<T>>::executor_type;
+
+struct no_default_token {}; // the target has none: a token must be passed
+
+template <class T, class = void>
+struct delay_default_token {
+  using type = no_default_token;
+};
+template <class T>
+struct delay_default_token<
+    T, std::enable_if_t<!std::is_void_v<boost::asio::default_completion_token_t<delay_executor_t<T>>>>> {
+  using type = boost::asio::default_completion_token_t<delay_executor_t<T>>;
+};
+template <class T>
+using delay_default_token_t = typename delay_default_token<T>::type;
+
+template <class T>
+inline constexpr bool is_delay_target_v = !std::is_void_v<delay_executor_t<T>>;
+
+template <class>
+inline constexpr bool always_false_v = false;
 
 template <class Executor>
 bool runs_on_pool(const Executor& ex, const pool_core& core) noexcept {
@@ -115,40 +176,58 @@ private:
 
 } // namespace detail
 
-/// Waits for `delay` on a metronome pool's delay queue, as an Asio asynchronous operation.
+/// Waits for `delay` as an Asio asynchronous operation, on any executor.
 /**
- * @param ex a metronome executor: a `scheduled_thread_pool`'s, or a `serial_executor`
- * over one. The wait is one node in that pool's delay queue (no timer object).
- * @param delay <= 0 completes as soon as a worker takes it (never inside this call);
- * too large saturates. With `deferred`, the delay counts from the launch.
+ * @param target an Asio executor or execution context: a `scheduled_thread_pool` or its
+ * executor, a `serial_executor`, an `io_context` or its executor, a strand, an
+ * `any_io_executor`... When a metronome pool is behind it, the wait is one node in that
+ * pool's delay queue (no timer object); otherwise one node in the process-wide timing
+ * pool (`mtr-timer-1`, the one that times serial executors over other executors), which
+ * reads the real clock.
+ * @param delay <= 0 completes as soon as the timing pool takes it (never inside this
+ * call); too large saturates. With `deferred`, the delay counts from the launch.
  * @param token any completion token; signature `void(boost::system::error_code)`.
  *
- * The handler runs through its associated executor (default: `ex`) — inline on the
- * firing pool thread when that is the pool itself — and the node is allocated with
- * its associated allocator. Until the handler has run, the operation holds outstanding
- * work on that executor, and lets it go there, after the handler. A handler that throws
- * is reported to the exception handler of the pool whose thread runs it (else printed
- * to stderr). Per-operation cancellation (any type: terminal, partial,
+ * The handler runs through its associated executor (default: `target`'s executor) —
+ * inline on the firing pool thread when that is the pool itself — and the node is
+ * allocated with its associated allocator. Until the handler has run, the operation
+ * holds outstanding work on that executor, and lets it go there, after the handler
+ * (so `io_context::run()` does not return while a wait is pending). A handler that
+ * throws is reported to the exception handler of the pool whose thread runs it (else
+ * printed to stderr). Per-operation cancellation (any type: terminal, partial,
  * total) through the associated cancellation slot takes the wait out of the delay
  * queue and completes it with `asio::error::operation_aborted`; a wait that already
- * fell due completes normally. Waits pending at `shutdown()`, and waits started after
- * it, complete with `operation_aborted`. As for any Asio slot, emit the cancellation
- * signal from the handler's executor context.
+ * fell due completes normally. Waits pending at the timing pool's `shutdown()`, and
+ * waits started after it, complete with `operation_aborted`. As for any Asio slot, emit
+ * the cancellation signal from the handler's executor context.
  */
-template <class Executor, class Rep, class Period,
-          class CompletionToken = boost::asio::default_completion_token_t<Executor>>
-auto async_delay(const Executor& ex, std::chrono::duration<Rep, Period> delay,
-                 CompletionToken&& token = boost::asio::default_completion_token_t<Executor>()) {
-  return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code)>(
-      detail::initiate_delay<Executor>(ex), token, detail::saturating_duration(delay), true);
+template <class Target, class Rep, class Period, class CompletionToken = detail::delay_default_token_t<Target>>
+auto async_delay(Target&& target, std::chrono::duration<Rep, Period> delay,
+                 CompletionToken&& token = detail::delay_default_token_t<Target>()) {
+  if constexpr (detail::is_delay_target_v<Target>) {
+    using executor = detail::delay_executor_t<Target>;
+    return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code)>(
+        detail::initiate_delay<executor>(detail::delay_target<std::remove_cvref_t<Target>>::get(target)), token,
+        detail::saturating_duration(delay), true);
+  } else {
+    static_assert(detail::always_false_v<Target>,
+                  "metronome::async_delay: the first argument must be an Asio executor or execution context");
+  }
 }
 
-/// Waits until `when` on a metronome pool's delay queue; see async_delay.
-template <class Executor, class Duration, class CompletionToken = boost::asio::default_completion_token_t<Executor>>
-auto async_delay_until(const Executor& ex, std::chrono::time_point<clock, Duration> when,
-                       CompletionToken&& token = boost::asio::default_completion_token_t<Executor>()) {
-  return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code)>(
-      detail::initiate_delay<Executor>(ex), token, detail::saturating_duration(when.time_since_epoch()), false);
+/// Waits until `when` (a `metronome::clock` time point); see async_delay.
+template <class Target, class Duration, class CompletionToken = detail::delay_default_token_t<Target>>
+auto async_delay_until(Target&& target, std::chrono::time_point<clock, Duration> when,
+                       CompletionToken&& token = detail::delay_default_token_t<Target>()) {
+  if constexpr (detail::is_delay_target_v<Target>) {
+    using executor = detail::delay_executor_t<Target>;
+    return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code)>(
+        detail::initiate_delay<executor>(detail::delay_target<std::remove_cvref_t<Target>>::get(target)), token,
+        detail::saturating_duration(when.time_since_epoch()), false);
+  } else {
+    static_assert(detail::always_false_v<Target>,
+                  "metronome::async_delay_until: the first argument must be an Asio executor or execution context");
+  }
 }
 
 } // namespace metronome

@@ -48,14 +48,45 @@ public:
   /** @throws std::invalid_argument if `t` is earlier than now(). */
   void advance_to(time_point t);
 
+  /// Tokio-style auto-advance: while on, when every pool thread bound to this clock is
+  /// idle (parked, nothing ready) and some pool holds timed work, time jumps to the
+  /// earliest due time. A retry loop that sleeps for minutes then runs in milliseconds.
+  /**
+   * Only the pools' own threads count: work that a thread outside the pools is about to
+   * submit is not seen, so such a thread should hold() the clock while it sets up work.
+   * Timing wheels on the clock neither block nor drive it. Turning it on checks at once.
+   */
+  void set_auto_advance(bool on);
+  bool auto_advance() const noexcept { return auto_.load(std::memory_order_acquire); }
+
+  /// While alive, auto-advance waits (e.g. while a test thread submits work).
+  class hold_guard {
+  public:
+    explicit hold_guard(manual_clock& c) noexcept;
+    hold_guard(const hold_guard&) = delete;
+    hold_guard& operator=(const hold_guard&) = delete;
+    ~hold_guard();
+
+  private:
+    manual_clock& c_;
+  };
+  [[nodiscard]] hold_guard hold() noexcept { return hold_guard(*this); }
+
   /// @cond internal
   void attach(detail::clock_listener* l);
   void detach(detail::clock_listener* l) noexcept;
+  // A pool thread is about to park with nothing ready: advance if everybody is idle.
+  void idle_point();
   /// @endcond
 
 private:
+  void set_locked(clock::rep t);
+  void check_idle_locked();
+
   std::atomic<clock::rep> now_;
-  std::mutex mtx_; // serialises advances and the listener list
+  std::atomic<bool> auto_{false};
+  int holds_ = 0;  // guarded by mtx_
+  std::mutex mtx_; // serialises advances, auto-advance decisions and the listener list
   std::vector<detail::clock_listener*> listeners_;
 };
 

@@ -3,7 +3,10 @@
 #define METRONOME_METRONOME_HPP
 
 #include <metronome/async_delay.hpp>
+#include <metronome/backoff.hpp>
+#include <metronome/cancel_after.hpp>
 #include <metronome/errors.hpp>
+#include <metronome/interval.hpp>
 #include <metronome/latency_histogram.hpp>
 #include <metronome/manual_clock.hpp>
 #include <metronome/options.hpp>

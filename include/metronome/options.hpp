@@ -44,6 +44,11 @@ enum class on_exception {
 struct periodic_options {
   missed_tick missed = missed_tick::burst;
   on_exception on_error = on_exception::stop;
+  /// Spreads runs (folly FunctionScheduler-style): each run after the first is due at
+  /// its time on the schedule plus a uniform offset in [-jitter, +jitter] x period. The
+  /// schedule itself does not move (fixed rate: the grid stays first due + k x period).
+  /// 0 = none; outside [0, 1) -> std::invalid_argument from the scheduling call.
+  double jitter = 0.0;
 };
 
 /// Construction options of a `scheduled_thread_pool`.

@@ -294,6 +294,7 @@ private:
                                   std::chrono::duration<Rep2, Period2> period, bool fixed_delay,
                                   periodic_options options) const {
     const clock::duration p = detail::checked_period(period);
+    detail::check_jitter(options);
     auto* t = new_task<void>(std::forward<F>(f), detail::task_kind::periodic);
     t->extras().period = p;
     t->extras().fixed_delay = fixed_delay;

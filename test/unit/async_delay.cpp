@@ -10,6 +10,7 @@
 #include "common/manual_pool.hpp"
 #include "common/poll_until.hpp"
 
+#include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/bind_executor.hpp>
@@ -354,6 +355,92 @@ BOOST_AUTO_TEST_CASE(a_throwing_handler_goes_to_the_pool_handler_and_the_worker_
   c.advance(1ms);
   BOOST_TEST(pool.submit([] { return 7; }).get() == 7);
   BOOST_TEST(log.messages() == std::vector<std::string>{"delay handler"}, boost::test_tools::per_element());
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+// Item: async_delay on any executor. Waits on executors with no metronome pool behind
+// them live in the process-wide timing pool, which reads the real clock: these tests
+// use short real delays and check only where and whether they complete, never when.
+BOOST_AUTO_TEST_SUITE(async_delay_any_executor)
+
+BOOST_AUTO_TEST_CASE(io_context_executor_completes_on_the_io_context_and_holds_work) {
+  asio::io_context io;
+  error_code got = asio::error::would_block;
+  bool on_io = false;
+  async_delay(io.get_executor(), 1ms, [&](error_code ec) {
+    got = ec;
+    on_io = io.get_executor().running_in_this_thread();
+  });
+  io.run(); // returns only after the handler: the wait held work on io
+  BOOST_TEST(!got);
+  BOOST_TEST(on_io);
+}
+
+BOOST_AUTO_TEST_CASE(io_context_object_and_strand_and_any_io_executor) {
+  asio::io_context io;
+  auto strand = asio::make_strand(io);
+  asio::any_io_executor any = io.get_executor();
+  int done = 0;
+  bool in_strand = false;
+  async_delay(io, 1ms, [&](error_code ec) { done += !ec; });
+  async_delay(strand, 1ms, [&](error_code ec) {
+    done += !ec;
+    in_strand = strand.running_in_this_thread();
+  });
+  async_delay_until(any, metronome::clock::now() + 1ms, [&](error_code ec) { done += !ec; });
+  io.run();
+  BOOST_TEST(done == 3);
+  BOOST_TEST(in_strand);
+}
+
+BOOST_AUTO_TEST_CASE(coroutine_on_an_io_context) {
+  asio::io_context io;
+  bool done = false;
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        co_await async_delay(co_await asio::this_coro::executor, 1ms, asio::use_awaitable);
+        done = io.get_executor().running_in_this_thread();
+      },
+      asio::detached);
+  io.run();
+  BOOST_TEST(done);
+}
+
+BOOST_AUTO_TEST_CASE(cancelling_an_io_context_wait_aborts_it) {
+  asio::io_context io;
+  asio::cancellation_signal sig;
+  error_code got;
+  async_delay(io.get_executor(), 1h, asio::bind_cancellation_slot(sig.slot(), [&](error_code ec) { got = ec; }));
+  asio::post(io, [&] { sig.emit(asio::cancellation_type::terminal); });
+  io.run(); // would block for an hour if the cancellation did not take the wait out
+  BOOST_TEST((got == asio::error::operation_aborted));
+}
+
+// With a metronome pool behind the executor, the wait is a node in that pool's delay
+// queue, on its (manual) clock: the pool object itself, a strand over its executor, an
+// any_io_executor wrapping it.
+BOOST_AUTO_TEST_CASE(pool_object_strand_and_type_erased_pool_executor_use_the_pools_queue) {
+  manual_clock c;
+  scheduled_thread_pool pool(on_clock(c));
+  auto strand = asio::make_strand(pool.get_executor());
+  asio::any_io_executor any = pool.get_executor();
+  std::atomic<int> done{0};
+  std::promise<bool> in_strand;
+  async_delay(pool, 10ms, [&](error_code ec) { done += !ec; });
+  async_delay(strand, 10ms, [&](error_code ec) {
+    done += !ec;
+    in_strand.set_value(strand.running_in_this_thread());
+  });
+  async_delay(any, 10ms, [&](error_code ec) { done += !ec; });
+  BOOST_TEST(pool.stats().delayed_queued == 3u);
+  c.advance(9ms);
+  BOOST_TEST(done.load() == 0);
+  c.advance(1ms);
+  BOOST_TEST(in_strand.get_future().get());
+  BOOST_TEST(metronome::test::poll_until([&] { return done.load() == 3; }));
+  BOOST_TEST(pool.stats().delayed_queued == 0u);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -1,8 +1,24 @@
 #include <metronome/manual_clock.hpp>
 
+#include <metronome/async_delay.hpp>
+#include <metronome/backoff.hpp>
+#include <metronome/cancel_after.hpp>
 #include <metronome/scheduled_thread_pool.hpp>
 
+#include "common/latch_task.hpp"
+#include "common/manual_pool.hpp"
+#include "common/poll_until.hpp"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/use_awaitable.hpp>
 #include <boost/test/unit_test.hpp>
+
+#include <future>
+#include <mutex>
+#include <utility>
+#include <vector>
 
 #include <chrono>
 #include <stdexcept>
@@ -54,6 +70,102 @@ BOOST_AUTO_TEST_CASE(advance_releases_due_work_before_returning) {
   c.advance(10ms);
   BOOST_TEST(pool.stats().delayed_queued == 0u); // moved to the ready path synchronously
   f.get();
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+// Auto-advance: time jumps to the next due time once every pool thread on the clock is
+// idle. Real time plays no part: each test would hang (and time out) if it did not jump.
+BOOST_AUTO_TEST_SUITE(manual_clock_auto_advance)
+
+namespace asio = boost::asio;
+using metronome::manual_clock;
+using metronome::scheduled_thread_pool;
+using metronome::test::on_clock;
+
+BOOST_AUTO_TEST_CASE(a_retry_coroutine_that_sleeps_for_minutes_finishes_at_once) {
+  manual_clock c;
+  c.set_auto_advance(true);
+  scheduled_thread_pool pool(on_clock(c));
+  const auto t0 = c.now();
+  std::promise<int> done;
+  asio::co_spawn(
+      pool,
+      [&]() -> asio::awaitable<void> {
+        metronome::backoff b({.initial = std::chrono::minutes(1), .cap = std::chrono::minutes(10),
+                              .full_jitter = false, .max_attempts = 3});
+        int attempts = 0;
+        for (;;) {
+          ++attempts;
+          // An attempt that never answers, given up after 30 s.
+          auto [ec] = co_await metronome::async_delay(pool.get_executor(), std::chrono::hours(1),
+                                                      metronome::cancel_after(30s, asio::as_tuple(asio::use_awaitable)));
+          if (!ec) break;
+          auto d = b.next();
+          if (!d) break;
+          co_await metronome::async_delay(pool.get_executor(), *d, asio::use_awaitable);
+        }
+        done.set_value(attempts);
+      },
+      asio::detached);
+  BOOST_TEST(done.get_future().get() == 4);
+  // 4 timeouts of 30 s and back-offs of 1, 2 and 4 minutes, exactly.
+  BOOST_TEST(((c.now() - t0) == 4 * 30s + std::chrono::minutes(7)));
+  BOOST_TEST(pool.stats().delayed_queued == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(time_does_not_move_while_a_worker_is_busy) {
+  manual_clock c;
+  scheduled_thread_pool pool(on_clock(c, 2));
+  const auto t0 = c.now();
+  metronome::test::gate gate;
+  std::promise<void> started;
+  auto busy = pool.submit([&] {
+    started.set_value();
+    gate.wait();
+    return c.now();
+  });
+  started.get_future().get();
+  auto later = pool.schedule([&] { return c.now(); }, 1h);
+  c.set_auto_advance(true); // checks at once: a worker is busy, so no jump
+  BOOST_TEST((c.now() == t0));
+  gate.open();
+  BOOST_TEST((busy.get() == t0)); // no jump while it ran
+  BOOST_TEST((later.get() == t0 + 1h)); // then the pool went idle and time jumped
+}
+
+BOOST_AUTO_TEST_CASE(pools_sharing_a_clock_jump_to_the_earliest_due_time_first) {
+  manual_clock c;
+  scheduled_thread_pool a(on_clock(c)), b(on_clock(c));
+  const auto t0 = c.now();
+  std::mutex m;
+  std::vector<std::pair<char, manual_clock::time_point>> seen;
+  {
+    auto hold = c.hold(); // the test thread sets up work: no jumps meanwhile
+    c.set_auto_advance(true);
+    a.schedule([&] { std::lock_guard lk(m); seen.emplace_back('a', c.now()); }, 10min);
+    b.schedule([&] { std::lock_guard lk(m); seen.emplace_back('b', c.now()); }, 5min);
+    BOOST_TEST((c.now() == t0));
+  } // released: the clock checks at once
+  BOOST_TEST(metronome::test::poll_until([&] {
+    std::lock_guard lk(m);
+    return seen.size() == 2;
+  }));
+  std::lock_guard lk(m);
+  BOOST_TEST(seen[0].first == 'b');
+  BOOST_TEST((seen[0].second == t0 + 5min));
+  BOOST_TEST(seen[1].first == 'a');
+  BOOST_TEST((seen[1].second == t0 + 10min));
+}
+
+BOOST_AUTO_TEST_CASE(off_by_default_and_without_timed_work_nothing_moves) {
+  manual_clock c;
+  BOOST_TEST(!c.auto_advance());
+  scheduled_thread_pool pool(on_clock(c));
+  const auto t0 = c.now();
+  c.set_auto_advance(true);
+  BOOST_TEST((pool.submit([&] { return c.now(); }).get() == t0));
+  BOOST_TEST((c.now() == t0));
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -3,12 +3,21 @@
 #ifndef METRONOME_DETAIL_CLOCK_LISTENER_HPP
 #define METRONOME_DETAIL_CLOCK_LISTENER_HPP
 
+#include <metronome/options.hpp>
+
 namespace metronome::detail {
 
 // Something told when a manual clock moves.
 class clock_listener {
 public:
   virtual void on_time_advanced() = 0;
+  // Auto-advance: false while any of this listener's threads is awake or work is ready;
+  // else true, with `next_due` lowered to its earliest timed work (if any). Called
+  // under the clock's mutex; takes the listener's own.
+  virtual bool quiescent(clock::time_point& next_due) noexcept {
+    (void)next_due;
+    return true;
+  }
 
 protected:
   ~clock_listener() = default;

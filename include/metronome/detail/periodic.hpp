@@ -2,6 +2,8 @@
 #ifndef METRONOME_DETAIL_PERIODIC_HPP
 #define METRONOME_DETAIL_PERIODIC_HPP
 
+#include <metronome/detail/random.hpp>
+#include <metronome/detail/scheduled_task.hpp>
 #include <metronome/detail/task.hpp>
 #include <metronome/options.hpp>
 
@@ -33,6 +35,30 @@ inline clock::time_point next_periodic_due(bool fixed_delay, missed_tick missed,
   const auto k = (now - due) / period + 1; // >= 1; now >= grid > due
   if (k > (clock::duration::max() / period)) return clock::time_point::max();
   return saturating_add(due, period * k);
+}
+
+// `nominal` moved by a uniform offset in [-jitter, +jitter] x period, drawn from `state`
+// (saturating; jitter in [0, 1)).
+inline clock::time_point jittered(clock::time_point nominal, clock::duration period, double jitter,
+                                  std::uint64_t& state) noexcept {
+  if (jitter <= 0.0) return nominal;
+  const double offset = (2.0 * uniform01(state) - 1.0) * jitter * static_cast<double>(period.count());
+  const auto off = clock::duration(static_cast<clock::rep>(offset)); // |offset| < period: fits
+  if (off < clock::duration::zero()) {
+    if (nominal.time_since_epoch() < clock::duration::min() - off) return clock::time_point::min();
+    return nominal + off;
+  }
+  return saturating_add(nominal, off);
+}
+
+// The next due time of a periodic task with jitter: next_periodic_due() on the
+// un-jittered schedule (kept in x.nominal, so a fixed rate never drifts), then jittered.
+inline clock::time_point next_jittered_due(task_extras& x, clock::time_point due, clock::time_point started,
+                                           clock::time_point now) noexcept {
+  const clock::time_point base = x.nominal == clock::time_point{} ? due : x.nominal;
+  x.nominal = next_periodic_due(x.fixed_delay, x.periodic.missed, x.period, base, started, now);
+  if (x.jitter_state == 0) x.jitter_state = fresh_seed();
+  return jittered(x.nominal, x.period, x.periodic.jitter, x.jitter_state);
 }
 
 } // namespace metronome::detail

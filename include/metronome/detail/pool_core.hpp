@@ -105,6 +105,11 @@ public:
   // Per-operation cancellation: if the wait is still in the delay queue, takes it out
   // and queues it aborted. A wait that already fell due completes normally.
   void cancel_wait(wait_node* n) noexcept;
+  // Takes a wait out of the delay queue without completing it, if the pool that
+  // `anchor` and `generation` name still exists and the wait is still queued there
+  // (under the pool mutex, which lives in the anchor). True when it did: the caller
+  // now owns the node and the pool never touches it again. Safe after the pool is gone.
+  static bool withdraw_wait(pool_anchor* anchor, std::uint32_t generation, wait_node* n) noexcept;
 
   // Cancel support, caller holds the anchor's mutex (mtx_): removes t from the heap if
   // it is there. Returns true when it did: the caller then drops the heap's reference.
@@ -165,6 +170,7 @@ public:
   void report(const std::exception_ptr& e) noexcept;
 
   void on_time_advanced() override;
+  bool quiescent(clock::time_point& next_due) noexcept override;
 
   // fork(): the child has none of this pool's threads. The prepare/parent/child hooks
   // of the process-wide timing pool (default_timer_pool()) call these.

@@ -62,6 +62,10 @@ struct task_extras {
   clock::duration period{0};
   bool fixed_delay = false;
   periodic_options periodic;
+  // With jitter: the un-jittered due time of the current run (time_point{} before the
+  // first reschedule) and the task's generator state.
+  clock::time_point nominal{};
+  std::uint64_t jitter_state = 0;
 };
 
 // The state shared by a scheduled task and its handles. One allocation holds the
@@ -224,6 +228,11 @@ clock::duration checked_period(std::chrono::duration<Rep, Period> period) {
   auto p = saturating_duration(period);
   if (p <= clock::duration::zero()) throw std::invalid_argument("metronome: period must be at least 1 ns");
   return p;
+}
+
+inline void check_jitter(const periodic_options& o) {
+  if (!(o.jitter >= 0.0 && o.jitter < 1.0))
+    throw std::invalid_argument("metronome: periodic_options::jitter must be in [0, 1)");
 }
 
 } // namespace metronome::detail

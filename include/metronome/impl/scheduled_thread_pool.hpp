@@ -50,6 +50,7 @@ scheduled_future<void> scheduled_thread_pool::periodic(F&& f, std::chrono::durat
                                                        std::chrono::duration<Rep2, Period2> period, bool fixed_delay,
                                                        periodic_options options) {
   const clock::duration p = detail::checked_period(period);
+  detail::check_jitter(options);
   auto* t = detail::make_scheduled_task<void, true>(core_.get(), std::forward<F>(f), detail::task_kind::periodic);
   t->extras().period = p;
   t->extras().fixed_delay = fixed_delay;

@@ -1,0 +1,143 @@
+#ifndef METRONOME_CANCEL_AFTER_HPP
+#define METRONOME_CANCEL_AFTER_HPP
+
+#include <metronome/async_delay.hpp>
+#include <metronome/detail/cancel_after_op.hpp>
+
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/cancellation_type.hpp>
+
+#include <chrono>
+#include <type_traits>
+#include <utility>
+
+namespace metronome {
+
+/// A completion token adapter: the operation it is given to is cancelled when time is up.
+/**
+ * Made by `cancel_after` / `cancel_at`. `Timing` is `void` when the timer lives in the
+ * pool behind the operation's I/O executor (else the handler's, else the shared timing
+ * pool), or the type of an explicit executor naming where it lives.
+ */
+template <class CompletionToken, class Timing = void>
+class cancel_after_t {
+public:
+  template <class T>
+  cancel_after_t(T&& token, clock::duration amount, bool relative, boost::asio::cancellation_type_t type,
+                 detail::timing_holder<Timing> timing)
+      : token_(std::forward<T>(token)), amount_(amount), relative_(relative), type_(type), timing_(std::move(timing)) {}
+
+  CompletionToken token_;
+  clock::duration amount_;
+  bool relative_;
+  boost::asio::cancellation_type_t type_;
+  detail::timing_holder<Timing> timing_;
+};
+
+namespace detail {
+
+template <class Target>
+auto timing_of(Target&& target) {
+  static_assert(is_delay_target_v<Target>,
+                "metronome::cancel_after: the timing argument must be an Asio executor or execution context");
+  using executor = delay_executor_t<Target>;
+  return timing_holder<executor>{executor(delay_target<std::remove_cvref_t<Target>>::get(target))};
+}
+
+template <class Timing, class Token>
+auto make_cancel_after(Token&& token, clock::duration amount, bool relative, boost::asio::cancellation_type_t type,
+                       timing_holder<Timing> timing) {
+  return cancel_after_t<std::decay_t<Token>, Timing>(std::forward<Token>(token), amount, relative, type,
+                                                     std::move(timing));
+}
+
+template <class D>
+inline constexpr bool is_duration_v = false;
+template <class Rep, class Period>
+inline constexpr bool is_duration_v<std::chrono::duration<Rep, Period>> = true;
+
+} // namespace detail
+
+/// Adapts `token` so that the operation it completes is cancelled after `timeout`.
+/**
+ * `co_await sock.async_read_some(buf, metronome::cancel_after(5s, asio::use_awaitable))`
+ * completes with `asio::error::operation_aborted` (as the operation reports a
+ * cancellation) when 5 s pass first. Works with any completion token (callbacks,
+ * `use_awaitable`, `use_future`, `deferred`: the timeout counts from the launch).
+ *
+ * When time is up, `type` (default terminal) is emitted on the cancellation slot the
+ * operation sees, from the handler's associated executor (the rule for any Asio slot:
+ * use a serialised one — a strand, an `io_context` thread, a coroutine — when the
+ * operation may complete on another thread at the same moment). A slot already
+ * associated with the token's handler keeps working: what it emits is forwarded to the
+ * operation. The timer is one node in a metronome delay queue: the pool behind the
+ * operation's I/O executor (else the handler's executor), or the shared timing pool;
+ * pass `timing` (an executor or execution context, e.g. a pool on a manual clock) to
+ * choose. When the operation completes first, the node leaves the queue at once. If the
+ * timing pool has terminated, the operation runs without a timeout; if the timer cannot
+ * be queued for lack of memory, the cancellation is emitted at once.
+ */
+template <class Rep, class Period, class CompletionToken>
+auto cancel_after(std::chrono::duration<Rep, Period> timeout, CompletionToken&& token) {
+  return detail::make_cancel_after<void>(std::forward<CompletionToken>(token), detail::saturating_duration(timeout),
+                                         true, boost::asio::cancellation_type::terminal, {});
+}
+
+/// As above, emitting `type` (e.g. `cancellation_type::partial`) when time is up.
+template <class Rep, class Period, class CompletionToken>
+auto cancel_after(std::chrono::duration<Rep, Period> timeout, boost::asio::cancellation_type_t type,
+                  CompletionToken&& token) {
+  return detail::make_cancel_after<void>(std::forward<CompletionToken>(token), detail::saturating_duration(timeout),
+                                         true, type, {});
+}
+
+/// As above, with the timer in the metronome pool behind `timing` (else the shared one).
+template <class Target, class Rep, class Period, class CompletionToken>
+  requires(!detail::is_duration_v<std::remove_cvref_t<Target>>)
+auto cancel_after(Target&& timing, std::chrono::duration<Rep, Period> timeout, CompletionToken&& token,
+                  boost::asio::cancellation_type_t type = boost::asio::cancellation_type::terminal) {
+  auto t = detail::timing_of(std::forward<Target>(timing));
+  using executor = typename decltype(t)::executor_type;
+  return detail::make_cancel_after<executor>(std::forward<CompletionToken>(token),
+                                             detail::saturating_duration(timeout), true, type, std::move(t));
+}
+
+/// Adapts `token` so that the operation is cancelled at `deadline`; see cancel_after.
+template <class Duration, class CompletionToken>
+auto cancel_at(std::chrono::time_point<clock, Duration> deadline, CompletionToken&& token,
+               boost::asio::cancellation_type_t type = boost::asio::cancellation_type::terminal) {
+  return detail::make_cancel_after<void>(std::forward<CompletionToken>(token),
+                                         detail::saturating_duration(deadline.time_since_epoch()), false, type, {});
+}
+
+/// As above, with the timer in the metronome pool behind `timing`.
+template <class Target, class Duration, class CompletionToken>
+auto cancel_at(Target&& timing, std::chrono::time_point<clock, Duration> deadline, CompletionToken&& token,
+               boost::asio::cancellation_type_t type = boost::asio::cancellation_type::terminal) {
+  auto t = detail::timing_of(std::forward<Target>(timing));
+  using executor = typename decltype(t)::executor_type;
+  return detail::make_cancel_after<executor>(std::forward<CompletionToken>(token),
+                                             detail::saturating_duration(deadline.time_since_epoch()), false, type,
+                                             std::move(t));
+}
+
+} // namespace metronome
+
+namespace boost::asio {
+
+template <class CompletionToken, class Timing, class... Signatures>
+struct async_result<metronome::cancel_after_t<CompletionToken, Timing>, Signatures...> {
+  template <class Initiation, class RawToken, class... Args>
+  static auto initiate(Initiation&& initiation, RawToken&& token, Args&&... args) {
+    return boost::asio::async_initiate<
+        std::conditional_t<std::is_const_v<std::remove_reference_t<RawToken>>, const CompletionToken, CompletionToken>,
+        Signatures...>(
+        metronome::detail::initiate_cancel_after<std::decay_t<Initiation>, Timing>(
+            std::forward<Initiation>(initiation), token.amount_, token.relative_, token.type_, token.timing_),
+        token.token_, std::forward<Args>(args)...);
+  }
+};
+
+} // namespace boost::asio
+
+#endif

@@ -1,0 +1,297 @@
+#ifndef METRONOME_DETAIL_CANCEL_AFTER_OP_HPP
+#define METRONOME_DETAIL_CANCEL_AFTER_OP_HPP
+
+#include <metronome/async_delay.hpp>
+#include <metronome/detail/internal_post.hpp>
+#include <metronome/detail/node_cache.hpp>
+#include <metronome/detail/pool_core.hpp>
+#include <metronome/detail/report.hpp>
+
+#include <boost/asio/associated_allocator.hpp>
+#include <boost/asio/associated_cancellation_slot.hpp>
+#include <boost/asio/associated_executor.hpp>
+#include <boost/asio/associator.hpp>
+#include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/system_executor.hpp>
+
+#include <atomic>
+#include <exception>
+#include <memory>
+#include <new>
+#include <type_traits>
+#include <utility>
+
+namespace metronome::detail {
+
+// Where a cancel_after timer lives: void = found from the operation.
+template <class Timing>
+struct timing_holder {
+  using executor_type = Timing;
+  Timing ex;
+};
+template <>
+struct timing_holder<void> {};
+
+// The one node of a cancel_after: the timer in a pool's delay queue and the
+// cancellation signal the wrapped operation sees. Three references: the pool's (the
+// delay queue, then the emission it posts), the wrapped handler's (until the operation
+// completes or its handler is destroyed) and the initiating call's (until arm()
+// returns). docs/design.md, "cancel_after", states the protocol.
+template <class Executor, class HandlerAllocator>
+class cancel_after_op final : public wait_node {
+  using alloc_source = node_allocator_for<HandlerAllocator>;
+  using node_alloc = typename std::allocator_traits<typename alloc_source::type>::template rebind_alloc<cancel_after_op>;
+  using alloc_traits = std::allocator_traits<node_alloc>;
+
+  struct forward_cancel {
+    boost::asio::cancellation_signal* target;
+    void operator()(boost::asio::cancellation_type_t type) const { target->emit(type); }
+  };
+
+  // Emits in the handler's context; owns the pool's reference.
+  class emitter {
+  public:
+    explicit emitter(cancel_after_op* n) noexcept : n_(n) {}
+    emitter(emitter&& o) noexcept : n_(std::exchange(o.n_, nullptr)) {}
+    emitter& operator=(emitter&&) = delete;
+    ~emitter() {
+      if (n_) n_->release();
+    }
+    void operator()() {
+      cancel_after_op* n = std::exchange(n_, nullptr);
+      if (!n->op_done_.load()) {
+        internal_post_scope user(false); // the operation's cancel handler is not library work
+        n->signal_.emit(n->type_);
+      }
+      n->release();
+    }
+
+  private:
+    cancel_after_op* n_;
+  };
+
+public:
+  static cancel_after_op* create(const HandlerAllocator& ha, const Executor& ex, boost::asio::cancellation_type_t type,
+                                 pool_core& core) {
+    node_alloc a(alloc_source::get(ha));
+    cancel_after_op* p = alloc_traits::allocate(a, 1);
+    try {
+      ::new (static_cast<void*>(p)) cancel_after_op(a, ex, type, core);
+    } catch (...) {
+      alloc_traits::deallocate(a, p, 1);
+      throw;
+    }
+    return p;
+  }
+
+  boost::asio::cancellation_slot slot() noexcept { return signal_.slot(); }
+
+  // Forwards what the handler's own slot emits to the operation. Before arm().
+  void chain(boost::asio::cancellation_slot user) {
+    if (!user.is_connected()) return;
+    user.template emplace<forward_cancel>(forward_cancel{&signal_});
+    user_slot_ = user;
+    user_slot_connected_ = true;
+  }
+
+  // Starts the timer, once the operation has been initiated; drops the initiating
+  // call's reference. An operation that completed meanwhile takes the timer out again.
+  void arm(pool_core& core, clock::time_point due, clock::time_point current) noexcept {
+    bool queued = false;
+    try {
+      queued = core.add_wait(this, due, current);
+    } catch (...) {
+      // No memory for the queue slot: the timeout cannot be kept, so it is up now.
+      if (!op_done_.load()) signal_.emit(type_);
+    }
+    if (!queued) release(); // the pool's reference: never queued
+    // seq_cst with op_finished(): either it saw the node queued, or this sees it done.
+    else if (op_done_.load() && pool_core::withdraw_wait(anchor_, generation_, this))
+      release();
+    release();
+  }
+
+  // Drops the initiating call's and the pool's references (the operation's
+  // initiation threw before arm()).
+  void abandon() noexcept {
+    release();
+    release();
+  }
+
+  // The operation completed, or its handler was destroyed unrun: in the handler's
+  // context. Stops the timer and drops the handler's reference.
+  void op_finished() noexcept {
+    op_done_.store(true);
+    if (user_slot_connected_) {
+      user_slot_.clear();
+      user_slot_connected_ = false;
+    }
+    if (pool_core::withdraw_wait(anchor_, generation_, this)) release();
+    release();
+  }
+
+private:
+  cancel_after_op(const node_alloc& a, const Executor& ex, boost::asio::cancellation_type_t type, pool_core& core)
+      : wait_node(&do_complete), alloc_(a), executor_(ex), type_(type), anchor_(core.anchor()),
+        generation_(core.anchor_generation()) {}
+  ~cancel_after_op() = default;
+
+  void release() noexcept {
+    if (refs_.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+    node_alloc a(std::move(alloc_));
+    this->~cancel_after_op();
+    alloc_traits::deallocate(a, this, 1);
+  }
+
+  // The pool is done with the node: fired (run), aborted (shutdown) or discarded.
+  static void do_complete(task_base* b, unsigned action) {
+    auto* n = static_cast<cancel_after_op*>(b);
+    if (action != run_action || n->aborted_ || n->op_done_.load()) {
+      n->release();
+      return;
+    }
+    emitter e(n);
+    try {
+      internal_post_scope internal; // the library's own completion work
+      boost::asio::post(n->executor_, std::move(e));
+    } catch (...) {
+      report_here(std::current_exception(), "cancel_after");
+    }
+  }
+
+  node_alloc alloc_;
+  boost::asio::cancellation_signal signal_;
+  Executor executor_;
+  boost::asio::cancellation_type_t type_;
+  pool_anchor* anchor_;
+  std::uint32_t generation_;
+  std::atomic<int> refs_{3};
+  std::atomic<bool> op_done_{false};
+  bool user_slot_connected_ = false;
+  boost::asio::cancellation_slot user_slot_;
+};
+
+// The handler the wrapped operation sees: the user's, with the node's slot.
+template <class Handler, class Node>
+class cancel_after_handler {
+public:
+  cancel_after_handler(Handler&& h, Node* n) noexcept(std::is_nothrow_move_constructible_v<Handler>)
+      : handler_(std::move(h)), node_(n) {}
+  cancel_after_handler(cancel_after_handler&& o) noexcept(std::is_nothrow_move_constructible_v<Handler>)
+      : handler_(std::move(o.handler_)), node_(std::exchange(o.node_, nullptr)) {}
+  cancel_after_handler& operator=(cancel_after_handler&&) = delete;
+  ~cancel_after_handler() {
+    if (node_) node_->op_finished();
+  }
+
+  template <class... Args>
+  void operator()(Args&&... args) {
+    std::exchange(node_, nullptr)->op_finished();
+    std::move(handler_)(std::forward<Args>(args)...);
+  }
+
+  const Handler& get() const noexcept { return handler_; }
+  boost::asio::cancellation_slot slot() const noexcept { return node_->slot(); }
+
+private:
+  Handler handler_;
+  Node* node_;
+};
+
+template <class Initiation, class Timing>
+class initiate_cancel_after {
+public:
+  template <class I>
+  initiate_cancel_after(I&& init, clock::duration amount, bool relative, boost::asio::cancellation_type_t type,
+                        const timing_holder<Timing>& timing)
+      : init_(std::forward<I>(init)), amount_(amount), relative_(relative), type_(type), timing_(timing) {}
+
+  // The wrapped operation's I/O executor, for whoever asks.
+  auto get_executor() const noexcept
+    requires requires(const Initiation& i) { i.get_executor(); }
+  {
+    return init_.get_executor();
+  }
+
+  template <class Handler, class... Args>
+  void operator()(Handler&& handler, Args&&... args) const {
+    using H = std::decay_t<Handler>;
+    const auto io_ex = io_executor();
+    using handler_executor = boost::asio::associated_executor_t<H, std::decay_t<decltype(io_ex)>>;
+    using node = cancel_after_op<handler_executor, boost::asio::associated_allocator_t<H>>;
+
+    H h(std::forward<Handler>(handler));
+    const handler_executor hex = boost::asio::get_associated_executor(h, io_ex);
+    pool_core& core = timing_core(hex);
+    const clock::time_point current = core.now();
+    const clock::time_point due = relative_ ? saturating_add(current, amount_) : clock::time_point(amount_);
+    node* n = node::create(boost::asio::get_associated_allocator(h), hex, type_, core);
+    try {
+      n->chain(boost::asio::get_associated_cancellation_slot(h));
+    } catch (...) {
+      n->abandon();
+      n->op_finished();
+      throw;
+    }
+    try {
+      std::move(init_)(cancel_after_handler<H, node>(std::move(h), n), std::forward<Args>(args)...);
+    } catch (...) {
+      n->abandon(); // the handler's reference went with the wrapped handler
+      throw;
+    }
+    n->arm(core, due, current);
+  }
+
+private:
+  auto io_executor() const noexcept {
+    if constexpr (requires { init_.get_executor(); })
+      return init_.get_executor();
+    else
+      return boost::asio::system_executor();
+  }
+
+  template <class HandlerExecutor>
+  pool_core& timing_core(const HandlerExecutor& hex) const {
+    if constexpr (!std::is_void_v<Timing>)
+      return pool_core_of(timing_.ex);
+    else if constexpr (requires { init_.get_executor(); })
+      return pool_core_of(init_.get_executor());
+    else
+      return pool_core_of(hex);
+  }
+
+  mutable Initiation init_;
+  clock::duration amount_;
+  bool relative_;
+  boost::asio::cancellation_type_t type_;
+  timing_holder<Timing> timing_;
+};
+
+} // namespace metronome::detail
+
+namespace boost::asio {
+
+template <template <class, class> class Associator, class Handler, class Node, class Default>
+struct associator<Associator, metronome::detail::cancel_after_handler<Handler, Node>, Default> {
+  using type = typename Associator<Handler, Default>::type;
+  static type get(const metronome::detail::cancel_after_handler<Handler, Node>& h) noexcept {
+    return Associator<Handler, Default>::get(h.get());
+  }
+  static auto get(const metronome::detail::cancel_after_handler<Handler, Node>& h, const Default& d) noexcept
+      -> decltype(Associator<Handler, Default>::get(h.get(), d)) {
+    return Associator<Handler, Default>::get(h.get(), d);
+  }
+};
+
+template <class Handler, class Node, class Slot>
+struct associated_cancellation_slot<metronome::detail::cancel_after_handler<Handler, Node>, Slot> {
+  using type = cancellation_slot;
+  static type get(const metronome::detail::cancel_after_handler<Handler, Node>& h, const Slot& = Slot()) noexcept {
+    return h.slot();
+  }
+};
+
+} // namespace boost::asio
+
+#endif

@@ -1,0 +1,264 @@
+#ifndef METRONOME_INTERVAL_HPP
+#define METRONOME_INTERVAL_HPP
+
+#include <metronome/async_delay.hpp>
+#include <metronome/detail/periodic.hpp>
+#include <metronome/options.hpp>
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/associated_allocator.hpp>
+#include <boost/asio/associated_cancellation_slot.hpp>
+#include <boost/asio/associated_executor.hpp>
+#include <boost/asio/associator.hpp>
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/error.hpp>
+#include <boost/asio/post.hpp>
+
+#include <chrono>
+#include <memory>
+#include <stdexcept>
+#include <utility>
+
+namespace metronome {
+
+namespace detail {
+
+// What an interval and its pending tick share (the tick may outlive the interval).
+struct interval_state {
+  clock::time_point next;  // due time of the next tick not yet handed out
+  clock::duration period;
+  missed_tick missed;
+  bool pending = false;    // a tick is outstanding
+  bool rearm = false;      // reset() while pending: the aborted wait starts again at `next`
+  clock::time_point pending_due{};
+  boost::asio::cancellation_signal signal; // the pending wait's slot
+  boost::asio::cancellation_slot user_slot;
+  bool user_slot_connected = false;
+
+  // Hands out the tick due at `next` to a wait starting at `now`, and moves `next` on by
+  // the missed-tick policy (a tick handed out on time: one period later).
+  clock::time_point take(clock::time_point now) noexcept {
+    const clock::time_point due = next;
+    const clock::time_point at = due > now ? due : now;
+    next = next_periodic_due(false, missed, period, due, at, at);
+    return due;
+  }
+};
+
+struct interval_forward_cancel {
+  boost::asio::cancellation_signal* target;
+  void operator()(boost::asio::cancellation_type_t t) const { target->emit(t); }
+};
+
+template <class Executor, class Handler>
+class tick_handler {
+public:
+  tick_handler(std::shared_ptr<interval_state> s, Handler&& h, const Executor& ex)
+      : state_(std::move(s)), handler_(std::move(h)), ex_(ex) {}
+
+  void operator()(boost::system::error_code ec) {
+    interval_state& s = *state_;
+    const bool rearm = std::exchange(s.rearm, false);
+    if (ec == boost::asio::error::operation_aborted && rearm) { // reset(): wait again for the new grid
+      s.pending_due = s.take(pool_core_of(ex_).now());
+      const clock::time_point due = s.pending_due;
+      async_delay_until(ex_, due, std::move(*this));
+      return;
+    }
+    s.pending = false;
+    if (s.user_slot_connected) {
+      s.user_slot.clear();
+      s.user_slot_connected = false;
+    }
+    if (ec && !rearm) s.next = s.pending_due; // an aborted tick is not consumed
+    const clock::time_point due = s.pending_due;
+    state_.reset();
+    std::move(handler_)(ec, due);
+  }
+
+  const Handler& get() const noexcept { return handler_; }
+  boost::asio::cancellation_slot slot() const noexcept { return state_->signal.slot(); }
+
+private:
+  std::shared_ptr<interval_state> state_;
+  Handler handler_;
+  Executor ex_;
+};
+
+template <class Executor>
+class initiate_tick {
+public:
+  using executor_type = Executor;
+  initiate_tick(std::shared_ptr<interval_state> s, const Executor& ex) : state_(std::move(s)), ex_(ex) {}
+  executor_type get_executor() const noexcept { return ex_; }
+
+  template <class Handler>
+  void operator()(Handler&& handler) const {
+    using H = std::decay_t<Handler>;
+    H h(std::forward<Handler>(handler));
+    interval_state& s = *state_;
+    if (s.pending) { // one tick at a time: the second completes at once with already_started
+      auto hex = boost::asio::get_associated_executor(h, ex_);
+      boost::asio::post(hex, [h = std::move(h)]() mutable {
+        std::move(h)(boost::system::error_code(boost::asio::error::already_started), clock::time_point());
+      });
+      return;
+    }
+    auto user = boost::asio::get_associated_cancellation_slot(h);
+    if (user.is_connected()) {
+      user.template emplace<interval_forward_cancel>(interval_forward_cancel{&s.signal});
+      s.user_slot = user;
+      s.user_slot_connected = true;
+    }
+    const clock::time_point saved = s.next;
+    s.pending_due = s.take(pool_core_of(ex_).now());
+    s.pending = true;
+    try {
+      async_delay_until(ex_, s.pending_due, tick_handler<Executor, H>(state_, std::move(h), ex_));
+    } catch (...) {
+      s.pending = false;
+      s.next = saved;
+      if (s.user_slot_connected) {
+        s.user_slot.clear();
+        s.user_slot_connected = false;
+      }
+      throw;
+    }
+  }
+
+private:
+  std::shared_ptr<interval_state> state_;
+  Executor ex_;
+};
+
+} // namespace detail
+
+/// Ticks on a fixed grid for coroutines and other asynchronous code (Tokio's `interval`).
+/**
+ * Ticks fall due at `start`, `start + period`, `start + 2·period`… (by default `start`
+ * is the construction time, so the first tick completes at once). `async_tick(token)`
+ * waits for the next one (signature `void(error_code, clock::time_point due)`); the wait
+ * is one node in the delay queue of the metronome pool behind the executor (else the
+ * shared timing pool) and the handler runs on its associated executor (default: the
+ * interval's). When the consumer falls behind (it asks for a tick after the next one
+ * was already due), the `missed_tick` policy decides what follows, as for
+ * `schedule_at_fixed_rate`: `burst` hands the missed ticks out at once, one per call;
+ * `delay` shifts the grid to one period after the late tick; `skip` jumps to the first
+ * grid point after now. A tick handed out on time is followed one period later under
+ * every policy.
+ *
+ * One tick at a time: an `async_tick` while another is outstanding completes at once
+ * (posted, never inline) with `asio::error::already_started` and leaves the outstanding
+ * one alone. `cancel()` and per-operation cancellation (any type) complete the
+ * outstanding tick with `operation_aborted`; such a tick is not consumed (the next call
+ * waits for the same due time). `reset()` restarts the grid one period from now (a
+ * pending tick waits for the new time). Destroying the interval cancels its tick.
+ *
+ * @par Thread Safety
+ * As for Asio I/O objects: distinct objects are safe; one object must be used from one
+ * context at a time (a coroutine, a strand), the handler's context included.
+ */
+template <class Executor>
+class basic_interval {
+public:
+  using executor_type = Executor;
+
+  /// Ticks every `period`, the first one now. @throws std::invalid_argument if period <= 0.
+  template <class Target, class Rep, class Ratio>
+  basic_interval(Target&& target, std::chrono::duration<Rep, Ratio> period, missed_tick missed = missed_tick::burst)
+      : ex_(detail::delay_target<std::remove_cvref_t<Target>>::get(target)) {
+    init(detail::pool_core_of(ex_).now(), period, missed);
+  }
+
+  /// Ticks every `period` from `start`. @throws std::invalid_argument if period <= 0.
+  template <class Target, class Duration, class Rep, class Ratio>
+  basic_interval(Target&& target, std::chrono::time_point<clock, Duration> start,
+                 std::chrono::duration<Rep, Ratio> period, missed_tick missed = missed_tick::burst)
+      : ex_(detail::delay_target<std::remove_cvref_t<Target>>::get(target)) {
+    init(std::chrono::time_point_cast<clock::duration>(start), period, missed);
+  }
+
+  basic_interval(basic_interval&&) noexcept = default;
+  basic_interval& operator=(basic_interval&&) = delete;
+  ~basic_interval() {
+    if (state_) cancel();
+  }
+
+  executor_type get_executor() const noexcept { return ex_; }
+  clock::duration period() const noexcept { return state_->period; }
+  missed_tick missed() const noexcept { return state_->missed; }
+  /// Due time of the next tick not yet handed out.
+  clock::time_point next_tick() const noexcept { return state_->next; }
+
+  /// Waits for the next tick; see the class comment. Signature `void(error_code, clock::time_point)`.
+  template <class CompletionToken = boost::asio::default_completion_token_t<Executor>>
+  auto async_tick(CompletionToken&& token = boost::asio::default_completion_token_t<Executor>()) {
+    return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code, clock::time_point)>(
+        detail::initiate_tick<Executor>(state_, ex_), token);
+  }
+
+  /// Completes the outstanding tick (if any) with `operation_aborted`.
+  void cancel() noexcept {
+    if (state_->pending) state_->signal.emit(boost::asio::cancellation_type::terminal);
+  }
+
+  /// Restarts the grid: the next tick falls due one period from now.
+  void reset() { reset_at(detail::saturating_add(detail::pool_core_of(ex_).now(), state_->period)); }
+
+  /// Restarts the grid at `start`: the next tick falls due then.
+  void reset_at(clock::time_point start) {
+    detail::interval_state& s = *state_;
+    s.next = start;
+    if (s.pending && !s.rearm) {
+      s.rearm = true;
+      s.signal.emit(boost::asio::cancellation_type::terminal);
+    }
+  }
+
+private:
+  template <class Rep, class Ratio>
+  void init(clock::time_point start, std::chrono::duration<Rep, Ratio> period, missed_tick missed) {
+    if (!(period > std::chrono::duration<Rep, Ratio>::zero()) ||
+        std::chrono::duration_cast<clock::duration>(period) <= clock::duration::zero())
+      throw std::invalid_argument("metronome: interval period must be positive");
+    state_ = std::make_shared<detail::interval_state>();
+    state_->next = start;
+    state_->period = detail::saturating_duration(period);
+    state_->missed = missed;
+  }
+
+  Executor ex_;
+  std::shared_ptr<detail::interval_state> state_;
+};
+
+/// The common case: any executor, type-erased.
+using interval = basic_interval<boost::asio::any_io_executor>;
+
+} // namespace metronome
+
+namespace boost::asio {
+
+template <template <class, class> class Associator, class Executor, class Handler, class Default>
+struct associator<Associator, metronome::detail::tick_handler<Executor, Handler>, Default> {
+  using type = typename Associator<Handler, Default>::type;
+  static type get(const metronome::detail::tick_handler<Executor, Handler>& h) noexcept {
+    return Associator<Handler, Default>::get(h.get());
+  }
+  static auto get(const metronome::detail::tick_handler<Executor, Handler>& h, const Default& d) noexcept
+      -> decltype(Associator<Handler, Default>::get(h.get(), d)) {
+    return Associator<Handler, Default>::get(h.get(), d);
+  }
+};
+
+template <class Executor, class Handler, class Slot>
+struct associated_cancellation_slot<metronome::detail::tick_handler<Executor, Handler>, Slot> {
+  using type = cancellation_slot;
+  static type get(const metronome::detail::tick_handler<Executor, Handler>& h, const Slot& = Slot()) noexcept {
+    return h.slot();
+  }
+};
+
+} // namespace boost::asio
+
+#endif

@@ -1,0 +1,83 @@
+#include <metronome/backoff.hpp>
+
+#include <boost/test/unit_test.hpp>
+
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <set>
+#include <stdexcept>
+#include <vector>
+
+using namespace std::chrono_literals;
+using metronome::backoff;
+using metronome::backoff_options;
+using mclock = metronome::clock;
+
+BOOST_AUTO_TEST_SUITE(backoff_suite)
+
+BOOST_AUTO_TEST_CASE(without_jitter_the_delays_grow_exponentially_to_the_cap) {
+  backoff b({.initial = 100ms, .multiplier = 2.0, .cap = 1s, .full_jitter = false});
+  std::vector<mclock::duration> got;
+  for (int i = 0; i < 6; ++i) got.push_back(*b.next());
+  const std::vector<mclock::duration> want{100ms, 200ms, 400ms, 800ms, 1s, 1s};
+  BOOST_TEST((got == want));
+  BOOST_TEST(b.attempts() == 6u);
+  b.reset();
+  BOOST_TEST((*b.next() == 100ms));
+}
+
+BOOST_AUTO_TEST_CASE(max_attempts_ends_the_sequence) {
+  backoff b({.initial = 1ms, .full_jitter = false, .max_attempts = 3});
+  BOOST_TEST(b.next().has_value());
+  BOOST_TEST(b.next().has_value());
+  BOOST_TEST(b.next().has_value());
+  BOOST_TEST(!b.next().has_value());
+  BOOST_TEST(!b.next().has_value());
+  b.reset();
+  BOOST_TEST(b.next().has_value());
+}
+
+BOOST_AUTO_TEST_CASE(full_jitter_stays_within_each_ceiling_and_spreads) {
+  backoff_options o{.initial = 100ms, .multiplier = 3.0, .cap = 2s, .seed = 42};
+  std::set<mclock::rep> distinct;
+  for (int round = 0; round < 200; ++round) {
+    backoff b(o);
+    o.seed += 1;
+    mclock::duration ceiling = 100ms;
+    for (int i = 0; i < 5; ++i) {
+      const mclock::duration d = *b.next();
+      BOOST_TEST((d >= 0ns && d <= ceiling));
+      distinct.insert(d.count());
+      ceiling = std::min<mclock::duration>(ceiling * 3, 2s);
+    }
+  }
+  BOOST_TEST(distinct.size() > 900u); // not a constant
+}
+
+BOOST_AUTO_TEST_CASE(the_same_seed_gives_the_same_delays_and_reset_replays_them) {
+  backoff a({.seed = 7});
+  backoff b({.seed = 7});
+  backoff c({.seed = 8});
+  std::vector<mclock::duration> da, db, dc;
+  for (int i = 0; i < 8; ++i) {
+    da.push_back(*a.next());
+    db.push_back(*b.next());
+    dc.push_back(*c.next());
+  }
+  BOOST_TEST((da == db));
+  BOOST_TEST((da != dc));
+  a.reset();
+  std::vector<mclock::duration> again;
+  for (int i = 0; i < 8; ++i) again.push_back(*a.next());
+  BOOST_TEST((again == da));
+}
+
+BOOST_AUTO_TEST_CASE(bad_options_throw) {
+  BOOST_CHECK_THROW(backoff({.initial = 0ms}), std::invalid_argument);
+  BOOST_CHECK_THROW(backoff({.multiplier = 0.5}), std::invalid_argument);
+  BOOST_CHECK_THROW(backoff({.multiplier = std::numeric_limits<double>::quiet_NaN()}), std::invalid_argument);
+  BOOST_CHECK_THROW(backoff({.initial = 2s, .cap = 1s}), std::invalid_argument);
+}
+
+BOOST_AUTO_TEST_SUITE_END()

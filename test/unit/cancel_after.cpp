@@ -1,0 +1,246 @@
+#include <metronome/cancel_after.hpp>
+
+#include <metronome/async_delay.hpp>
+#include <metronome/manual_clock.hpp>
+#include <metronome/scheduled_thread_pool.hpp>
+
+#include "common/manual_pool.hpp"
+#include "common/poll_until.hpp"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/deferred.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/use_future.hpp>
+#include <boost/test/unit_test.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <memory>
+#include <optional>
+#include <thread>
+
+namespace asio = boost::asio;
+using namespace std::chrono_literals;
+using boost::system::error_code;
+using metronome::async_delay;
+using metronome::cancel_after;
+using metronome::cancel_at;
+using metronome::manual_clock;
+using metronome::scheduled_thread_pool;
+using metronome::test::on_clock;
+using metronome::test::poll_until;
+
+namespace {
+
+// An operation that never completes by itself: it completes with operation_aborted when
+// its slot is emitted, and records the cancellation type.
+struct until_cancelled {
+  std::atomic<int>* got_type;
+  template <class Handler>
+  void operator()(Handler h) const {
+    auto slot = asio::get_associated_cancellation_slot(h);
+    BOOST_REQUIRE(slot.is_connected());
+    auto* held = new Handler(std::move(h));
+    slot.assign([got = got_type, held](asio::cancellation_type_t t) {
+      got->store(static_cast<int>(t));
+      Handler h2(std::move(*held));
+      delete held;
+      asio::get_associated_cancellation_slot(h2).clear();
+      std::move(h2)(error_code(asio::error::operation_aborted));
+    });
+  }
+};
+
+template <class Token>
+auto async_until_cancelled(std::atomic<int>& got, Token&& token) {
+  return asio::async_initiate<Token, void(error_code)>(until_cancelled{&got}, token);
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(cancel_after_suite)
+
+BOOST_AUTO_TEST_CASE(an_operation_that_never_completes_is_aborted_when_time_is_up) {
+  manual_clock c;
+  scheduled_thread_pool pool(on_clock(c));
+  std::promise<error_code> p;
+  async_delay(pool.get_executor(), 1h, cancel_after(10ms, [&](error_code ec) { p.set_value(ec); }));
+  auto f = p.get_future();
+  BOOST_TEST(pool.stats().delayed_queued == 2u); // the wait and the timeout: one node each
+  c.advance(9ms);
+  BOOST_TEST((f.wait_for(20ms) == std::future_status::timeout));
+  c.advance(1ms);
+  BOOST_TEST((f.get() == asio::error::operation_aborted));
+  BOOST_TEST(poll_until([&] { return pool.stats().delayed_queued == 0; }));
+}
+
+BOOST_AUTO_TEST_CASE(an_operation_that_completes_first_frees_the_timer_before_its_handler_runs) {
+  manual_clock c;
+  scheduled_thread_pool pool(on_clock(c));
+  std::promise<std::pair<error_code, std::size_t>> p;
+  async_delay(pool.get_executor(), 5ms, cancel_after(1h, [&](error_code ec) {
+                p.set_value({ec, pool.stats().delayed_queued});
+              }));
+  c.advance(5ms);
+  auto [ec, queued] = p.get_future().get();
+  BOOST_TEST(!ec);
+  BOOST_TEST(queued == 0u); // the timeout's node left the queue when the operation completed
+  c.advance(2h);            // nothing fires later
+  BOOST_TEST(pool.stats().delayed_queued == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(with_use_awaitable_the_coroutine_sees_operation_aborted) {
+  manual_clock c;
+  scheduled_thread_pool pool(on_clock(c));
+  std::promise<error_code> p;
+  asio::co_spawn(
+      pool,
+      [&]() -> asio::awaitable<void> {
+        try {
+          co_await async_delay(pool.get_executor(), 1h, cancel_after(10ms, asio::use_awaitable));
+          p.set_value({});
+        } catch (const boost::system::system_error& e) {
+          p.set_value(e.code());
+        }
+      },
+      asio::detached);
+  BOOST_TEST(poll_until([&] { return pool.stats().delayed_queued == 2; }));
+  c.advance(10ms);
+  BOOST_TEST((p.get_future().get() == asio::error::operation_aborted));
+}
+
+BOOST_AUTO_TEST_CASE(with_as_tuple_inside_a_coroutine_and_a_second_wait_after_it) {
+  manual_clock c;
+  scheduled_thread_pool pool(on_clock(c));
+  std::promise<std::pair<error_code, error_code>> p;
+  asio::co_spawn(
+      pool,
+      [&]() -> asio::awaitable<void> {
+        auto [ec1] = co_await async_delay(pool.get_executor(), 1h, cancel_after(10ms, asio::as_tuple(asio::use_awaitable)));
+        auto [ec2] = co_await async_delay(pool.get_executor(), 1ms, cancel_after(1h, asio::as_tuple(asio::use_awaitable)));
+        p.set_value({ec1, ec2});
+      },
+      asio::detached);
+  BOOST_TEST(poll_until([&] { return pool.stats().delayed_queued == 2; }));
+  c.advance(10ms);
+  BOOST_TEST(poll_until([&] { return pool.stats().delayed_queued == 2; }));
+  c.advance(1ms);
+  auto [ec1, ec2] = p.get_future().get();
+  BOOST_TEST((ec1 == asio::error::operation_aborted));
+  BOOST_TEST(!ec2);
+  BOOST_TEST(poll_until([&] { return pool.stats().delayed_queued == 0; }));
+}
+
+BOOST_AUTO_TEST_CASE(with_deferred_the_timeout_counts_from_the_launch) {
+  manual_clock c;
+  scheduled_thread_pool pool(on_clock(c));
+  auto op = async_delay(pool.get_executor(), 1h, cancel_after(10ms, asio::deferred));
+  c.advance(50ms); // not launched yet
+  BOOST_TEST(pool.stats().delayed_queued == 0u);
+  std::promise<error_code> p;
+  std::move(op)([&](error_code ec) { p.set_value(ec); });
+  auto f = p.get_future();
+  c.advance(9ms);
+  BOOST_TEST((f.wait_for(20ms) == std::future_status::timeout));
+  c.advance(1ms);
+  BOOST_TEST((f.get() == asio::error::operation_aborted));
+}
+
+BOOST_AUTO_TEST_CASE(with_use_future) {
+  manual_clock c;
+  scheduled_thread_pool pool(on_clock(c));
+  auto f = async_delay(pool.get_executor(), 1h, cancel_at(c.now() + 3ms, asio::use_future));
+  c.advance(3ms);
+  try {
+    f.get();
+    BOOST_FAIL("expected operation_aborted");
+  } catch (const boost::system::system_error& e) {
+    BOOST_TEST((e.code() == asio::error::operation_aborted));
+  }
+}
+
+BOOST_AUTO_TEST_CASE(the_handlers_own_slot_keeps_working_and_frees_the_timer) {
+  manual_clock c;
+  scheduled_thread_pool pool(on_clock(c));
+  asio::cancellation_signal sig;
+  std::promise<error_code> p;
+  async_delay(pool.get_executor(), 1h,
+              cancel_after(1h, asio::bind_cancellation_slot(sig.slot(), [&](error_code ec) { p.set_value(ec); })));
+  BOOST_TEST(pool.stats().delayed_queued == 2u);
+  sig.emit(asio::cancellation_type::terminal); // forwarded to the operation
+  BOOST_TEST((p.get_future().get() == asio::error::operation_aborted));
+  BOOST_TEST(poll_until([&] { return pool.stats().delayed_queued == 0; }));
+  BOOST_TEST(!sig.slot().has_handler()); // our forwarder left the user's slot
+}
+
+BOOST_AUTO_TEST_CASE(the_chosen_cancellation_type_is_emitted) {
+  manual_clock c;
+  scheduled_thread_pool pool(on_clock(c));
+  std::atomic<int> got{-1};
+  std::promise<error_code> p;
+  async_until_cancelled(got, cancel_after(pool, 5ms, [&](error_code ec) { p.set_value(ec); },
+                                          asio::cancellation_type::partial));
+  c.advance(5ms);
+  BOOST_TEST((p.get_future().get() == asio::error::operation_aborted));
+  BOOST_TEST(got.load() == static_cast<int>(asio::cancellation_type::partial));
+
+  std::atomic<int> got2{-1};
+  std::promise<error_code> p2;
+  async_until_cancelled(got2, cancel_after(pool, 5ms, [&](error_code ec) { p2.set_value(ec); }));
+  c.advance(5ms);
+  p2.get_future().get();
+  BOOST_TEST(got2.load() == static_cast<int>(asio::cancellation_type::terminal));
+}
+
+BOOST_AUTO_TEST_CASE(a_steady_timer_on_an_io_context_timed_out_by_a_manual_clock_pool) {
+  manual_clock c;
+  scheduled_thread_pool pool(on_clock(c));
+  asio::io_context io;
+  asio::steady_timer t(io, 1h);
+  error_code got;
+  bool on_io = false;
+  t.async_wait(cancel_after(pool.get_executor(), 10ms, [&](error_code ec) {
+    got = ec;
+    on_io = io.get_executor().running_in_this_thread();
+  }));
+  std::thread runner([&] { io.run(); }); // the wait keeps it running
+  BOOST_TEST(poll_until([&] { return pool.stats().delayed_queued == 1; }));
+  c.advance(10ms); // emitted on io's thread; the timer completes aborted; io.run returns
+  runner.join();
+  BOOST_TEST((got == asio::error::operation_aborted));
+  BOOST_TEST(on_io);
+}
+
+BOOST_AUTO_TEST_CASE(an_operation_that_outlives_its_timing_pool_completes_safely) {
+  asio::io_context io;
+  asio::steady_timer t(io, 1h);
+  error_code got;
+  {
+    manual_clock c;
+    scheduled_thread_pool pool(on_clock(c));
+    t.async_wait(cancel_after(pool, 1h, [&](error_code ec) { got = ec; }));
+    BOOST_TEST(pool.stats().delayed_queued == 1u);
+  } // the pool goes: the timeout is dropped, the operation stays
+  t.cancel();
+  io.run(); // the handler's side finds the pool gone and leaves it alone
+  BOOST_TEST((got == asio::error::operation_aborted));
+}
+
+BOOST_AUTO_TEST_CASE(an_io_context_operation_with_the_shared_timing_pool) {
+  asio::io_context io;
+  asio::steady_timer t(io, 1h);
+  error_code got;
+  t.async_wait(cancel_after(1ms, [&](error_code ec) { got = ec; }));
+  io.run(); // real time: completes when the shared timing pool's 1 ms is up
+  BOOST_TEST((got == asio::error::operation_aborted));
+}
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -1,0 +1,204 @@
+#include <metronome/interval.hpp>
+
+#include <metronome/manual_clock.hpp>
+#include <metronome/scheduled_thread_pool.hpp>
+
+#include "common/manual_pool.hpp"
+#include "common/poll_until.hpp"
+
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/use_future.hpp>
+#include <boost/test/unit_test.hpp>
+
+#include <chrono>
+#include <future>
+#include <optional>
+#include <stdexcept>
+#include <vector>
+
+namespace asio = boost::asio;
+using namespace std::chrono_literals;
+using boost::system::error_code;
+using metronome::interval;
+using metronome::manual_clock;
+using metronome::missed_tick;
+using metronome::scheduled_thread_pool;
+using metronome::test::on_clock;
+using metronome::test::poll_until;
+using time_point = metronome::clock::time_point;
+
+namespace {
+
+struct fixture {
+  manual_clock c;
+  scheduled_thread_pool pool{on_clock(c)};
+  time_point t0 = c.now();
+
+  // The due time of the next tick, which must be ready now.
+  time_point tick_now(interval& it) {
+    auto f = it.async_tick(asio::use_future);
+    return f.get();
+  }
+  bool not_ready(std::future<time_point>& f) { return f.wait_for(20ms) == std::future_status::timeout; }
+};
+
+} // namespace
+
+BOOST_FIXTURE_TEST_SUITE(interval_suite, fixture)
+
+BOOST_AUTO_TEST_CASE(ticks_on_a_fixed_grid_from_the_start) {
+  interval it(pool.get_executor(), 10ms);
+  BOOST_TEST((tick_now(it) == t0)); // the first tick is due at once
+  auto f = it.async_tick(asio::use_future);
+  BOOST_TEST(pool.stats().delayed_queued == 1u); // one node
+  c.advance(9ms);
+  BOOST_TEST(not_ready(f));
+  c.advance(1ms);
+  BOOST_TEST((f.get() == t0 + 10ms));
+  c.advance(3ms); // the consumer is a little slow, but not late: the grid holds
+  f = it.async_tick(asio::use_future);
+  c.advance(6ms);
+  BOOST_TEST(not_ready(f));
+  c.advance(1ms);
+  BOOST_TEST((f.get() == t0 + 20ms));
+}
+
+BOOST_AUTO_TEST_CASE(an_interval_on_the_pool_object_with_a_start_time) {
+  interval it(pool, t0 + 5ms, 10ms);
+  auto f = it.async_tick(asio::use_future);
+  c.advance(4ms);
+  BOOST_TEST(not_ready(f));
+  c.advance(1ms);
+  BOOST_TEST((f.get() == t0 + 5ms));
+  BOOST_TEST((it.next_tick() == t0 + 15ms));
+}
+
+BOOST_AUTO_TEST_CASE(burst_hands_out_every_missed_tick_at_once) {
+  interval it(pool.get_executor(), 10ms, missed_tick::burst);
+  tick_now(it);
+  c.advance(35ms);
+  BOOST_TEST((tick_now(it) == t0 + 10ms));
+  BOOST_TEST((tick_now(it) == t0 + 20ms));
+  BOOST_TEST((tick_now(it) == t0 + 30ms));
+  BOOST_TEST((it.next_tick() == t0 + 40ms));
+}
+
+BOOST_AUTO_TEST_CASE(delay_shifts_the_grid_after_a_late_tick) {
+  interval it(pool.get_executor(), 10ms, missed_tick::delay);
+  tick_now(it);
+  c.advance(35ms);
+  BOOST_TEST((tick_now(it) == t0 + 10ms)); // late, delivered at t0 + 35ms
+  BOOST_TEST((it.next_tick() == t0 + 45ms));
+}
+
+BOOST_AUTO_TEST_CASE(skip_jumps_to_the_next_grid_point_after_now) {
+  interval it(pool.get_executor(), 10ms, missed_tick::skip);
+  tick_now(it);
+  c.advance(35ms);
+  BOOST_TEST((tick_now(it) == t0 + 10ms));
+  BOOST_TEST((it.next_tick() == t0 + 40ms));
+  auto f = it.async_tick(asio::use_future);
+  c.advance(4ms);
+  BOOST_TEST(not_ready(f));
+  c.advance(1ms);
+  BOOST_TEST((f.get() == t0 + 40ms));
+}
+
+BOOST_AUTO_TEST_CASE(cancel_aborts_the_pending_tick_without_consuming_it) {
+  interval it(pool.get_executor(), 10ms);
+  tick_now(it);
+  std::promise<error_code> p;
+  it.async_tick([&](error_code ec, time_point) { p.set_value(ec); });
+  it.cancel();
+  BOOST_TEST((p.get_future().get() == asio::error::operation_aborted));
+  BOOST_TEST(pool.stats().delayed_queued == 0u);
+  BOOST_TEST((it.next_tick() == t0 + 10ms));
+  auto f = it.async_tick(asio::use_future);
+  c.advance(10ms);
+  BOOST_TEST((f.get() == t0 + 10ms));
+}
+
+BOOST_AUTO_TEST_CASE(per_operation_cancellation) {
+  interval it(pool.get_executor(), 10ms);
+  tick_now(it);
+  asio::cancellation_signal sig;
+  std::promise<error_code> p;
+  it.async_tick(asio::bind_cancellation_slot(sig.slot(), [&](error_code ec, time_point) { p.set_value(ec); }));
+  sig.emit(asio::cancellation_type::partial);
+  BOOST_TEST((p.get_future().get() == asio::error::operation_aborted));
+  BOOST_TEST(!sig.slot().has_handler());
+  auto f = it.async_tick(asio::use_future); // the interval still works
+  c.advance(10ms);
+  BOOST_TEST((f.get() == t0 + 10ms));
+}
+
+BOOST_AUTO_TEST_CASE(a_second_concurrent_tick_completes_with_already_started) {
+  interval it(pool.get_executor(), 10ms);
+  tick_now(it);
+  auto first = it.async_tick(asio::use_future);
+  std::promise<error_code> p;
+  it.async_tick([&](error_code ec, time_point) { p.set_value(ec); });
+  BOOST_TEST((p.get_future().get() == asio::error::already_started));
+  c.advance(10ms);
+  BOOST_TEST((first.get() == t0 + 10ms)); // the outstanding one is untouched
+}
+
+BOOST_AUTO_TEST_CASE(reset_restarts_the_grid_and_moves_a_pending_tick) {
+  interval it(pool.get_executor(), 10ms);
+  tick_now(it);
+  auto f = it.async_tick(asio::use_future);
+  c.advance(5ms);
+  it.reset(); // next tick at t0 + 15ms
+  c.advance(5ms);
+  BOOST_TEST(not_ready(f));
+  BOOST_TEST(poll_until([&] { return pool.stats().delayed_queued == 1; }));
+  c.advance(5ms);
+  BOOST_TEST((f.get() == t0 + 15ms));
+  BOOST_TEST((it.next_tick() == t0 + 25ms));
+  it.reset(); // no tick pending: the next one is one period from now
+  BOOST_TEST((it.next_tick() == t0 + 25ms));
+  c.advance(1ms);
+  it.reset();
+  BOOST_TEST((it.next_tick() == t0 + 26ms));
+}
+
+BOOST_AUTO_TEST_CASE(destroying_the_interval_cancels_its_tick) {
+  std::promise<error_code> p;
+  {
+    interval it(pool.get_executor(), 10ms);
+    tick_now(it);
+    it.async_tick([&](error_code ec, time_point) { p.set_value(ec); });
+  }
+  BOOST_TEST((p.get_future().get() == asio::error::operation_aborted));
+  BOOST_TEST(poll_until([&] { return pool.stats().delayed_queued == 0; }));
+}
+
+BOOST_AUTO_TEST_CASE(a_coroutine_loop_with_use_awaitable) {
+  std::promise<std::vector<time_point>> p;
+  asio::co_spawn(
+      pool,
+      [&]() -> asio::awaitable<void> {
+        interval it(co_await asio::this_coro::executor, 10ms, missed_tick::skip);
+        std::vector<time_point> seen;
+        for (int i = 0; i < 3; ++i) seen.push_back(co_await it.async_tick(asio::use_awaitable));
+        p.set_value(seen);
+      },
+      asio::detached);
+  BOOST_TEST(poll_until([&] { return pool.stats().delayed_queued == 1; }));
+  c.advance(10ms);
+  BOOST_TEST(poll_until([&] { return pool.stats().delayed_queued == 1; }));
+  c.advance(10ms);
+  auto seen = p.get_future().get();
+  BOOST_TEST((seen == std::vector<time_point>{t0, t0 + 10ms, t0 + 20ms}));
+}
+
+BOOST_AUTO_TEST_CASE(a_period_that_is_not_positive_throws) {
+  BOOST_CHECK_THROW(interval(pool.get_executor(), 0ms), std::invalid_argument);
+  BOOST_CHECK_THROW(interval(pool.get_executor(), -1ms), std::invalid_argument);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
