@@ -190,9 +190,10 @@ private:
  *
  * The handler runs through its associated executor (default: `target`'s executor) —
  * inline on the firing pool thread when that is the pool itself — and the node is
- * allocated with its associated allocator. Until the handler has run, the operation
- * holds outstanding work on that executor, and lets it go there, after the handler
- * (so `io_context::run()` does not return while a wait is pending). A handler that
+ * allocated with its associated allocator. Until the completion has been handed to
+ * that executor, the operation holds outstanding work on it, and lets go on the
+ * completing thread once the executor took it (Asio's rule: `io_context::run()` does
+ * not return while a wait is pending, nor while its completion is being posted). A handler that
  * throws is reported to the exception handler of the pool whose thread runs it (else
  * printed to stderr). Per-operation cancellation (any type: terminal, partial,
  * total) through the associated cancellation slot takes the wait out of the delay

@@ -246,7 +246,7 @@ public:
   /**
    * The handler runs on its associated executor (default: the wheel's), allocated with
    * its associated allocator; outstanding work on that executor is held until the
-   * handler has run and let go there, after it. A handler that throws is reported to
+   * completion has been handed to it (Asio's rule). A handler that throws is reported to
    * the exception handler of the pool whose thread runs it (else printed to stderr).
    */
   template <class Rep, class Period, class CompletionToken>

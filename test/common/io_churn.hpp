@@ -3,14 +3,12 @@
 
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
-#include <boost/asio/steady_timer.hpp>
 
 #include <condition_variable>
 #include <functional>
 #include <future>
 #include <memory>
 #include <mutex>
-#include <optional>
 #include <sched.h>
 #include <thread>
 
@@ -44,15 +42,19 @@ private:
   bool pinned_ = false;
 };
 
-// Asio's rule for a handler completed on another executor: the operation's outstanding
-// work travels with the handler and is released in the handler's context after it ran.
-// Here each of `n` operations completes onto a fresh io_context run by a thread of its
-// own, and the moment its handler has run, the io_context is stopped, its run() has
-// returned, and it is destroyed: work released anywhere else, later, touches a
-// destroyed io_context (on the heap, so that AddressSanitizer reports it; in a plain
-// build a later round may hang or crash). Declare an on_one_cpu before the pool: the
-// completing pool thread, preempted by the io thread it wakes, then falls behind the
-// io_context's destruction nearly every round (on two free CPUs, rarely).
+// Asio's rule for a handler completed on another executor: the operation holds work on
+// that executor until the executor has taken the completion, and lets go right after,
+// on the completing thread. Here each of `n` operations completes onto a fresh
+// io_context run by a thread of its own; the test lets go of its own work guard once
+// the handler ran, and destroys the io_context the moment run() has returned for want
+// of work. Work let go earlier (before the post) would let run() return before the
+// handler ran, and the round hangs; work let go later (in the handler's context) lets
+// run() return, and the io_context be destroyed, while the completing thread is still
+// inside its post, about to signal the io_context's condition variable: ThreadSanitizer
+// reports it, and the io_context is on the heap so that AddressSanitizer sees any later
+// touch. Declare an on_one_cpu before the pool: the completing pool thread, preempted
+// by the io thread it wakes, then falls behind the io_context's destruction nearly
+// every round (on two free CPUs, rarely).
 // `start(io, ran)` starts one operation whose handler, bound to `io`, calls `ran()`.
 template <class Start>
 void complete_onto_dying_io_contexts(int n, Start start) {
@@ -76,11 +78,6 @@ void complete_onto_dying_io_contexts(int n, Start start) {
   });
   for (int i = 0; i < n; ++i) {
     auto io = std::make_unique<boost::asio::io_context>();
-    // A timer object gives the io_context its reactor, so that its idle thread waits in
-    // the reactor, and a post from another thread wakes it under the io_context's mutex.
-    // (Waiting on its condition variable instead, it would be signalled after the mutex
-    // is let go: ThreadSanitizer reports that signal against the destruction below.)
-    std::optional<boost::asio::steady_timer> reactor(std::in_place, *io);
     auto guard = boost::asio::make_work_guard(*io);
     {
       std::lock_guard lk(m);
@@ -90,13 +87,11 @@ void complete_onto_dying_io_contexts(int n, Start start) {
     std::promise<void> ran;
     start(*io, std::function<void()>([&ran] { ran.set_value(); }));
     ran.get_future().get();
-    guard.reset();
-    io->stop();
+    guard.reset(); // now only the operation's work keeps run() going
     {
       std::unique_lock lk(m);
       cv.wait(lk, [&] { return to_run == nullptr; });
     }
-    reactor.reset();
     io.reset();
   }
   {

@@ -32,9 +32,11 @@ namespace metronome::detail {
 // been taken out (destroy() it, or drop the completion's reference to it).
 //
 // complete_with() follows Asio's rules for a handler completed on its own executor:
-// - outstanding work on that executor (hold_work()) travels with the handler and is
-//   released in the handler's context, after the handler ran; if the executor destroys
-//   the completion unrun, when it does;
+// - outstanding work on that executor (hold_work()) is held until the executor has
+//   taken the completion, and let go on the completing thread after that call returned
+//   (the executor counts the queued completion as work of its own from then on): so
+//   `io_context::run()` cannot return, and the io_context cannot be destroyed, while
+//   the completing thread is still inside its post;
 // - the cancellation slot is cleared in the handler's context; the node, which the
 //   slot's cancel handler reaches, lives until then;
 // - the node is released before the handler runs, so the handler may start another
@@ -92,7 +94,7 @@ protected:
 
   const executor_type& handler_executor() const noexcept { return executor_; }
 
-  // Outstanding work on the handler's executor until the handler has run.
+  // Outstanding work on the handler's executor until the completion is handed to it.
   void hold_work() { work_.emplace(executor_); }
 
   // Installs a Canceller in the handler's cancellation slot, if it has one.
@@ -110,6 +112,8 @@ protected:
   // its executor's context), else post (never inside the calling function).
   template <class... Args>
   void complete_with(bool may_run_inline, Args... args) noexcept {
+    // Declared first: let go last, once the executor has the completion (or it failed).
+    std::optional<work_guard> work(std::move(work_));
     try {
       const executor_type ex(executor_);
       completion<Args...> c(static_cast<Derived*>(this), std::move(args)...);
@@ -120,7 +124,7 @@ protected:
         boost::asio::post(ex, std::move(c));
     } catch (...) {
       // The executor could not take it (out of memory): the completion, destroyed,
-      // released the node and the work; the handler is lost, so say so.
+      // released the node, and `work` lets go here; the handler is lost, so say so.
       report_here(std::current_exception(), "completion");
     }
   }
@@ -150,7 +154,6 @@ private:
     static void finish(Derived* op, std::tuple<Args...>* args) noexcept {
       handler_op& self = *op;
       if (self.slot_connected_) self.disconnect_slot();
-      std::optional<work_guard> work(std::move(self.work_)); // declared first: let go last
       Handler handler(std::move(self.handler_));
       Derived::release_node(op);
       if (!args) return;
@@ -173,7 +176,7 @@ private:
   }
 
   node_alloc alloc_;
-  std::optional<work_guard> work_; // before handler_: destroyed after it
+  std::optional<work_guard> work_; // before handler_: a node destroyed unrun lets go after it
   Handler handler_;
   executor_type executor_;
   bool slot_connected_ = false;

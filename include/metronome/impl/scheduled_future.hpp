@@ -79,8 +79,8 @@ private:
  * `cancelled_error`. So `co_await f.async_wait(boost::asio::use_awaitable)` returns
  * the value or rethrows. The handler runs on its associated executor (inline on the
  * completing pool thread when it has none), allocated with its associated allocator;
- * outstanding work on that executor is held until the handler has run and let go
- * there, after it. A handler that throws is reported to the exception handler of the
+ * outstanding work on that executor is held until the completion has been handed to
+ * it (Asio's rule). A handler that throws is reported to the exception handler of the
  * pool whose thread runs it (else printed to stderr). Any number of waits may be
  * pending. For a periodic task it completes when the task stops.
  */
