@@ -15,7 +15,7 @@ void print_bound(std::ostream& os, latency_histogram::duration d) {
     os << "inf";
     return;
   }
-  const double ns = static_cast<double>(d.count());
+  const auto ns = static_cast<double>(d.count());
   char buf[32];
   if (ns < 1e3)
     std::snprintf(buf, sizeof buf, "%.0fns", ns);

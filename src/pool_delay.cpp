@@ -227,11 +227,8 @@ bool pool_core::on_reset_locked(scheduled_task_base* t, clock::duration delay) n
   const clock::time_point current = now();
   const clock::time_point due = saturating_add(current, delay);
   const bool was_head = t->heap_index_ == 0;
-  heap_.remove(t);
   t->set_due(due);
-  // The heap has the slot the node just left: push_back reuses its storage, allocates
-  // nothing, and cannot hit the size limit - nothing here can throw.
-  const bool is_head = heap_.push(t, next_seq_++);
+  const bool is_head = heap_.rekey(t, next_seq_++); // in place: allocates nothing
   if (was_head || is_head) update_next_due_locked();
   if (is_head) wake_for_new_head_locked();
   // Due now: on a manual clock nobody looks at the heap until time moves, so get a

@@ -71,6 +71,38 @@ BOOST_AUTO_TEST_CASE(removes_any_node_and_keeps_indices_consistent) {
   }
 }
 
+// reset() re-keys a node where it stands: earlier and later due times, new sequence
+// numbers (a re-keyed node counts as scheduled now among equal due times), the head
+// reported, and the heap pops in order afterwards with nothing allocated.
+BOOST_AUTO_TEST_CASE(rekey_moves_a_node_up_or_down_and_reports_the_head) {
+  std::mt19937 rng(5);
+  delay_heap heap;
+  auto nodes = fill(heap, 3000, [&](std::uint64_t) { return rng() % 1000; });
+  const auto capacity = heap.capacity();
+  std::uint64_t seq = 3000;
+  for (int i = 0; i < 2000; ++i) {
+    node* n = nodes[rng() % nodes.size()].get();
+    n->seq = seq;
+    n->set_due(mclock::time_point(mclock::duration(static_cast<long long>(rng() % 1200))));
+    const bool head = heap.rekey(n, seq++);
+    BOOST_TEST(head == (heap.top() == n));
+  }
+  node* first = nodes[0].get();
+  first->seq = seq;
+  first->set_due(mclock::time_point(mclock::duration(-1)));
+  BOOST_TEST(heap.rekey(first, seq++));
+  BOOST_TEST(heap.capacity() == capacity);
+  timed_node* prev = nullptr;
+  std::size_t popped = 0;
+  while (!heap.empty()) {
+    timed_node* n = heap.pop();
+    if (prev) BOOST_TEST(!due_before(n, prev));
+    prev = n;
+    ++popped;
+  }
+  BOOST_TEST(popped == 3000u);
+}
+
 BOOST_AUTO_TEST_CASE(push_reports_a_new_head) {
   node a(10, 0), b(5, 1), c(7, 2);
   delay_heap heap;

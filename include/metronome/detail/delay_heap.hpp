@@ -38,6 +38,19 @@ public:
 
   void remove(timed_node* n) noexcept { remove_at(n->heap_index_); }
 
+  // Moves `n`, which is in the heap, to where its due time (read again) and `seq` now
+  // put it. Returns true when it is the head afterwards. Allocates nothing.
+  bool rekey(timed_node* n, std::uint64_t seq) noexcept {
+    const std::size_t i = n->heap_index_;
+    const entry e{n->due_.load(std::memory_order_relaxed), seq, n};
+    place(i, e);
+    if (i > 0 && before(e, entries_[(i - 1) / arity]))
+      sift_up(i);
+    else
+      sift_down(i);
+    return n->heap_index_ == 0;
+  }
+
   // Takes every node out, in due order (then FIFO); used by shutdown paths.
   template <class F>
   void drain(F&& f) noexcept {
