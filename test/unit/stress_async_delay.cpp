@@ -1,0 +1,200 @@
+// Stress with accounting, async_delay: per-operation cancellation races completion
+// (handlers on a serial executor, on an io_context strand), shutdown() races both, and
+// coroutines looping on async_delay on strands meet shutdown() and join(). Every
+// launched wait's handler runs exactly once and is destroyed exactly once. Bounded in
+// time like every stress case; seeds as in common/stress_rounds.hpp.
+
+#include "common/wait_batch.hpp"
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include <random>
+#include <thread>
+#include <vector>
+
+namespace {
+
+// Coroutines co_spawned on asio strands over the pool loop on async_delay; a producer
+// posts plain work to the same strands from outside; shutdown() comes at a random
+// moment. Waits complete with operation_aborted at shutdown "so coroutines unwind":
+// every coroutine must finish, and join() must return (co_spawn holds tracked work on
+// the strand's executor until its coroutine finishes).
+struct coro_state {
+  std::unique_ptr<scheduled_thread_pool> pool;
+  std::vector<asio::strand<scheduled_thread_pool::executor_type>> strands;
+  std::atomic<int> finished{0}, aborted{0}, steps{0}, posted_ran{0};
+  std::atomic<bool> producing{true};
+};
+
+asio::awaitable<void> delay_loop(coro_state* st, unsigned seed) {
+  auto pex = st->pool->get_executor();
+  for (int i = 0; i < 50; ++i) {
+    seed = seed * 1103515245u + 12345u;
+    try {
+      co_await metronome::async_delay(pex, std::chrono::microseconds(seed % 1500), asio::use_awaitable);
+    } catch (const boost::system::system_error& e) {
+      if (e.code() == asio::error::operation_aborted) st->aborted.fetch_add(1);
+      co_return;
+    }
+    st->steps.fetch_add(1);
+  }
+}
+
+bool coroutine_join_round(std::uint64_t seed, errors& errs) {
+  std::mt19937_64 rng(seed);
+  auto sp = std::make_shared<coro_state>();
+  coro_state& st = *sp;
+  pool_options o;
+  o.threads = 2;
+  o.exception_handler = [](std::exception_ptr) {}; // dropped outside work is reported here
+  st.pool = std::make_unique<scheduled_thread_pool>(o);
+  for (int i = 0; i < 3; ++i) st.strands.push_back(asio::make_strand(st.pool->get_executor()));
+  const int n = scaled(24, 8);
+  for (int i = 0; i < n; ++i)
+    asio::co_spawn(st.strands[i % 3], delay_loop(&st, static_cast<unsigned>(rng())),
+                   [p = &st](std::exception_ptr) { p->finished.fetch_add(1); });
+  std::thread producer([&st, s0 = rng()] {
+    std::mt19937_64 r2(s0);
+    while (st.producing.load()) {
+      asio::post(st.strands[r2() % 3], [p = &st] { p->posted_ran.fetch_add(1); });
+      std::this_thread::yield();
+    }
+  });
+  // A random moment: after a random number of coroutine steps.
+  const int threshold = static_cast<int>(rng() % (n * 10 + 1));
+  const auto limit = std::chrono::steady_clock::now() + 5s;
+  while (st.steps.load() < threshold && st.finished.load() < n && std::chrono::steady_clock::now() < limit)
+    std::this_thread::yield();
+  st.pool->shutdown();
+  std::this_thread::sleep_for(std::chrono::microseconds(rng() % 500)); // outside posts keep coming a little
+  st.producing.store(false);
+  producer.join();
+  if (!finishes_within(10s, [sp] { sp->pool->join(); })) {
+    errs.add(fmt("join() after shutdown() did not return within 10 s: %d of %d coroutines finished (%d aborted "
+                 "waits), stats: active=%zu ready=%zu delayed=%zu",
+                 st.finished.load(), n, st.aborted.load(), st.pool->stats().active, st.pool->stats().ready_queued,
+                 st.pool->stats().delayed_queued));
+    metronome::test::leak(sp);
+    return false;
+  }
+  if (st.finished.load() != n)
+    errs.add(fmt("join() returned but only %d of %d coroutines finished (the others never resumed)", st.finished.load(), n));
+  st.strands.clear();
+  st.pool.reset();
+  return true;
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(stress_suite)
+
+// ---- async_delay: per-operation cancellation racing completion
+
+BOOST_AUTO_TEST_CASE(async_delay_cancellation_races_completion_on_a_serial_executor) {
+  run_rounds("async_delay, handler on a serial executor", 1, budget(ms(3000, 4000), 2, 100000),
+             [](std::uint64_t seed, errors& errs) {
+               std::mt19937_64 rng(seed);
+               delay_batch batch;
+               {
+                 scheduled_thread_pool pool(2);
+                 auto hex = make_serial_executor(pool);
+                 launch_batch(batch, pool, hex, delay_on(pool), rng, scaled(300, 60));
+                 if (!batch.done.wait_for_at_least(static_cast<int>(batch.states.size())))
+                   errs.add(fmt("only %d of %zu async_delay handlers ran within 20 s", batch.done.value(),
+                                batch.states.size()));
+                 pool.join();
+                 check_delay_batch(batch, errs, false);
+               }
+               check_delay_lifetimes(batch, errs);
+               return true;
+             });
+}
+
+BOOST_AUTO_TEST_CASE(async_delay_cancellation_races_completion_on_an_io_context_strand) {
+  run_rounds("async_delay, handler on an io_context strand", 2, budget(ms(3000, 4000), 2, 100000),
+             [](std::uint64_t seed, errors& errs) {
+               std::mt19937_64 rng(seed);
+               delay_batch batch;
+               {
+                 scheduled_thread_pool pool(2);
+                 asio::io_context ioc;
+                 auto guard = asio::make_work_guard(ioc);
+                 std::thread t1([&] { ioc.run(); }), t2([&] { ioc.run(); });
+                 auto hex = asio::make_strand(ioc);
+                 launch_batch(batch, pool, hex, delay_on(pool), rng, scaled(300, 60));
+                 if (!batch.done.wait_for_at_least(static_cast<int>(batch.states.size())))
+                   errs.add(fmt("only %d of %zu async_delay handlers ran within 20 s", batch.done.value(),
+                                batch.states.size()));
+                 // The pool's emission timers post to the strand: let them finish first.
+                 pool.shutdown();
+                 pool.join();
+                 guard.reset();
+                 ioc.stop();
+                 t1.join();
+                 t2.join();
+                 check_delay_batch(batch, errs, false);
+               }
+               check_delay_lifetimes(batch, errs);
+               return true;
+             });
+}
+
+// shutdown() completes pending waits with operation_aborted: every launched wait's
+// handler still runs exactly once, and join() returns. The handler's executor is a
+// serial executor or an asio strand over the same pool; launches and emissions posted
+// from outside after shutdown() may be dropped (they then never launch).
+template <class MakeHex>
+bool delay_shutdown_round(std::uint64_t seed, errors& errs, MakeHex make_hex) {
+  std::mt19937_64 rng(seed);
+  struct st_t {
+    delay_batch batch;
+    std::unique_ptr<scheduled_thread_pool> pool;
+  };
+  auto sp = std::make_shared<st_t>();
+  pool_options o;
+  o.threads = 2;
+  o.exception_handler = [](std::exception_ptr) {}; // dropped outside work is reported here
+  sp->pool = std::make_unique<scheduled_thread_pool>(o);
+  {
+    auto hex = make_hex(*sp->pool);
+    const int n = scaled(300, 60);
+    launch_batch(sp->batch, *sp->pool, hex, delay_on(*sp->pool), rng, n, static_cast<int>(rng() % n));
+    if (!finishes_within(20s, [sp] { sp->pool->join(); })) {
+      errs.add("join() after shutdown() with pending async_delay waits did not return within 20 s");
+      metronome::test::leak(sp);
+      return false;
+    }
+    check_delay_batch(sp->batch, errs, true);
+  }
+  sp->pool.reset();
+  check_delay_lifetimes(sp->batch, errs);
+  return true;
+}
+
+BOOST_AUTO_TEST_CASE(async_delay_cancellation_races_shutdown_serial_handler) {
+  run_rounds("async_delay racing shutdown(), handler on a serial executor", 3, budget(ms(2000, 3000), 2, 100000),
+             [](std::uint64_t seed, errors& errs) {
+               return delay_shutdown_round(seed, errs, [](scheduled_thread_pool& p) { return make_serial_executor(p); });
+             });
+}
+
+BOOST_AUTO_TEST_CASE(async_delay_cancellation_races_shutdown_strand_handler) {
+  run_rounds("async_delay racing shutdown(), handler on an asio strand", 12, budget(ms(2000, 3000), 2, 100000),
+             [](std::uint64_t seed, errors& errs) {
+               return delay_shutdown_round(seed, errs,
+                                           [](scheduled_thread_pool& p) { return asio::make_strand(p.get_executor()); });
+             });
+}
+
+// ---- coroutines on strands, shutdown() and join()
+
+BOOST_AUTO_TEST_CASE(join_after_shutdown_with_coroutines_on_strands) {
+  run_rounds("join() after shutdown() with coroutines on strands", 13, budget(ms(2500, 4000), 3, 100000),
+             [](std::uint64_t seed, errors& errs) { return coroutine_join_round(seed, errs); });
+}
+
+BOOST_AUTO_TEST_SUITE_END()
