@@ -75,7 +75,7 @@ clock::time_point steady_now() noexcept { return clock::now(); }
 void* allocate_aligned_pages(std::size_t bytes) { return ::operator new(bytes, std::align_val_t(bytes)); }
 
 void free_aligned_pages(void* p, std::size_t bytes) noexcept {
-  ::operator delete(p, bytes, std::align_val_t(bytes));
+  ::operator delete(p, std::align_val_t(bytes)); // unsized: clang 14 has no sized deallocation by default
 }
 
 void populate_pages(void*, std::size_t) noexcept {}

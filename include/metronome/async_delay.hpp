@@ -174,6 +174,14 @@ private:
   Executor ex_;
 };
 
+// Both entry points: the wait on `target` for `amount` (from launch when `relative`).
+template <class Target, class CompletionToken>
+auto start_delay(Target& target, clock::duration amount, bool relative, CompletionToken&& token) {
+  using executor = delay_executor_t<Target>;
+  return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code)>(
+      initiate_delay<executor>(delay_target<std::remove_cvref_t<Target>>::get(target)), token, amount, relative);
+}
+
 } // namespace detail
 
 /// Waits for `delay` as an Asio asynchronous operation, on any executor.
@@ -206,10 +214,7 @@ template <class Target, class Rep, class Period, class CompletionToken = detail:
 auto async_delay(Target&& target, std::chrono::duration<Rep, Period> delay,
                  CompletionToken&& token = detail::delay_default_token_t<Target>()) {
   if constexpr (detail::is_delay_target_v<Target>) {
-    using executor = detail::delay_executor_t<Target>;
-    return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code)>(
-        detail::initiate_delay<executor>(detail::delay_target<std::remove_cvref_t<Target>>::get(target)), token,
-        detail::saturating_duration(delay), true);
+    return detail::start_delay(target, detail::saturating_duration(delay), true, std::forward<CompletionToken>(token));
   } else {
     static_assert(detail::always_false_v<Target>,
                   "metronome::async_delay: the first argument must be an Asio executor or execution context");
@@ -221,10 +226,8 @@ template <class Target, class Duration, class CompletionToken = detail::delay_de
 auto async_delay_until(Target&& target, std::chrono::time_point<clock, Duration> when,
                        CompletionToken&& token = detail::delay_default_token_t<Target>()) {
   if constexpr (detail::is_delay_target_v<Target>) {
-    using executor = detail::delay_executor_t<Target>;
-    return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code)>(
-        detail::initiate_delay<executor>(detail::delay_target<std::remove_cvref_t<Target>>::get(target)), token,
-        detail::saturating_duration(when.time_since_epoch()), false);
+    return detail::start_delay(target, detail::saturating_duration(when.time_since_epoch()), false,
+                               std::forward<CompletionToken>(token));
   } else {
     static_assert(detail::always_false_v<Target>,
                   "metronome::async_delay_until: the first argument must be an Asio executor or execution context");

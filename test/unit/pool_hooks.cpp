@@ -86,9 +86,11 @@ BOOST_AUTO_TEST_CASE(a_fixed_pool_calls_each_hook_once_per_worker_and_stop_hooks
   BOOST_TEST((log.started == std::multiset<std::size_t>{1, 2, 3}));
   BOOST_TEST((log.stopped == std::multiset<std::size_t>{1, 2, 3}));
   BOOST_TEST(log.start_threads.size() == 3u);
+#if !defined(METRONOME_PORTABLE_FALLBACK) // thread names are a Linux call; the fallback names no thread
   // The number is the one in the thread's name, which is set before the hook runs.
   std::set<std::string> names(log.start_names.begin(), log.start_names.end());
   BOOST_TEST((names == std::set<std::string>{"hooked-1", "hooked-2", "hooked-3"}));
+#endif
 }
 
 BOOST_AUTO_TEST_CASE(the_destructor_returns_after_every_stop_hook) {
