@@ -9,6 +9,7 @@
 //   metronome_bench --reps=9 --threads=2 --json=results.jsonl
 //   metronome_bench --quick                 smallest sizes, one repetition (the smoke test)
 //   metronome_bench --list                  case names
+//   metronome_bench --no-asio timers        metronome's sides only (scripts/tricks.sh)
 #include "harness.hpp"
 
 #include <algorithm>
@@ -239,7 +240,7 @@ void report(const bench_case& c, const std::vector<std::vector<metrics>>& runs, 
 }
 
 int usage(const char* self) {
-  std::fprintf(stderr, "usage: %s [--quick] [--reps=N] [--threads=N] [--json=FILE] [--list] [case-prefix...]\n", self);
+  std::fprintf(stderr, "usage: %s [--quick] [--reps=N] [--threads=N] [--json=FILE] [--list] [--no-asio] [case-prefix...]\n", self);
   return 2;
 }
 
@@ -251,6 +252,7 @@ int main(int argc, char** argv) {
   options o;
   int reps = -1;
   bool list = false;
+  bool no_asio = false; // scripts/tricks.sh compares two metronome builds, not Asio
   std::string json_path;
   std::vector<std::string> wanted;
   for (int i = 1; i < argc; ++i) {
@@ -265,6 +267,8 @@ int main(int argc, char** argv) {
       json_path = arg.substr(7);
     else if (arg == "--list")
       list = true;
+    else if (arg == "--no-asio")
+      no_asio = true;
     else if (arg.rfind("--", 0) == 0)
       return usage(argv[0]);
     else
@@ -310,6 +314,7 @@ int main(int argc, char** argv) {
     for (int r = 0; r < o.reps; ++r)
       for (std::size_t k = 0; k < c.sides.size(); ++k) { // rotated: each side goes first in turn
         std::size_t s = (k + static_cast<std::size_t>(r)) % c.sides.size();
+        if (no_asio && c.sides[s].asio) continue;
         if (auto m = isolated(c.sides[s].run))
           runs[s].push_back(std::move(*m));
         else {

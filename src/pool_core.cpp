@@ -39,6 +39,15 @@ namespace {
 task_base* const retry_marker = reinterpret_cast<task_base*>(alignof(task_base));
 
 constexpr int spin_rounds = 32;
+// A worker with deferred continuations of its own runs them first, but looks at the
+// shared ready queue first on every this-many-th pick, so that outside work is not
+// starved by a thread that keeps deferring (a prime, as in Go's scheduler, so that it
+// does not fall into step with a periodic pattern of the work).
+#if defined(METRONOME_WITHOUT_LOCAL_RUN) // the bench's without-this-trick build (docs/benchmarks.md)
+constexpr unsigned shared_look_every = 1;
+#else
+constexpr unsigned shared_look_every = 61;
+#endif
 constexpr int spin_pause_rounds = 16;
 
 pool_options validated(pool_options o) {
@@ -214,7 +223,7 @@ void pool_core::worker_main(worker& w) {
 
 task_base* pool_core::next_task(worker& w) {
   for (;;) {
-    if (w.local_head && ((++w.tick % 61) != 0 || !ready_.maybe_nonempty())) return pop_local(w);
+    if (w.local_head && ((++w.tick % shared_look_every) != 0 || !ready_.maybe_nonempty())) return pop_local(w);
 
     clock::rep nd = next_due_.load(std::memory_order_relaxed);
     if (nd != no_due && !manual_) {

@@ -2,6 +2,7 @@
 #ifndef METRONOME_SCHEDULED_FUTURE_HPP
 #define METRONOME_SCHEDULED_FUTURE_HPP
 
+#include <metronome/detail/counted_ref.hpp>
 #include <metronome/detail/scheduled_task.hpp>
 #include <metronome/errors.hpp>
 #include <metronome/options.hpp>
@@ -39,20 +40,9 @@ public:
 
   /// An empty handle (`valid() == false`).
   scheduled_future() noexcept = default;
-  scheduled_future(const scheduled_future& o) noexcept : task_(o.task_) {
-    if (task_) task_->add_ref();
-  }
-  scheduled_future(scheduled_future&& o) noexcept : task_(std::exchange(o.task_, nullptr)) {}
-  scheduled_future& operator=(scheduled_future o) noexcept {
-    std::swap(task_, o.task_);
-    return *this;
-  }
-  ~scheduled_future() {
-    if (task_) task_->release();
-  }
 
   /// Whether this handle refers to a task.
-  bool valid() const noexcept { return task_ != nullptr; }
+  bool valid() const noexcept { return static_cast<bool>(task_); }
 
   /// Cancels the task if it has not started (one-shot) or prevents further runs (periodic).
   /**
@@ -137,7 +127,9 @@ public:
   template <class CompletionToken>
   auto async_wait(CompletionToken&& token);
 
-  friend bool operator==(const scheduled_future& a, const scheduled_future& b) noexcept { return a.task_ == b.task_; }
+  friend bool operator==(const scheduled_future& a, const scheduled_future& b) noexcept {
+    return a.task_.get() == b.task_.get();
+  }
 
 private:
   friend class scheduled_thread_pool;
@@ -150,10 +142,10 @@ private:
 
   detail::scheduled_task_base& checked() const {
     if (!task_) throw std::logic_error("metronome: scheduled_future has no task");
-    return *task_;
+    return *task_.get();
   }
 
-  detail::scheduled_task_base* task_ = nullptr;
+  detail::counted_ref<detail::scheduled_task_base> task_;
 };
 
 } // namespace metronome

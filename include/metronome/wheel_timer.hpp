@@ -2,6 +2,7 @@
 #ifndef METRONOME_WHEEL_TIMER_HPP
 #define METRONOME_WHEEL_TIMER_HPP
 
+#include <metronome/detail/counted_ref.hpp>
 #include <metronome/detail/handler_op.hpp>
 #include <metronome/detail/node_cache.hpp>
 #include <metronome/detail/pool_of.hpp>
@@ -164,17 +165,6 @@ public:
   class timeout {
   public:
     timeout() noexcept = default;
-    timeout(const timeout& o) noexcept : e_(o.e_) {
-      if (e_) e_->add_ref();
-    }
-    timeout(timeout&& o) noexcept : e_(std::exchange(o.e_, nullptr)) {}
-    timeout& operator=(timeout o) noexcept {
-      std::swap(e_, o.e_);
-      return *this;
-    }
-    ~timeout() {
-      if (e_) e_->release();
-    }
     /// Prevents the timeout from firing: true iff it had not started. Unlinks it from
     /// the wheel at once and frees its function; wakes nobody.
     bool cancel() noexcept { return e_ && e_->cancel(); }
@@ -202,12 +192,12 @@ public:
     bool is_cancelled() const noexcept { return e_ && e_->state() == detail::wheel_entry::cancelled; }
     /// Whether it fell due (queued on the executor, running or done).
     bool is_expired() const noexcept { return e_ && e_->is_due(); }
-    bool valid() const noexcept { return e_ != nullptr; }
+    bool valid() const noexcept { return static_cast<bool>(e_); }
 
   private:
     friend class wheel_timer;
     explicit timeout(detail::wheel_entry* e) noexcept : e_(e) {}
-    detail::wheel_entry* e_ = nullptr;
+    detail::counted_ref<detail::wheel_entry> e_;
   };
 
   /// A wheel firing onto `pool`. @throws std::invalid_argument on bad options.

@@ -24,6 +24,11 @@ constexpr std::uint64_t tick_magic(std::uint64_t tick) noexcept {
 // most one too small, corrected once.
 constexpr std::uint64_t divide(std::uint64_t ns, std::uint64_t tick, std::uint64_t magic,
                                std::uint64_t& rest) noexcept {
+#if defined(METRONOME_WITHOUT_RECIPROCAL) // the bench's without-this-trick build (docs/benchmarks.md)
+  (void)magic;
+  rest = ns % tick;
+  return ns / tick;
+#endif
   auto q = static_cast<std::uint64_t>((static_cast<uint128>(ns) * magic) >> 64);
   rest = ns - q * tick;
   if (rest >= tick) {

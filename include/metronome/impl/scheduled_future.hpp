@@ -92,7 +92,7 @@ auto scheduled_future<R>::async_wait(CompletionToken&& token) {
   return boost::asio::async_initiate<CompletionToken, detail::wait_signature<R>>(
       [](auto handler, scheduled_future self) {
         using H = std::decay_t<decltype(handler)>;
-        auto* hook = detail::wait_hook<R, H>::create(std::move(handler), self.task_);
+        auto* hook = detail::wait_hook<R, H>::create(std::move(handler), self.task_.get());
         if (!self.task_->add_hook(hook)) hook->deliver(true);
       },
       token, *this);
