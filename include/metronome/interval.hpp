@@ -3,13 +3,13 @@
 
 #include <metronome/async_delay.hpp>
 #include <metronome/detail/periodic.hpp>
+#include <metronome/detail/slot_handler.hpp>
 #include <metronome/options.hpp>
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/associated_allocator.hpp>
 #include <boost/asio/associated_cancellation_slot.hpp>
 #include <boost/asio/associated_executor.hpp>
-#include <boost/asio/associator.hpp>
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/error.hpp>
@@ -51,19 +51,25 @@ struct interval_forward_cancel {
   void operator()(boost::asio::cancellation_type_t t) const { target->emit(t); }
 };
 
-template <class Executor, class Handler>
-class tick_handler {
+// A pending tick's handler is the user's with the interval's slot
+// (slot_handler<Handler, tick_link<Executor>>).
+template <class Executor>
+class tick_link {
 public:
-  tick_handler(std::shared_ptr<interval_state> s, Handler&& h, const Executor& ex)
-      : state_(std::move(s)), handler_(std::move(h)), ex_(ex) {}
+  tick_link(std::shared_ptr<interval_state> s, const Executor& ex) : state_(std::move(s)), ex_(ex) {}
 
-  void operator()(boost::system::error_code ec) {
-    interval_state& s = *state_;
+  boost::asio::cancellation_slot slot() const noexcept { return state_->signal.slot(); }
+
+  template <class Wrapper>
+  static void complete(Wrapper& w, boost::system::error_code ec) {
+    tick_link& self = w.link();
+    interval_state& s = *self.state_;
     const bool rearm = std::exchange(s.rearm, false);
     if (ec == boost::asio::error::operation_aborted && rearm) { // reset(): wait again for the new grid
-      s.pending_due = s.take(pool_core_of(ex_).now());
+      s.pending_due = s.take(pool_core_of(self.ex_).now());
       const clock::time_point due = s.pending_due;
-      async_delay_until(ex_, due, std::move(*this));
+      const Executor ex = self.ex_;
+      async_delay_until(ex, due, std::move(w));
       return;
     }
     s.pending = false;
@@ -73,16 +79,12 @@ public:
     }
     if (ec && !rearm) s.next = s.pending_due; // an aborted tick is not consumed
     const clock::time_point due = s.pending_due;
-    state_.reset();
-    std::move(handler_)(ec, due);
+    self.state_.reset();
+    std::move(w.handler())(ec, due);
   }
-
-  const Handler& get() const noexcept { return handler_; }
-  boost::asio::cancellation_slot slot() const noexcept { return state_->signal.slot(); }
 
 private:
   std::shared_ptr<interval_state> state_;
-  Handler handler_;
   Executor ex_;
 };
 
@@ -115,7 +117,7 @@ public:
     s.pending_due = s.take(pool_core_of(ex_).now());
     s.pending = true;
     try {
-      async_delay_until(ex_, s.pending_due, tick_handler<Executor, H>(state_, std::move(h), ex_));
+      async_delay_until(ex_, s.pending_due, slot_handler<H, tick_link<Executor>>(std::move(h), tick_link<Executor>(state_, ex_)));
     } catch (...) {
       s.pending = false;
       s.next = saved;
@@ -236,29 +238,5 @@ private:
 using interval = basic_interval<boost::asio::any_io_executor>;
 
 } // namespace metronome
-
-namespace boost::asio {
-
-template <template <class, class> class Associator, class Executor, class Handler, class Default>
-struct associator<Associator, metronome::detail::tick_handler<Executor, Handler>, Default> {
-  using type = typename Associator<Handler, Default>::type;
-  static type get(const metronome::detail::tick_handler<Executor, Handler>& h) noexcept {
-    return Associator<Handler, Default>::get(h.get());
-  }
-  static auto get(const metronome::detail::tick_handler<Executor, Handler>& h, const Default& d) noexcept
-      -> decltype(Associator<Handler, Default>::get(h.get(), d)) {
-    return Associator<Handler, Default>::get(h.get(), d);
-  }
-};
-
-template <class Executor, class Handler, class Slot>
-struct associated_cancellation_slot<metronome::detail::tick_handler<Executor, Handler>, Slot> {
-  using type = cancellation_slot;
-  static type get(const metronome::detail::tick_handler<Executor, Handler>& h, const Slot& = Slot()) noexcept {
-    return h.slot();
-  }
-};
-
-} // namespace boost::asio
 
 #endif

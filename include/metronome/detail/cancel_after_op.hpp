@@ -6,11 +6,11 @@
 #include <metronome/detail/node_cache.hpp>
 #include <metronome/detail/pool_core.hpp>
 #include <metronome/detail/report.hpp>
+#include <metronome/detail/slot_handler.hpp>
 
 #include <boost/asio/associated_allocator.hpp>
 #include <boost/asio/associated_cancellation_slot.hpp>
 #include <boost/asio/associated_executor.hpp>
-#include <boost/asio/associator.hpp>
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/system_executor.hpp>
@@ -172,30 +172,28 @@ private:
   boost::asio::cancellation_slot user_slot_;
 };
 
-// The handler the wrapped operation sees: the user's, with the node's slot.
-template <class Handler, class Node>
-class cancel_after_handler {
+// The wrapped operation's handler is the user's with the node's slot
+// (slot_handler<Handler, cancel_after_link<Node>>): the link holds the handler's
+// reference to the node and lets it go when the operation completes or destroys it.
+template <class Node>
+class cancel_after_link {
 public:
-  cancel_after_handler(Handler&& h, Node* n) noexcept(std::is_nothrow_move_constructible_v<Handler>)
-      : handler_(std::move(h)), node_(n) {}
-  cancel_after_handler(cancel_after_handler&& o) noexcept(std::is_nothrow_move_constructible_v<Handler>)
-      : handler_(std::move(o.handler_)), node_(std::exchange(o.node_, nullptr)) {}
-  cancel_after_handler& operator=(cancel_after_handler&&) = delete;
-  ~cancel_after_handler() {
+  explicit cancel_after_link(Node* n) noexcept : node_(n) {}
+  cancel_after_link(cancel_after_link&& o) noexcept : node_(std::exchange(o.node_, nullptr)) {}
+  cancel_after_link& operator=(cancel_after_link&&) = delete;
+  ~cancel_after_link() {
     if (node_) node_->op_finished();
   }
 
-  template <class... Args>
-  void operator()(Args&&... args) {
-    std::exchange(node_, nullptr)->op_finished();
-    std::move(handler_)(std::forward<Args>(args)...);
-  }
-
-  const Handler& get() const noexcept { return handler_; }
   boost::asio::cancellation_slot slot() const noexcept { return node_->slot(); }
 
+  template <class Wrapper, class... Args>
+  static void complete(Wrapper& w, Args&&... args) {
+    std::exchange(w.link().node_, nullptr)->op_finished();
+    std::move(w.handler())(std::forward<Args>(args)...);
+  }
+
 private:
-  Handler handler_;
   Node* node_;
 };
 
@@ -235,7 +233,8 @@ public:
       throw;
     }
     try {
-      std::move(init_)(cancel_after_handler<H, node>(std::move(h), n), std::forward<Args>(args)...);
+      std::move(init_)(slot_handler<H, cancel_after_link<node>>(std::move(h), cancel_after_link<node>(n)),
+                       std::forward<Args>(args)...);
     } catch (...) {
       n->abandon(); // the handler's reference went with the wrapped handler
       throw;
@@ -269,29 +268,5 @@ private:
 };
 
 } // namespace metronome::detail
-
-namespace boost::asio {
-
-template <template <class, class> class Associator, class Handler, class Node, class Default>
-struct associator<Associator, metronome::detail::cancel_after_handler<Handler, Node>, Default> {
-  using type = typename Associator<Handler, Default>::type;
-  static type get(const metronome::detail::cancel_after_handler<Handler, Node>& h) noexcept {
-    return Associator<Handler, Default>::get(h.get());
-  }
-  static auto get(const metronome::detail::cancel_after_handler<Handler, Node>& h, const Default& d) noexcept
-      -> decltype(Associator<Handler, Default>::get(h.get(), d)) {
-    return Associator<Handler, Default>::get(h.get(), d);
-  }
-};
-
-template <class Handler, class Node, class Slot>
-struct associated_cancellation_slot<metronome::detail::cancel_after_handler<Handler, Node>, Slot> {
-  using type = cancellation_slot;
-  static type get(const metronome::detail::cancel_after_handler<Handler, Node>& h, const Slot& = Slot()) noexcept {
-    return h.slot();
-  }
-};
-
-} // namespace boost::asio
 
 #endif

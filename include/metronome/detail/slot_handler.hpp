@@ -1,0 +1,71 @@
+// slot_handler: a completion handler wrapper with a cancellation slot of its own.
+#ifndef METRONOME_DETAIL_SLOT_HANDLER_HPP
+#define METRONOME_DETAIL_SLOT_HANDLER_HPP
+
+#include <boost/asio/associated_cancellation_slot.hpp>
+#include <boost/asio/associator.hpp>
+#include <boost/asio/cancellation_signal.hpp>
+
+#include <type_traits>
+#include <utility>
+
+namespace metronome::detail {
+
+// Wraps the user's handler for an operation the library starts on the user's behalf
+// (cancel_after's wrapped operation, interval's delay): the operation sees the
+// cancellation slot the library owns (`Link::slot()`), and every other associator
+// (executor, allocator, immediate executor...) of the user's handler. Invoking it calls
+// `Link::complete(*this, args...)`, which finishes the library's side and invokes the
+// user's handler (or starts the operation again with the wrapper). Link is moved with
+// the wrapper and cleans up in its destructor if the wrapper is destroyed unrun.
+template <class Handler, class Link>
+class slot_handler {
+public:
+  slot_handler(Handler&& h, Link&& link) noexcept(std::is_nothrow_move_constructible_v<Handler> &&
+                                                  std::is_nothrow_move_constructible_v<Link>)
+      : handler_(std::move(h)), link_(std::move(link)) {}
+  slot_handler(slot_handler&&) = default;
+  slot_handler& operator=(slot_handler&&) = delete;
+
+  template <class... Args>
+  void operator()(Args&&... args) {
+    Link::complete(*this, std::forward<Args>(args)...);
+  }
+
+  const Handler& get() const noexcept { return handler_; }
+  Handler& handler() noexcept { return handler_; }
+  Link& link() noexcept { return link_; }
+  boost::asio::cancellation_slot slot() const noexcept { return link_.slot(); }
+
+private:
+  Handler handler_;
+  Link link_;
+};
+
+} // namespace metronome::detail
+
+namespace boost::asio {
+
+template <template <class, class> class Associator, class Handler, class Link, class Default>
+struct associator<Associator, metronome::detail::slot_handler<Handler, Link>, Default> {
+  using type = typename Associator<Handler, Default>::type;
+  static type get(const metronome::detail::slot_handler<Handler, Link>& h) noexcept {
+    return Associator<Handler, Default>::get(h.get());
+  }
+  static auto get(const metronome::detail::slot_handler<Handler, Link>& h, const Default& d) noexcept
+      -> decltype(Associator<Handler, Default>::get(h.get(), d)) {
+    return Associator<Handler, Default>::get(h.get(), d);
+  }
+};
+
+template <class Handler, class Link, class Slot>
+struct associated_cancellation_slot<metronome::detail::slot_handler<Handler, Link>, Slot> {
+  using type = cancellation_slot;
+  static type get(const metronome::detail::slot_handler<Handler, Link>& h, const Slot& = Slot()) noexcept {
+    return h.slot();
+  }
+};
+
+} // namespace boost::asio
+
+#endif
