@@ -416,8 +416,10 @@ BOOST_AUTO_TEST_CASE(a_producer_held_after_its_push_does_not_hold_up_its_timeout
     !METRONOME_HAS_FEATURE(address_sanitizer) && !METRONOME_HAS_FEATURE(thread_sanitizer)
 // The rule that a pool outlives every call into it (a task may destroy its own pool, but
 // not while another thread is still inside post()): debug builds assert it. The producer
-// is stopped inside post(), after its push; the task it posted destroys the pool. The
-// child process must die of the assertion instead of reading the freed pool.
+// is stopped inside post(), after its push and before any wake-up; the task it posted
+// destroys the pool. The worker is kept awake (busy with a first task until the producer
+// has stopped), so it finds that task without being woken. The child process must die
+// of the assertion instead of reading the freed pool.
 BOOST_AUTO_TEST_CASE(destroying_a_pool_while_another_thread_is_inside_post_is_caught_in_debug_builds) {
   const pid_t pid = ::fork();
   BOOST_REQUIRE(pid >= 0);
@@ -425,12 +427,17 @@ BOOST_AUTO_TEST_CASE(destroying_a_pool_while_another_thread_is_inside_post_is_ca
     std::fclose(stderr);            // the assertion's message is expected
     std::signal(SIGABRT, SIG_DFL); // not Boost.Test's handler: the child is to die of it
     auto* pool = new scheduled_thread_pool(1);
+    std::atomic<bool> producer_stopped{false};
+    boost::asio::post(*pool, [&] {
+      while (!producer_stopped.load()) std::this_thread::yield();
+    });
     hook_stop stop(hook_point::producer_after_push);
     std::thread producer([&] {
       hook_stop::arm_this_thread();
       boost::asio::post(*pool, [pool] { delete pool; });
     });
     stop.arrived();
+    producer_stopped.store(true);
     // The worker runs the task meanwhile and the assertion ends the process at once; the
     // bound only keeps a build that does not check the rule from hanging (a busy machine
     // may take seconds to schedule the worker: 2 s was flaky).
