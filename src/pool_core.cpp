@@ -437,8 +437,9 @@ void pool_core::repost_from_worker(task_base* t) noexcept {
 void pool_core::push_ready_chain(task_base* first, task_base* last, std::size_t count) noexcept {
   ready_.push_chain(first, last, count);
   METRONOME_TEST_HOOK(hook_point::producer_after_push);
-  if (terminated_.load(std::memory_order_seq_cst)) {
-    // Lost the race with termination: nobody will run it. Drop and report.
+  if (terminated_.load(std::memory_order_seq_cst) && terminated_for_good()) {
+    // Lost the race with termination: nobody will run it. Drop and report, save the
+    // library's own work from outside, which runs here (see runs_if_terminated_).
     ready_.consumer_lock().lock();
     task_base* left = nullptr;
     while (task_base* x = ready_.pop_locked()) {
@@ -449,6 +450,14 @@ void pool_core::push_ready_chain(task_base* first, task_base* last, std::size_t 
     while (left) {
       task_base* x = left;
       left = x->next_.load(std::memory_order_relaxed);
+      if (x->runs_if_terminated_) {
+        try {
+          x->complete(true);
+        } catch (...) {
+          report(std::current_exception());
+        }
+        continue;
+      }
       rejected_.fetch_add(1);
       discard_task(x, "metronome: work dropped: the pool has terminated");
     }
@@ -459,6 +468,14 @@ void pool_core::push_ready_chain(task_base* first, task_base* last, std::size_t 
     std::lock_guard lk(mtx_);
     wake_some_locked(count - 1);
   }
+}
+
+// terminate_locked() sets terminated_ and takes it back, under the mutex, when it finds
+// work pushed meanwhile: a producer that saw it set looks again under the mutex before
+// it drops anything.
+bool pool_core::terminated_for_good() noexcept {
+  std::lock_guard lk(mtx_);
+  return terminated_.load();
 }
 
 void pool_core::post(task_base* t, bool continuation, bool internal) noexcept {
@@ -479,6 +496,7 @@ void pool_core::post(task_base* t, bool continuation, bool internal) noexcept {
     w->local_tail = t;
     return;
   }
+  t->runs_if_terminated_ = !inside && internal; // a strand's invoker
   push_ready(t);
 }
 

@@ -1,6 +1,7 @@
 // The pool's lifecycle: shutdown, shutdown_now, the destructor's close, join and
 // termination, stats, and the restart of a pool's threads in a forked child.
 #include <metronome/detail/pool_core.hpp>
+#include <metronome/detail/test_hooks.hpp>
 
 #include "pool_internal.hpp"
 
@@ -47,6 +48,7 @@ bool pool_core::idle_for_termination_locked(int awake_expected) const noexcept {
 
 void pool_core::terminate_locked() noexcept {
   terminated_.store(true, std::memory_order_seq_cst);
+  METRONOME_TEST_HOOK(hook_point::worker_terminating);
   // A producer may have pushed between our emptiness check and the store above; it
   // will see terminated_ and drop its work. If the queue is not empty now, we back off.
   if (!ready_.empty()) {

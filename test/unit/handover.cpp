@@ -132,6 +132,34 @@ BOOST_AUTO_TEST_CASE(a_push_racing_termination_runs_once_or_is_reported) {
   BOOST_CHECK_EQUAL(pool.stats().rejected, 0u);
 }
 
+// Termination backing off: a worker has set terminated_ and not yet re-checked the
+// ready queue when a producer pushes and reads terminated_. The worker will find the task
+// and back off, so the producer must not drop it: it looks again under the mutex (which
+// the terminating worker holds), and its task runs.
+BOOST_AUTO_TEST_CASE(a_push_that_sees_a_termination_backing_off_is_run_not_dropped) {
+  scheduled_thread_pool pool(1);
+  pool.submit([] {}).wait();
+  metronome::test::hook_stops stops{{hook_point::worker_terminating, true}, {hook_point::producer_after_push, false}};
+  std::thread joiner([&] { pool.join(); }); // join() lets the idle worker terminate
+  BOOST_REQUIRE(stops.arrived(hook_point::worker_terminating));
+  std::atomic<int> ran{0};
+  std::atomic<bool> posted{false};
+  std::thread producer([&] {
+    hook_stop::arm_this_thread();
+    boost::asio::post(pool, [&] { ++ran; });
+    posted = true;
+  });
+  BOOST_REQUIRE(stops.arrived(hook_point::producer_after_push));
+  stops.release(hook_point::producer_after_push);
+  // It reads terminated_ set, then waits for the mutex: post() cannot return yet.
+  BOOST_CHECK(!poll_until([&] { return posted.load(); }, 300ms));
+  stops.release(hook_point::worker_terminating);
+  producer.join();
+  joiner.join();
+  BOOST_CHECK_EQUAL(ran.load(), 1);
+  BOOST_CHECK_EQUAL(pool.stats().rejected, 0u);
+}
+
 // Serial drain, settle: a drain about to lower the count after its tasks; a producer
 // pushes meanwhile (count not 0: it posts nothing). The drain's settle leaves the count
 // above 0, so it goes on and runs the new task.

@@ -8,6 +8,7 @@
 #include "common/poll_until.hpp"
 
 #include <boost/asio/post.hpp>
+#include <boost/asio/strand.hpp>
 #include <boost/test/unit_test.hpp>
 
 #include <array>
@@ -435,6 +436,21 @@ BOOST_AUTO_TEST_CASE(stats_count_completed_and_queues) {
   BOOST_TEST(s.threads == 2u);
   BOOST_TEST(s.largest_pool_size == 2u);
   BOOST_TEST(s.rejected == 0u);
+}
+
+// A strand over a pool that has terminated: outside work posted to it is not dropped
+// with the strand's invoker (which would leave the strand locked, and every handler
+// queued behind it lost) but runs on the posting thread; the strand stays usable.
+BOOST_AUTO_TEST_CASE(a_strand_invoker_reaching_a_terminated_pool_runs_on_the_poster) {
+  scheduled_thread_pool pool(1);
+  auto strand = boost::asio::make_strand(pool.get_executor());
+  pool.shutdown();
+  pool.join();
+  const auto me = std::this_thread::get_id();
+  int ran_here = 0;
+  boost::asio::post(strand, [&] { ran_here += std::this_thread::get_id() == me; });
+  boost::asio::post(strand, [&] { ran_here += std::this_thread::get_id() == me; });
+  BOOST_CHECK_EQUAL(ran_here, 2);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

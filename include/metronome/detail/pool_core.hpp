@@ -138,6 +138,8 @@ public:
   void repost_from_worker(task_base* t) noexcept;
   // Queues a linked chain (first..last through next_, count nodes) with one push.
   void push_ready_chain(task_base* first, task_base* last, std::size_t count) noexcept;
+  // Whether the pool has terminated, read under the mutex (not a termination backing off).
+  bool terminated_for_good() noexcept;
 
   // ---- Lifecycle.
   void shutdown();

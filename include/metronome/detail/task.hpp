@@ -41,7 +41,12 @@ struct task_base {
 
   std::atomic<task_base*> next_{nullptr};
   complete_fn complete_;
-  task_kind kind_ = task_kind::op;
+  task_kind kind_ : 4 = task_kind::op;
+  // An Asio strand's invoker posted from outside the pool: if it meets a terminated pool
+  // it runs on the posting thread rather than being dropped (a dropped invoker leaves
+  // its strand locked, and every handler queued behind it - completions of operations
+  // that ran on the pool - lost). Set by pool_core::post().
+  bool runs_if_terminated_ : 1 = false; // shares kind_'s byte: the wheel's nodes use the padding after it
 };
 
 // A heap position; the heap refuses to grow to not_in_heap entries.
