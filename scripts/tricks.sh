@@ -9,6 +9,7 @@
 #
 #   scripts/tricks.sh [out-dir]        (default build/tricks; JSON lines kept there)
 #   ROUNDS=3 REPS=3 scripts/tricks.sh  alternations per trick, repetitions per run
+#   BUILD_ONLY=1 / SKIP_BUILD=1        only build the variants / only run them
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-build/tricks}
@@ -33,6 +34,7 @@ if [[ -z $mimalloc ]]; then
   mimalloc=$(ls /usr/lib/x86_64-linux-gnu/libmimalloc.so.* 2>/dev/null | head -1 || true)
 fi
 
+if [[ -z ${SKIP_BUILD:-} ]]; then
 echo "building: as is, and without each trick" >&2
 build base
 build without-reciprocal -DMETRONOME_BENCH_WITHOUT=RECIPROCAL
@@ -42,6 +44,8 @@ build without-populate -DMETRONOME_BENCH_WITHOUT=POPULATE
 build without-local-run -DMETRONOME_BENCH_WITHOUT=LOCAL_RUN
 build with-prepare-ahead -DMETRONOME_NODE_CACHE_PREPARE_AHEAD=ON
 build without-node-cache -DMETRONOME_NODE_CACHE=OFF
+fi
+[[ -n ${BUILD_ONLY:-} ]] && exit 0
 
 # compare label, variant build, preload ('' or a library), case prefixes...
 compare() {

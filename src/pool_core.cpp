@@ -290,6 +290,11 @@ task_base* pool_core::park(worker& w, std::unique_lock<std::mutex>& lk) {
   } guard{this};
 
   for (;;) {
+    // Terminated first: a task pushed after termination belongs to its producer, which
+    // sees terminated_ and drops it (or runs a strand's invoker itself); a worker woken
+    // by the termination that took it instead would run it, and everything it posts
+    // would be dropped - a strand's follow-up invoker with it, leaving the strand locked.
+    if (terminated_.load()) return nullptr;
     if (!ready_.empty()) return retry_marker;
     if (!heap_.empty()) {
       const clock::time_point current = now();
@@ -304,7 +309,6 @@ task_base* pool_core::park(worker& w, std::unique_lock<std::mutex>& lk) {
         return retry_marker;
       }
     }
-    if (terminated_.load()) return nullptr;
     if ((shutdown_.load() || joining_) && idle_for_termination_locked(closer_in_pool_ ? 2 : 1)) {
       terminate_locked();
       if (terminated_.load()) return nullptr;
