@@ -176,6 +176,8 @@ void wheel_core::enter(wheel_entry* e, clock::duration delay) {
     }
   }
   if (!bounded) inserted_.fetch_add(1, std::memory_order_relaxed);
+  // Read before the push: once published, the entry may fire, complete and be freed.
+  const std::uint64_t when = e->when_;
   METRONOME_TEST_HOOK(hook_point::wheel_producer_before_push);
   if (!push_inbox(e)) {
     inserted_.fetch_sub(1, std::memory_order_relaxed);
@@ -183,7 +185,7 @@ void wheel_core::enter(wheel_entry* e, clock::duration delay) {
   }
   METRONOME_TEST_HOOK(hook_point::wheel_producer_after_push);
   // Dekker pair with run(): it stores sleeping_until_ and then drains the inbox.
-  if (e->when_ < sleeping_until_.load(std::memory_order_seq_cst)) wake();
+  if (when < sleeping_until_.load(std::memory_order_seq_cst)) wake();
 }
 
 bool wheel_core::cancel_locked(wheel_entry* e, chain& fired) noexcept {

@@ -41,22 +41,23 @@ struct delay_state {
 
 // Posts the launch of one wait to the handler's executor `hex`: `start(d, token)`
 // begins it (async_delay, a wheel's async_wait); the wait, its cancellation slot and
-// the emission of the signal all happen on `hex`, as Asio requires. The emission comes right behind the launch, later from a pool timer, or
-// never (long waits are always cancelled).
+// the emission of the signal all happen on `hex`, as Asio requires. The emission comes
+// right behind the launch, later from a pool timer, or never (long waits are always
+// cancelled). `launches_run` counts launches that have returned from `start`.
 template <class HandlerExecutor, class Start>
 void launch_delay(delay_state* st, scheduled_thread_pool& pool, HandlerExecutor hex, Start start, std::chrono::microseconds d,
                   int emit_mode, std::chrono::microseconds emit_after, metronome::test::counter& done,
                   std::atomic<int>& launches_run) {
   asio::post(hex, [st, hex, start, d, emit_mode, emit_after, &pool, &done, &launches_run] {
     st->launched = true;
-    launches_run.fetch_add(1);
     start(d, asio::bind_cancellation_slot(st->sig.slot(),
-                                                        asio::bind_executor(hex, [l = life(&st->s), st, &done](error_code ec) {
-                                                          st->calls.fetch_add(1);
-                                                          st->ec = ec;
-                                                          st->emitted_before_completion = st->emitted;
-                                                          done.add();
-                                                        })));
+                                          asio::bind_executor(hex, [l = life(&st->s), st, &done](error_code ec) {
+                                            st->calls.fetch_add(1);
+                                            st->ec = ec;
+                                            st->emitted_before_completion = st->emitted;
+                                            done.add();
+                                          })));
+    launches_run.fetch_add(1);
     auto emit = [st] {
       st->emitted = true;
       st->sig.emit(asio::cancellation_type::terminal);
