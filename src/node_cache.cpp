@@ -96,11 +96,6 @@ void* carve(class_cache& k, int c) {
     k.bump_end = k.bump + std::size_t(capacity_of(c)) * size;
     k.ready = reinterpret_cast<char*>(ch) + ch->populated;
   }
-  if (k.bump + size > k.ready) { // populate the next window, so that a thread with few nodes maps little
-    char* const window_end = std::min(k.ready + populate_window, reinterpret_cast<char*>(k.current) + chunk_bytes);
-    populate(k.ready, window_end);
-    k.ready = window_end;
-  }
   void* p = k.bump;
   k.bump += size;
   return p;

@@ -39,7 +39,6 @@ inline constexpr unsigned flush_batch = 64;            // nodes a thread hands b
 inline constexpr std::size_t chunk_bytes = 256u << 10; // aligned: a node finds its chunk by masking
 inline constexpr std::size_t header_bytes = 64;        // the chunk's header; nodes follow it
 inline constexpr std::size_t keep_empty = 8;           // empty chunks kept for reuse (2 MiB)
-inline constexpr std::size_t populate_window = 64u << 10;
 inline constexpr int prepared_slots = 2; // chunks mapped and populated ahead of demand
 
 struct free_node {

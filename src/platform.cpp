@@ -35,19 +35,6 @@ void run_at_idle_priority() noexcept {
   (void)::sched_setscheduler(0, SCHED_IDLE, &none);
 }
 
-clock::time_point steady_now() noexcept {
-#if defined(METRONOME_WITHOUT_DIRECT_CLOCK) // the bench's without-this-trick build (docs/benchmarks.md)
-  if constexpr (false) {
-#else
-  if constexpr (std::is_same_v<clock, std::chrono::steady_clock>) {
-#endif
-    timespec ts;
-    ::clock_gettime(CLOCK_MONOTONIC, &ts); // what steady_clock::now() reads
-    return clock::time_point(std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec));
-  } else {
-    return clock::now();
-  }
-}
 
 void* allocate_aligned_pages(std::size_t bytes) {
   // Over-map, keep the aligned part.
@@ -66,11 +53,6 @@ void populate_pages(void* p, std::size_t bytes) noexcept {
 #ifndef MADV_POPULATE_WRITE
   constexpr int MADV_POPULATE_WRITE = 23;
 #endif
-#if defined(METRONOME_WITHOUT_POPULATE) // the bench's without-this-trick build (docs/benchmarks.md)
-  (void)p;
-  (void)bytes;
-  return;
-#endif
   (void)::madvise(p, bytes, MADV_POPULATE_WRITE);
 }
 
@@ -79,7 +61,6 @@ void populate_pages(void* p, std::size_t bytes) noexcept {
 void name_this_thread(const char*) noexcept {}
 void wake_on_time() noexcept {}
 void run_at_idle_priority() noexcept {}
-clock::time_point steady_now() noexcept { return clock::now(); }
 
 void* allocate_aligned_pages(std::size_t bytes) { return ::operator new(bytes, std::align_val_t(bytes)); }
 

@@ -21,9 +21,6 @@ void name_this_thread(const char* name) noexcept;
 void wake_on_time() noexcept;
 // Runs the calling thread only on cores nobody else wants. Fallback: nothing.
 void run_at_idle_priority() noexcept;
-// The time of the steady clock, read without the library call in between where that
-// is possible.
-clock::time_point steady_now() noexcept;
 
 // `bytes` of fresh memory aligned to `bytes` (a power of two). Throws std::bad_alloc.
 // Linux: mapped from the system (pages fault in on first use); fallback: operator new.

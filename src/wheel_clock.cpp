@@ -11,7 +11,7 @@
 
 namespace metronome::detail {
 
-clock::time_point wheel_core::now() const noexcept { return manual_ ? manual_->now() : platform::steady_now(); }
+clock::time_point wheel_core::now() const noexcept { return manual_ ? manual_->now() : clock::now(); }
 
 void wheel_core::wake() noexcept {
   { std::lock_guard lk(mtx_); }

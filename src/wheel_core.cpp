@@ -56,8 +56,6 @@ wheel_core::wheel_core(wheel_options opts, boost::asio::any_io_executor ex, pool
     throw std::invalid_argument(
         "metronome: levels must be >= 1 with log2(slots_per_level) + log2(slots_per_level / 2) * (levels - 1) <= 60");
   mask_ = slots - 1;
-  const auto tick_ns = static_cast<std::uint64_t>(opts_.tick.count());
-  tick_magic_ = wheel_slots::tick_magic(tick_ns);
   slots_.assign(opts_.levels * slots, slot_list{});
   cascades_.assign(opts_.levels, cascade{});
   words_per_level_ = (slots + 63) / 64;

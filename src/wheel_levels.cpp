@@ -11,7 +11,9 @@
 namespace metronome::detail {
 
 std::uint64_t wheel_core::divide_by_tick(std::uint64_t ns, std::uint64_t& rest) const noexcept {
-  return wheel_slots::divide(ns, static_cast<std::uint64_t>(opts_.tick.count()), tick_magic_, rest);
+  const auto tick = static_cast<std::uint64_t>(opts_.tick.count());
+  rest = ns % tick;
+  return ns / tick;
 }
 
 std::uint64_t wheel_core::tick_of(clock::time_point t) const noexcept {

@@ -12,26 +12,6 @@ using namespace metronome::detail::wheel_slots;
 
 BOOST_AUTO_TEST_SUITE(wheel_slots_suite)
 
-BOOST_AUTO_TEST_CASE(divide_matches_the_divide_instruction) {
-  std::mt19937_64 rng(11);
-  const std::uint64_t ticks[] = {1, 2, 3, 7, 1000, 999'999, 1'000'000, 1'000'000'007, ~std::uint64_t(0) >> 1};
-  for (const std::uint64_t tick : ticks) {
-    const std::uint64_t magic = tick_magic(tick);
-    const std::uint64_t edges[] = {0, 1, tick - 1, tick, tick + 1, 2 * tick - 1, ~std::uint64_t(0)};
-    for (const std::uint64_t ns : edges) {
-      std::uint64_t rest = 0;
-      BOOST_TEST(divide(ns, tick, magic, rest) == ns / tick);
-      BOOST_TEST(rest == ns % tick);
-    }
-    for (int i = 0; i < 10000; ++i) {
-      const std::uint64_t ns = rng();
-      std::uint64_t rest = 0;
-      BOOST_TEST_REQUIRE(divide(ns, tick, magic, rest) == ns / tick);
-      BOOST_TEST_REQUIRE(rest == ns % tick);
-    }
-  }
-}
-
 BOOST_AUTO_TEST_CASE(a_deadline_goes_to_the_lowest_level_whose_next_slot_holds_it) {
   // 8 slots per level: a level-L slot spans 4^L ticks (span_bits 2), three levels.
   constexpr unsigned span_bits = 2;

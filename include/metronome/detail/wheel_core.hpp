@@ -239,7 +239,6 @@ private:
   manual_clock* manual_;
   unsigned span_bits_; // log2(slots_per_level / 2): a level-L slot spans 2^(L * span_bits_) ticks
   std::uint64_t mask_;
-  std::uint64_t tick_magic_; // floor(2^64 / tick in ns), see divide_by_tick
   clock::time_point start_;
 
   // Producers' line: new timeouts go onto a lock-free stack that the mutex holder

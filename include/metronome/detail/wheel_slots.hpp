@@ -13,31 +13,6 @@
 
 namespace metronome::detail::wheel_slots {
 
-__extension__ using uint128 = unsigned __int128;
-
-// floor(2^64 / tick): with it, divide() needs no divide instruction.
-constexpr std::uint64_t tick_magic(std::uint64_t tick) noexcept {
-  return tick == 1 ? ~std::uint64_t(0) : static_cast<std::uint64_t>((uint128(1) << 64) / tick);
-}
-
-// ns / tick (returned) and ns % tick (in rest). The magic number gives a quotient at
-// most one too small, corrected once.
-constexpr std::uint64_t divide(std::uint64_t ns, std::uint64_t tick, std::uint64_t magic,
-                               std::uint64_t& rest) noexcept {
-#if defined(METRONOME_WITHOUT_RECIPROCAL) // the bench's without-this-trick build (docs/benchmarks.md)
-  (void)magic;
-  rest = ns % tick;
-  return ns / tick;
-#endif
-  auto q = static_cast<std::uint64_t>((static_cast<uint128>(ns) * magic) >> 64);
-  rest = ns - q * tick;
-  if (rest >= tick) {
-    ++q;
-    rest -= tick;
-  }
-  return q;
-}
-
 // A level-L slot spans 2^shift(L) ticks.
 constexpr unsigned shift(std::size_t level, unsigned span_bits) noexcept {
   return static_cast<unsigned>(level * span_bits);
