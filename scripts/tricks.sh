@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Measures what each speed trick of the library buys: builds the benchmark once as it is
+# Measures what each speed trick the library keeps buys (the ones that did not pay were
+# removed; docs/benchmarks.md has their last measurement): builds the benchmark once as it is
 # and once without each trick (Release, as scripts/bench.sh), then runs the rows the
 # trick exists for with both builds in turn, alternating which goes first, and prints
 # the median of each metronome metric with and without, and their ratio. The node
@@ -37,10 +38,7 @@ fi
 if [[ -z ${SKIP_BUILD:-} ]]; then
 echo "building: as is, and without each trick" >&2
 build base
-build without-reciprocal -DMETRONOME_BENCH_WITHOUT=RECIPROCAL
 build without-touch-ahead -DMETRONOME_BENCH_WITHOUT=TOUCH_AHEAD
-build without-direct-clock -DMETRONOME_BENCH_WITHOUT=DIRECT_CLOCK
-build without-populate -DMETRONOME_BENCH_WITHOUT=POPULATE
 build without-local-run -DMETRONOME_BENCH_WITHOUT=LOCAL_RUN
 build with-prepare-ahead -DMETRONOME_NODE_CACHE_PREPARE_AHEAD=ON
 build without-node-cache -DMETRONOME_NODE_CACHE=OFF
@@ -87,10 +85,7 @@ PY
 
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $(uname -sr)"
 echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg); $rounds alternations x $reps repetitions per build"
-compare "wheel: 128-bit reciprocal division (variant: divide instruction)" without-reciprocal '' timers-fire/1M timeout-cancel/1M
 compare "wheel: touch-ahead walk of the next tick (variant: none)" without-touch-ahead '' timers-fire accuracy
-compare "wheel: clock_gettime called directly (variant: steady_clock::now())" without-direct-clock '' timers-fire/1M timeout-cancel/1M
-compare "node cache: MADV_POPULATE_WRITE on new chunks (variant: faults on first touch)" without-populate '' post/1p timers-fire/1M timeout-cancel/1M
 compare "pool: shared queue looked at every 61st local pick (variant: every pick)" without-local-run '' post serial coroutines
 compare "node cache: background prepare-ahead thread (variant: ON; as is: OFF)" with-prepare-ahead '' post/1p timers-fire/1M timeout-cancel/1M
 compare "node cache vs operator new, glibc malloc" without-node-cache '' post serial timers-fire/1M timeout-cancel/1M coroutines
