@@ -1,6 +1,7 @@
 // Where handles find a wheel: the process-wide registry of wheel anchors, a wheel's
 // enrollment in it, and what a handle does through it (cancel, reset, report, is_due).
 #include <metronome/detail/report.hpp>
+#include <metronome/detail/test_hooks.hpp>
 #include <metronome/detail/wheel_core.hpp>
 
 #include <pthread.h>
@@ -131,6 +132,9 @@ bool wheel_entry::is_due() const noexcept {
 bool wheel_entry::cancel() noexcept {
   if (state() == pending && wheel_core::cancel(this)) return true;
   if (claim(cancelled)) { // queued on the executor, not started
+    // The caller holds a reference (a handle's, or the one a wait's slot takes): the
+    // executor's settle() may let go of the queue's reference meanwhile.
+    METRONOME_TEST_HOOK(hook_point::wheel_cancel_after_claim);
     drop();
     return true;
   }

@@ -87,10 +87,20 @@ class wheel_wait_op final : public wheel_entry,
   using handler_base = handler_op<wheel_wait_op, Handler, boost::asio::any_io_executor>;
   friend handler_base;
 
+  // The slot reaches the node without owning a reference: it takes one for the cancel.
+  // Once cancel() claims a wait queued on the executor, the executor's settle() lets go
+  // of the queue's reference, and the node must live until drop() has given the
+  // completion its own. The node is alive here: until the completion has cleared the
+  // slot (in the handler's context, where Asio requires emission to happen), the
+  // queue's or the completion's reference is held.
   struct cancel_handler {
     wheel_wait_op* op;
     void operator()(boost::asio::cancellation_type_t type) const {
-      if (type != boost::asio::cancellation_type::none) op->cancel();
+      if (type == boost::asio::cancellation_type::none) return;
+      wheel_wait_op* w = op;
+      w->add_ref();
+      w->cancel();
+      w->release(); // never the last: the completion's reference is still held
     }
   };
 
@@ -104,7 +114,8 @@ public:
 
 private:
   friend class wheel_entry;
-  // A connected cancellation slot cancels without holding a reference.
+  // A connected cancellation slot reaches the node without a reference (and takes one
+  // to cancel): a worker may never assume that the queue's reference is the last.
   static constexpr bool cancellers_hold_refs = false;
 
   // The completion holds a reference until the handler has been taken out: the

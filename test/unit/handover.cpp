@@ -6,7 +6,6 @@
 #include <metronome/manual_clock.hpp>
 #include <metronome/scheduled_thread_pool.hpp>
 #include <metronome/serial_executor.hpp>
-#include <metronome/wheel_timer.hpp>
 
 #include "common/hooks.hpp"
 #include "common/latch_task.hpp"
@@ -358,86 +357,6 @@ BOOST_AUTO_TEST_CASE(a_delay_query_stopped_before_the_anchor_while_the_pool_is_d
   stop.release();
   reader.join();
   BOOST_CHECK_EQUAL(left.load(), 0);
-}
-
-// Wheel inbox and the timer's sleep, timer second: the timer thread is held (with the
-// wheel's mutex) just before it publishes how long it will sleep; a producer, finding
-// the mutex taken, pushes its timeout onto the inbox and sees no sleeper to wake. The
-// timer must drain the inbox after publishing, so the timeout fires on time — long
-// before a far timeout that would otherwise be the timer's next wake-up.
-BOOST_AUTO_TEST_CASE(a_timeout_pushed_while_the_timer_thread_prepares_to_sleep_fires_on_time) {
-  scheduled_thread_pool pool(1);
-  metronome::wheel_timer wheel(pool);
-  hook_stop stop(hook_point::wheel_timer_before_sleep, true);
-  std::atomic<bool> far_fired{false};
-  auto far = wheel.schedule([&] { far_fired = true; }, 30s); // wakes the timer, if asleep
-  BOOST_REQUIRE(stop.arrived());                             // the timer holds the mutex
-  std::atomic<bool> near_fired{false};
-  std::atomic<bool> far_was_pending{false};
-  auto near = wheel.schedule(
-      [&] {
-        far_was_pending = !far.is_expired();
-        near_fired = true;
-      },
-      10ms); // the mutex is taken: into the inbox, nobody woken
-  stop.release();
-  BOOST_CHECK(poll_until([&] { return near_fired.load(); }, 10s));
-  BOOST_CHECK(far_was_pending.load());
-  BOOST_CHECK(far.cancel());
-}
-
-// The same hand-over, producer second: the producer found the mutex taken and is held
-// before its push while the timer publishes its sleep and drains an empty inbox; then the
-// producer pushes, reads the published deadline and wakes the timer.
-BOOST_AUTO_TEST_CASE(a_producer_that_pushes_after_the_timer_went_to_sleep_wakes_it) {
-  scheduled_thread_pool pool(1);
-  metronome::wheel_timer wheel(pool);
-  metronome::test::hook_stops stops{{hook_point::wheel_timer_before_sleep, true},
-                                    {hook_point::wheel_producer_before_push, false}};
-  auto far = wheel.schedule([] {}, 30s);
-  BOOST_REQUIRE(stops.arrived(hook_point::wheel_timer_before_sleep));
-  std::atomic<bool> near_fired{false};
-  std::atomic<bool> far_was_pending{false};
-  std::thread producer([&] {
-    hook_stop::arm_this_thread();
-    wheel.schedule(
-        [&] {
-          far_was_pending = !far.is_expired();
-          near_fired = true;
-        },
-        10ms);
-  });
-  BOOST_REQUIRE(stops.arrived(hook_point::wheel_producer_before_push));
-  stops.release(hook_point::wheel_timer_before_sleep); // the timer publishes 30 s, drains nothing, sleeps
-  BOOST_CHECK(!poll_until([&] { return near_fired.load(); }, 50ms)); // not pushed yet
-  stops.release(hook_point::wheel_producer_before_push);
-  producer.join();
-  BOOST_CHECK(poll_until([&] { return near_fired.load(); }, 10s));
-  BOOST_CHECK(far_was_pending.load());
-  BOOST_CHECK(far.cancel());
-}
-
-// Producer stopped after its push (before it reads the timer's deadline) while the
-// timer drains the inbox and sleeps: the timer, second, linked it; it fires while the
-// producer is still held.
-BOOST_AUTO_TEST_CASE(a_producer_held_after_its_push_does_not_hold_up_its_timeout) {
-  scheduled_thread_pool pool(1);
-  metronome::wheel_timer wheel(pool);
-  metronome::test::hook_stops stops{{hook_point::wheel_timer_before_sleep, true},
-                                    {hook_point::wheel_producer_after_push, false}};
-  auto far = wheel.schedule([] {}, 30s);
-  BOOST_REQUIRE(stops.arrived(hook_point::wheel_timer_before_sleep));
-  std::atomic<bool> near_fired{false};
-  std::thread producer([&] {
-    hook_stop::arm_this_thread();
-    wheel.schedule([&] { near_fired = true; }, 10ms);
-  });
-  BOOST_REQUIRE(stops.arrived(hook_point::wheel_producer_after_push));
-  stops.release(hook_point::wheel_timer_before_sleep);
-  BOOST_CHECK(poll_until([&] { return near_fired.load(); }, 10s));
-  stops.release(hook_point::wheel_producer_after_push);
-  producer.join();
-  BOOST_CHECK(far.cancel());
 }
 
 #if !defined(NDEBUG) && !defined(__SANITIZE_THREAD__) && !defined(__SANITIZE_ADDRESS__) && \

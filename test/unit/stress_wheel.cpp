@@ -176,15 +176,7 @@ BOOST_AUTO_TEST_CASE(wheel_stop_races_schedule_and_cancel) {
              [](std::uint64_t seed, errors& errs) { return wheel_round(seed, errs, scaled(1000, 200)); });
 }
 
-
-// KNOWN DEFECT (issue 14, open): under chaos mode this case finds a use-after-free of a
-// wheel wait's node - a worker's settle() of a fired wait drops the last reference while
-// the completion it posted to the strand is still queued (AddressSanitizer: about one
-// run in ten with METRONOME_CHAOS=1, also when the wheel outlives every wait). Disabled in
-// the suite until it is fixed; run it explicitly:
-//   METRONOME_CHAOS=1 test_stress_wheel --run_test=stress_suite/wheel_waits_on_a_strand_race_cancellation_and_the_wheels_destruction
-BOOST_AUTO_TEST_CASE(wheel_waits_on_a_strand_race_cancellation_and_the_wheels_destruction,
-                     *boost::unit_test::disabled()) {
+BOOST_AUTO_TEST_CASE(wheel_waits_on_a_strand_race_cancellation_and_the_wheels_destruction) {
   run_rounds("wheel waits on a strand vs cancellation and ~wheel_timer", 14, budget(ms(3000, 4000), 3, 100000),
              [](std::uint64_t seed, errors& errs) { return wheel_wait_round(seed, errs, scaled(300, 60)); });
 }

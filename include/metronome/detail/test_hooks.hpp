@@ -27,6 +27,7 @@ enum class hook_point {
   wheel_producer_after_push,  // ... it is in the inbox; the producer has not read the timer's deadline
   wheel_timer_before_sleep,   // the timer thread (holding the mutex) chose its deadline, not yet published
   worker_terminating,         // a worker (holding the mutex) set terminated_, not yet re-checked the ready queue
+  wheel_cancel_after_claim,   // a cancel() claimed a timeout queued on the executor; not yet dropped it
 };
 
 using hook_function = void (*)(hook_point);

@@ -1,0 +1,198 @@
+// Hand-overs of the wheel timer, with one thread stopped exactly at the hand-over point
+// (the library's test hooks): producers and the timer thread's sleep, and a cancel
+// racing the executor's settlement of a due timeout. docs/design.md states each invariant.
+#include <metronome/detail/test_hooks.hpp>
+
+#include <metronome/manual_clock.hpp>
+#include <metronome/scheduled_thread_pool.hpp>
+#include <metronome/wheel_timer.hpp>
+
+#include "common/accounting.hpp"
+#include "common/hooks.hpp"
+#include "common/latch_task.hpp"
+#include "common/poll_until.hpp"
+
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/bind_executor.hpp>
+#include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/test/unit_test.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+using namespace std::chrono_literals;
+using metronome::detail::hook_point;
+using metronome::manual_clock;
+using metronome::scheduled_thread_pool;
+using metronome::test::counter;
+using metronome::test::gate;
+using metronome::test::hook_stop;
+using metronome::test::poll_until;
+
+BOOST_AUTO_TEST_SUITE(handover_suite)
+
+// Wheel inbox and the timer's sleep, timer second: the timer thread is held (with the
+// wheel's mutex) just before it publishes how long it will sleep; a producer, finding
+// the mutex taken, pushes its timeout onto the inbox and sees no sleeper to wake. The
+// timer must drain the inbox after publishing, so the timeout fires on time — long
+// before a far timeout that would otherwise be the timer's next wake-up.
+BOOST_AUTO_TEST_CASE(a_timeout_pushed_while_the_timer_thread_prepares_to_sleep_fires_on_time) {
+  scheduled_thread_pool pool(1);
+  metronome::wheel_timer wheel(pool);
+  hook_stop stop(hook_point::wheel_timer_before_sleep, true);
+  std::atomic<bool> far_fired{false};
+  auto far = wheel.schedule([&] { far_fired = true; }, 30s); // wakes the timer, if asleep
+  BOOST_REQUIRE(stop.arrived());                             // the timer holds the mutex
+  std::atomic<bool> near_fired{false};
+  std::atomic<bool> far_was_pending{false};
+  auto near = wheel.schedule(
+      [&] {
+        far_was_pending = !far.is_expired();
+        near_fired = true;
+      },
+      10ms); // the mutex is taken: into the inbox, nobody woken
+  stop.release();
+  BOOST_CHECK(poll_until([&] { return near_fired.load(); }, 10s));
+  BOOST_CHECK(far_was_pending.load());
+  BOOST_CHECK(far.cancel());
+}
+
+// The same hand-over, producer second: the producer found the mutex taken and is held
+// before its push while the timer publishes its sleep and drains an empty inbox; then the
+// producer pushes, reads the published deadline and wakes the timer.
+BOOST_AUTO_TEST_CASE(a_producer_that_pushes_after_the_timer_went_to_sleep_wakes_it) {
+  scheduled_thread_pool pool(1);
+  metronome::wheel_timer wheel(pool);
+  metronome::test::hook_stops stops{{hook_point::wheel_timer_before_sleep, true},
+                                    {hook_point::wheel_producer_before_push, false}};
+  auto far = wheel.schedule([] {}, 30s);
+  BOOST_REQUIRE(stops.arrived(hook_point::wheel_timer_before_sleep));
+  std::atomic<bool> near_fired{false};
+  std::atomic<bool> far_was_pending{false};
+  std::thread producer([&] {
+    hook_stop::arm_this_thread();
+    wheel.schedule(
+        [&] {
+          far_was_pending = !far.is_expired();
+          near_fired = true;
+        },
+        10ms);
+  });
+  BOOST_REQUIRE(stops.arrived(hook_point::wheel_producer_before_push));
+  stops.release(hook_point::wheel_timer_before_sleep); // the timer publishes 30 s, drains nothing, sleeps
+  BOOST_CHECK(!poll_until([&] { return near_fired.load(); }, 50ms)); // not pushed yet
+  stops.release(hook_point::wheel_producer_before_push);
+  producer.join();
+  BOOST_CHECK(poll_until([&] { return near_fired.load(); }, 10s));
+  BOOST_CHECK(far_was_pending.load());
+  BOOST_CHECK(far.cancel());
+}
+
+// Producer stopped after its push (before it reads the timer's deadline) while the
+// timer drains the inbox and sleeps: the timer, second, linked it; it fires while the
+// producer is still held.
+BOOST_AUTO_TEST_CASE(a_producer_held_after_its_push_does_not_hold_up_its_timeout) {
+  scheduled_thread_pool pool(1);
+  metronome::wheel_timer wheel(pool);
+  metronome::test::hook_stops stops{{hook_point::wheel_timer_before_sleep, true},
+                                    {hook_point::wheel_producer_after_push, false}};
+  auto far = wheel.schedule([] {}, 30s);
+  BOOST_REQUIRE(stops.arrived(hook_point::wheel_timer_before_sleep));
+  std::atomic<bool> near_fired{false};
+  std::thread producer([&] {
+    hook_stop::arm_this_thread();
+    wheel.schedule([&] { near_fired = true; }, 10ms);
+  });
+  BOOST_REQUIRE(stops.arrived(hook_point::wheel_producer_after_push));
+  stops.release(hook_point::wheel_timer_before_sleep);
+  BOOST_CHECK(poll_until([&] { return near_fired.load(); }, 10s));
+  stops.release(hook_point::wheel_producer_after_push);
+  producer.join();
+  BOOST_CHECK(far.cancel());
+}
+
+// A wheel wait due and queued on the pool (its only worker busy) is cancelled through its
+// slot; the canceller is stopped right after it claimed the wait, before it delivers
+// operation_aborted. Meanwhile the worker settles the queued node (its claim fails) and
+// lets go of the queue's reference. The node must outlive that: the handler is neither
+// destroyed unrun nor lost, and runs once with operation_aborted.
+BOOST_AUTO_TEST_CASE(a_wheel_wait_cancelled_while_queued_outlives_the_worker_settling_it) {
+  scheduled_thread_pool pool(1);
+  manual_clock clk;
+  metronome::wheel_options o;
+  o.time_source = &clk;
+  metronome::wheel_timer wheel(pool, o);
+  boost::asio::io_context handler_ctx; // the handler runs here, after the canceller is done
+  boost::asio::cancellation_signal sig;
+  metronome::test::slot s;
+  std::atomic<int> calls{0};
+  boost::system::error_code result;
+  wheel.async_wait(10ms, boost::asio::bind_cancellation_slot(
+                             sig.slot(), boost::asio::bind_executor(handler_ctx, [&, l = metronome::test::life(&s)](
+                                                                                   boost::system::error_code ec) {
+                               result = ec;
+                               calls.fetch_add(1);
+                             })));
+  gate release;
+  counter started;
+  BOOST_REQUIRE(metronome::test::occupy_worker(pool, release, started));
+  clk.advance(10ms); // due: queued on the pool behind the busy worker
+  hook_stop stop(hook_point::wheel_cancel_after_claim);
+  std::thread canceller([&] {
+    hook_stop::arm_this_thread();
+    sig.emit(boost::asio::cancellation_type::terminal);
+  });
+  BOOST_REQUIRE(stop.arrived());
+  release.open();
+  // A task posted behind the wait runs after the worker settled it.
+  counter behind;
+  boost::asio::post(pool, [&] { behind.add(); });
+  BOOST_REQUIRE(behind.wait_for_at_least(1));
+  BOOST_CHECK_EQUAL(s.destroyed.load(), 0); // still owned by the operation
+  BOOST_CHECK_EQUAL(calls.load(), 0);
+  stop.release();
+  canceller.join();
+  handler_ctx.run();
+  BOOST_CHECK_EQUAL(calls.load(), 1);
+  BOOST_CHECK(result == boost::asio::error::operation_aborted);
+  BOOST_CHECK_EQUAL(s.destroyed.load(), 1);
+}
+
+// The same race through a timeout's handle: the handle's cancel() wins and the timeout
+// never runs, however the worker's settlement interleaves.
+BOOST_AUTO_TEST_CASE(a_timeout_cancelled_while_queued_never_runs_when_the_worker_settles_it_first) {
+  scheduled_thread_pool pool(1);
+  manual_clock clk;
+  metronome::wheel_options o;
+  o.time_source = &clk;
+  metronome::wheel_timer wheel(pool, o);
+  metronome::test::slot s;
+  auto t = wheel.schedule([&s, l = metronome::test::life(&s)] { s.ran.fetch_add(1); }, 10ms);
+  gate release;
+  counter started;
+  BOOST_REQUIRE(metronome::test::occupy_worker(pool, release, started));
+  clk.advance(10ms);
+  BOOST_REQUIRE(t.is_expired());
+  hook_stop stop(hook_point::wheel_cancel_after_claim);
+  std::atomic<bool> won{false};
+  std::thread canceller([&] {
+    hook_stop::arm_this_thread();
+    won = t.cancel();
+  });
+  BOOST_REQUIRE(stop.arrived());
+  release.open();
+  counter behind;
+  boost::asio::post(pool, [&] { behind.add(); });
+  BOOST_REQUIRE(behind.wait_for_at_least(1));
+  stop.release();
+  canceller.join();
+  BOOST_CHECK(won.load());
+  BOOST_CHECK(t.is_cancelled());
+  BOOST_CHECK_EQUAL(s.ran.load(), 0);
+  BOOST_CHECK_EQUAL(s.destroyed.load(), 1);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
