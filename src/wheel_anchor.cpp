@@ -118,7 +118,9 @@ void wheel_entry::settle(bool run) noexcept {
     state_.store(done, std::memory_order_release);
     drop();
   } else if (!run && claim(cancelled)) {
-    drop(); // the executor discarded it
+    complete_(this, discarded_action);
+  } else { // a cancel claimed it first
+    complete_(this, run ? cancelled_run_action : cancelled_discard_action);
   }
   release();
 }
@@ -135,7 +137,7 @@ bool wheel_entry::cancel() noexcept {
     // The caller holds a reference (a handle's, or the one a wait's slot takes): the
     // executor's settle() may let go of the queue's reference meanwhile.
     METRONOME_TEST_HOOK(hook_point::wheel_cancel_after_claim);
-    drop();
+    complete_(this, cancel_queued_action);
     return true;
   }
   return false;

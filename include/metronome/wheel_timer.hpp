@@ -63,6 +63,9 @@ private:
       fn().~F();
     }
   }
+  void on_cancel_queued() noexcept { on_drop(); } // the callable goes at once
+  void on_discarded() noexcept { on_drop(); }
+  void on_settled_cancelled(bool) noexcept {} // the cancel dropped it
   void on_destroy() noexcept {
     on_drop();
     this->~wheel_task();
@@ -81,18 +84,21 @@ struct one_pointer_timeout {
 };
 static_assert(sizeof(wheel_task<one_pointer_timeout>) <= 64, "metronome: a small timeout is one 64-byte node");
 
-template <class Handler>
-class wheel_wait_op final : public wheel_entry,
-                            public handler_op<wheel_wait_op<Handler>, Handler, boost::asio::any_io_executor> {
-  using handler_base = handler_op<wheel_wait_op, Handler, boost::asio::any_io_executor>;
+// A wheel's async_wait: the node holds the handler. Every completion of a wait on a
+// metronome pool is delivered by a worker of that pool running the node - fired, or
+// cancelled (a wait cancelled out of the wheel is pushed into the pool's queue for it) -
+// so that completing allocates nothing when the handler runs on the pool (the default):
+// the worker dispatches it inline. Without a pool, an abort is posted to the handler's
+// executor, which may allocate.
+template <class Handler, class DefaultExecutor>
+class wheel_wait_op final : public wheel_entry, public handler_op<wheel_wait_op<Handler, DefaultExecutor>, Handler, DefaultExecutor> {
+  using handler_base = handler_op<wheel_wait_op, Handler, DefaultExecutor>;
   friend handler_base;
 
   // The slot reaches the node without owning a reference: it takes one for the cancel.
-  // Once cancel() claims a wait queued on the executor, the executor's settle() lets go
-  // of the queue's reference, and the node must live until drop() has given the
-  // completion its own. The node is alive here: until the completion has cleared the
-  // slot (in the handler's context, where Asio requires emission to happen), the
-  // queue's or the completion's reference is held.
+  // The node is alive here: until the completion has cleared the slot (in the handler's
+  // context, where Asio requires emission to happen), the queue's or the completion's
+  // reference is held.
   struct cancel_handler {
     wheel_wait_op* op;
     void operator()(boost::asio::cancellation_type_t type) const {
@@ -100,14 +106,14 @@ class wheel_wait_op final : public wheel_entry,
       wheel_wait_op* w = op;
       w->add_ref();
       w->cancel();
-      w->release(); // never the last: the completion's reference is still held
+      w->release(); // never the last: the queue's or the completion's reference is held
     }
   };
 
 public:
-  // refs: the wheel's only (no handle).
-  wheel_wait_op(Handler&& h, const boost::asio::any_io_executor& ex)
-      : wheel_entry(&dispatch_action<wheel_wait_op>, 1), handler_base(std::move(h), ex) {
+  // refs: the wheel's only (no handle). `pool`: the wheel's pool, or nullptr.
+  wheel_wait_op(Handler&& h, const DefaultExecutor& ex, pool_core* pool)
+      : wheel_entry(&dispatch_action<wheel_wait_op>, 1), handler_base(std::move(h), ex), pool_(pool) {
     this->hold_work();
     this->template connect_slot<cancel_handler>(cancel_handler{this});
   }
@@ -118,23 +124,36 @@ private:
   // to cancel): a worker may never assume that the queue's reference is the last.
   static constexpr bool cancellers_hold_refs = false;
 
-  // The completion holds a reference until the handler has been taken out: the
-  // slot's cancel handler may reach the node until the handler's context clears it.
-  void on_fire() noexcept {
-    delivered_ = true;
-    add_ref();
-    this->complete_with(true, boost::system::error_code());
-  }
+  void on_fire() noexcept { deliver(true, boost::system::error_code()); }
+  // Out of the wheel, never to fire: to the pool's queue (with a reference of its own),
+  // whose worker delivers operation_aborted in on_settled_cancelled().
   void on_drop() noexcept {
-    if (!delivered_) {
-      delivered_ = true;
+    if (delivered_) return;
+    if (pool_) {
       add_ref();
-      this->complete_with(false, boost::system::error_code(boost::asio::error::operation_aborted));
+      pool_->push_ready(this);
+    } else {
+      deliver(false, boost::asio::error::operation_aborted);
     }
+  }
+  void on_cancel_queued() noexcept {} // the executor's settle() delivers operation_aborted
+  void on_discarded() noexcept { deliver(false, boost::asio::error::operation_aborted); }
+  // Cancelled while queued, or cancelled out of the wheel and pushed by on_drop().
+  void on_settled_cancelled(bool run) noexcept {
+    if (!delivered_) deliver(run, boost::asio::error::operation_aborted);
   }
   void on_destroy() noexcept { handler_base::destroy(this); }
   static void release_node(wheel_wait_op* w) noexcept { w->release(); }
 
+  // The completion holds a reference until the handler has been taken out: the slot's
+  // cancel handler may reach the node until the handler's context clears it.
+  void deliver(bool may_run_inline, boost::system::error_code ec) noexcept {
+    delivered_ = true;
+    add_ref();
+    this->complete_with(may_run_inline, ec);
+  }
+
+  pool_core* pool_;
   bool delivered_ = false;
 };
 
@@ -247,15 +266,26 @@ public:
   /**
    * The handler runs on its associated executor (default: the wheel's), allocated with
    * its associated allocator; outstanding work on that executor is held until the
-   * completion has been handed to it (Asio's rule). A handler that throws is reported to
-   * the exception handler of the pool whose thread runs it (else printed to stderr).
+   * completion has been handed to it (Asio's rule). On a metronome pool every completion,
+   * aborted ones included, is handed over by a pool worker running the wait's node:
+   * completing allocates nothing when the handler runs on the pool. A handler that throws
+   * is reported to the exception handler of the pool whose thread runs it (else printed
+   * to stderr).
    */
   template <class Rep, class Period, class CompletionToken>
   auto async_wait(std::chrono::duration<Rep, Period> delay, CompletionToken&& token) {
     return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code)>(
         [core = core_.get()](auto handler, clock::duration d) {
           using H = std::decay_t<decltype(handler)>;
-          auto* e = detail::wheel_wait_op<H>::create(std::move(handler), core->executor());
+          detail::wheel_entry* e;
+          // On a metronome pool the handler's default executor is the pool's own (not
+          // through any_io_executor, whose type erasure allocates to complete).
+          if (const auto* pex = core->executor().template target<scheduled_thread_pool::executor_type>())
+            e = detail::wheel_wait_op<H, scheduled_thread_pool::executor_type>::create(std::move(handler), *pex,
+                                                                                        core->pool());
+          else
+            e = detail::wheel_wait_op<H, boost::asio::any_io_executor>::create(std::move(handler), core->executor(),
+                                                                               core->pool());
           try {
             core->insert(e, d);
           } catch (...) {

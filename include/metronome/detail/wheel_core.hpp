@@ -33,7 +33,8 @@ class wheel_entry : public task_base {
 public:
   static constexpr std::uint32_t pending = 0, firing = 1, running = 2, done = 3, cancelled = 4;
   // Node-private actions of complete_ (after task_base's discard/run).
-  static constexpr unsigned fire_action = 2, drop_action = 3, destroy_action = 4;
+  static constexpr unsigned fire_action = 2, drop_action = 3, destroy_action = 4, cancel_queued_action = 5,
+                            discarded_action = 6, cancelled_run_action = 7, cancelled_discard_action = 8;
   static constexpr std::uint16_t no_slot = 0xffff;
 
   // refs: 1 for the wheel, plus one per handle created with the node.
@@ -47,9 +48,12 @@ public:
   bool cancel() noexcept;
   // Moves a pending, linked entry to a new deadline (see wheel_timer::timeout::reset).
   bool reset(clock::duration delay) noexcept;
-  // Never fires: destroys the callable (or completes the handler with operation_aborted).
+  // Never fires, and is in no queue (cancelled out of the wheel, stopped, refused):
+  // destroys the callable (a wait: its operation_aborted goes to the executor).
   void drop() noexcept { complete_(this, drop_action); }
-  // The executor ran (run) or discarded (!run) the due entry; drops the queue's reference.
+  // The executor ran (run) or discarded (!run) the due entry: fires it if nobody
+  // cancelled it first, else lets the node type finish the unrun entry; drops the
+  // queue's reference.
   void settle(bool run) noexcept;
   // Its deadline passed on the wheel: queued on the executor, running or done.
   bool is_due() const noexcept;
@@ -73,7 +77,10 @@ protected:
   ~wheel_entry() = default;
 
   // The whole complete_ of a node type: discard/run go through settle(), the private
-  // actions to the type's on_fire(), on_drop() and on_destroy().
+  // actions to the type's on_fire(), on_drop(), on_cancel_queued() (a cancel claimed it
+  // while it is queued on the executor), on_discarded() (the executor discarded it,
+  // nobody cancelled it first), on_settled_cancelled(run) (the executor ran or discarded
+  // an entry a cancel had claimed) and on_destroy().
   template <class Node>
   static void dispatch_action(task_base* t, unsigned action) noexcept {
     auto* n = static_cast<Node*>(t);
@@ -99,6 +106,16 @@ protected:
       break;
     case drop_action:
       n->on_drop();
+      break;
+    case cancel_queued_action:
+      n->on_cancel_queued();
+      break;
+    case discarded_action:
+      n->on_discarded();
+      break;
+    case cancelled_run_action:
+    case cancelled_discard_action:
+      n->on_settled_cancelled(action == cancelled_run_action);
       break;
     default:
       n->on_destroy();
@@ -149,6 +166,8 @@ public:
   std::vector<wheel_entry*> stop();
   std::size_t pending() const noexcept;
   const boost::asio::any_io_executor& executor() const noexcept { return ex_; }
+  // The metronome pool the wheel fires onto, or nullptr (another executor).
+  pool_core* pool() const noexcept { return pool_; }
   clock::time_point now() const noexcept;
   // Diagnostics (tests): timeouts of `level`'s slot that is moving down, not yet moved.
   std::size_t moving(std::size_t level) const;
