@@ -350,7 +350,7 @@ task_base* pool_core::park(worker& w, std::unique_lock<std::mutex>& lk) {
       if (wake_tokens_ > 0) --wake_tokens_;
     }
     ++awake_;
-
+    if (terminated_.load()) METRONOME_TEST_HOOK(hook_point::worker_woken_by_termination);
     if (timed_out && ready_.empty() && !terminated_.load() && (heap_.empty() || leader_ != nullptr)) {
       --awake_; // this elastic thread retires
       return nullptr;
@@ -442,8 +442,8 @@ void pool_core::push_ready_chain(task_base* first, task_base* last, std::size_t 
   ready_.push_chain(first, last, count);
   METRONOME_TEST_HOOK(hook_point::producer_after_push);
   if (terminated_.load(std::memory_order_seq_cst) && terminated_for_good()) {
-    // Lost the race with termination: nobody will run it. Drop and report, save the
-    // library's own work from outside, which runs here (see runs_if_terminated_).
+    // Lost the race with termination: nobody will run it. Drop and report, save an
+    // Asio strand's invoker posted from outside, which runs here (runs_if_terminated_).
     ready_.consumer_lock().lock();
     task_base* left = nullptr;
     while (task_base* x = ready_.pop_locked()) {

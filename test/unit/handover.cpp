@@ -159,6 +159,46 @@ BOOST_AUTO_TEST_CASE(a_push_that_sees_a_termination_backing_off_is_run_not_dropp
   BOOST_CHECK_EQUAL(pool.stats().rejected, 0u);
 }
 
+// Termination final, and a parked worker woken by it holds the mutex before it has looked
+// at anything when a producer pushes; the producer is held right after its push, before
+// it reads terminated_. The task is the producer's to drop and report: the worker must
+// look at terminated_ before the ready queue, or it runs the task on a terminated pool,
+// where everything the task posts is dropped (a strand's follow-up invoker with it,
+// leaving the strand locked).
+BOOST_AUTO_TEST_CASE(a_worker_woken_by_the_termination_leaves_a_later_push_to_its_producer) {
+  scheduled_thread_pool pool(2);
+  { // mark both workers: two tasks that wait for each other run on different threads
+    counter marked;
+    auto mark = [&marked] {
+      hook_stop::arm_this_thread();
+      marked.add();
+      marked.wait_for_at_least(2);
+    };
+    auto a = pool.submit(mark);
+    auto b = pool.submit(mark);
+    a.wait();
+    b.wait();
+  }
+  metronome::test::hook_stops stops{{hook_point::worker_woken_by_termination, false},
+                                    {hook_point::producer_after_push, false}};
+  // The worker that parks last terminates the pool (it is not woken: it returns); the
+  // other, parked, is woken by the termination and stops.
+  std::thread joiner([&] { pool.join(); });
+  BOOST_REQUIRE(stops.arrived(hook_point::worker_woken_by_termination));
+  std::atomic<int> ran{0};
+  std::thread producer([&] {
+    hook_stop::arm_this_thread();
+    boost::asio::post(pool, [&] { ++ran; });
+  });
+  BOOST_REQUIRE(stops.arrived(hook_point::producer_after_push));
+  stops.release(hook_point::worker_woken_by_termination);
+  joiner.join(); // the woken worker is gone
+  stops.release(hook_point::producer_after_push);
+  producer.join();
+  BOOST_CHECK_EQUAL(ran.load(), 0);
+  BOOST_CHECK_EQUAL(pool.stats().rejected, 1u);
+}
+
 // Serial drain, settle: a drain about to lower the count after its tasks; a producer
 // pushes meanwhile (count not 0: it posts nothing). The drain's settle leaves the count
 // above 0, so it goes on and runs the new task.

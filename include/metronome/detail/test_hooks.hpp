@@ -28,6 +28,7 @@ enum class hook_point {
   wheel_timer_before_sleep,   // the timer thread (holding the mutex) chose its deadline, not yet published
   worker_terminating,         // a worker (holding the mutex) set terminated_, not yet re-checked the ready queue
   wheel_cancel_after_claim,   // a cancel() claimed a timeout queued on the executor; not yet dropped it
+  worker_woken_by_termination, // a parked worker woke (holding the mutex) in a terminated pool, looked at nothing yet
 };
 
 using hook_function = void (*)(hook_point);
