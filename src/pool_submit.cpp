@@ -1,0 +1,167 @@
+// The pool's producers: pushing ready work (and losing the race with termination), the
+// executor path (post, and defer's queue local to a worker), dropping refused work,
+// discard_oldest's eviction, and internal_post_scope.
+#include <metronome/detail/internal_post.hpp>
+#include <metronome/detail/pool_core.hpp>
+#include <metronome/detail/scheduled_task.hpp>
+#include <metronome/detail/test_hooks.hpp>
+#include <metronome/errors.hpp>
+
+#include "pool_internal.hpp"
+
+#include <exception>
+#include <mutex>
+
+namespace metronome::detail {
+
+namespace {
+thread_local bool posting_internal = false;
+}
+
+internal_post_scope::internal_post_scope(bool on) noexcept : outer_(posting_internal) { posting_internal = on; }
+internal_post_scope::~internal_post_scope() { posting_internal = outer_; }
+bool internal_post_scope::active() noexcept { return posting_internal; }
+
+// ---------------------------------------------------------------- ready queue
+
+void pool_core::push_ready(task_base* t) noexcept { push_ready_chain(t, t, 1); }
+
+void pool_core::repost_from_worker(task_base* t) noexcept {
+  if (!running_in_this_thread()) {
+    push_ready(t);
+    return;
+  }
+  ready_.push(t); // no termination race: this worker is awake, so the pool is not idle
+}
+
+void pool_core::push_ready_chain(task_base* first, task_base* last, std::size_t count) noexcept {
+  ready_.push_chain(first, last, count);
+  METRONOME_TEST_HOOK(hook_point::producer_after_push);
+  if (terminated_.load(std::memory_order_seq_cst) && terminated_for_good()) {
+    // Lost the race with termination: nobody will run it. Drop and report, save an
+    // Asio strand's invoker posted from outside, which runs here (runs_if_terminated_).
+    ready_.consumer_lock().lock();
+    task_base* left = nullptr;
+    while (task_base* x = ready_.pop_locked()) {
+      x->next_.store(left, std::memory_order_relaxed);
+      left = x;
+    }
+    ready_.consumer_lock().unlock();
+    while (left) {
+      task_base* x = left;
+      left = x->next_.load(std::memory_order_relaxed);
+      if (x->runs_if_terminated_) {
+        try {
+          x->complete(true);
+        } catch (...) {
+          report(std::current_exception());
+        }
+        continue;
+      }
+      rejected_.fetch_add(1);
+      discard_task(x, "metronome: work dropped: the pool has terminated");
+    }
+    return;
+  }
+  maybe_wake_after_push();
+  if (count > 1 && sleepers_.load(std::memory_order_seq_cst) > 0) {
+    std::lock_guard lk(mtx_);
+    wake_some_locked(count - 1);
+  }
+}
+
+// terminate_locked() sets terminated_ and takes it back, under the mutex, when it finds
+// work pushed meanwhile: a producer that saw it set looks again under the mutex before
+// it drops anything.
+bool pool_core::terminated_for_good() noexcept {
+  std::lock_guard lk(mtx_);
+  return terminated_.load();
+}
+
+void pool_core::post(task_base* t, bool continuation, bool internal) noexcept {
+  METRONOME_POOL_CALL(calls_);
+  worker* w = this_worker;
+  const bool inside = w != nullptr && w->pool == this;
+  if (stopped_.load(std::memory_order_acquire) ||
+      (!inside && shutdown_.load(std::memory_order_acquire) && !internal && !posting_internal)) {
+    drop_outside(t);
+    return;
+  }
+  if (inside && continuation) {
+    t->next_.store(nullptr, std::memory_order_relaxed);
+    if (w->local_tail)
+      w->local_tail->next_.store(t, std::memory_order_relaxed);
+    else
+      w->local_head = t;
+    w->local_tail = t;
+    return;
+  }
+  t->runs_if_terminated_ = !inside && internal; // a strand's invoker
+  push_ready(t);
+}
+
+void pool_core::drop_outside(task_base* t) noexcept {
+  rejected_.fetch_add(1);
+  discard_task(t, stopped_.load() ? "metronome: work dropped: the pool was shut down now"
+                                  : "metronome: work dropped: the pool is shut down");
+}
+
+void pool_core::discard_task(task_base* t, const char* why) noexcept {
+  if (t->is_scheduled()) {
+    auto* st = static_cast<scheduled_task_base*>(t);
+    st->finish_cancelled();
+    st->release();
+    return;
+  }
+  const bool is_op = t->kind_ == task_kind::op;
+  try {
+    t->complete(false);
+  } catch (...) {
+  }
+  if (is_op) report(std::make_exception_ptr(rejected_execution(why)));
+}
+
+// discard_oldest: takes the oldest queued task of the typed API out of the ready queue
+// and cancels it (when it is the very last node it is cancelled in place and dropped when
+// popped). Executor-path work is never evicted: it may be a serial executor's drain, a
+// strand's invoker or a completion. False if no such task is queued.
+bool pool_core::discard_oldest_user_task() noexcept {
+  auto is_user_task = [](task_base* n) {
+    return n->is_scheduled() && static_cast<scheduled_task_base*>(n)->phase() == scheduled_task_base::pending;
+  };
+  ready_.consumer_lock().lock();
+  task_base* prev = nullptr;
+  auto* victim = static_cast<scheduled_task_base*>(ready_.find_locked(is_user_task, prev));
+  bool unlinked = false;
+  std::uint32_t old = 0;
+  bool cancelled_in_place = false;
+  if (victim) {
+    unlinked = ready_.unlink_locked(prev, victim);
+    if (!unlinked && victim->begin_cancel(old)) {
+      victim->add_ref(); // keeps it alive once a worker pops and releases it
+      cancelled_in_place = true;
+    }
+  }
+  ready_.consumer_lock().unlock();
+  // Notifications outside the consumer lock.
+  if (unlinked) {
+    victim->finish_cancelled(); // false if a handle's cancel() won first: cancelled either way
+    victim->release();          // the queue's reference
+    return true;
+  }
+  if (cancelled_in_place) {
+    victim->complete_cancel(old);
+    victim->release();
+    return true;
+  }
+  return false;
+}
+
+void pool_core::work_finished() noexcept {
+  if (tracked_work_.fetch_sub(1) == 1) {
+    std::lock_guard lk(mtx_);
+    if (shutdown_.load() || joining_) wake_all_locked();
+  }
+}
+
+} // namespace metronome::detail
