@@ -23,14 +23,11 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <malloc.h>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
 #include <string>
-#include <sys/wait.h>
 #include <thread>
-#include <unistd.h>
 #include <vector>
 
 using namespace std::chrono_literals;
@@ -92,11 +89,6 @@ struct held_pool {
 };
 
 [[maybe_unused]] bool ready(std::future_status s) { return s == std::future_status::ready; }
-
-std::size_t heap_in_use() {
-  struct mallinfo2 mi = ::mallinfo2();
-  return mi.uordblks + mi.hblkhd;
-}
 
 } // namespace
 
@@ -477,189 +469,5 @@ BOOST_AUTO_TEST_CASE(delayed_serial_tasks_falling_due_together_run_in_due_order_
     BOOST_CHECK_EQUAL_COLLECTIONS(order.begin(), order.end(), expected.begin(), expected.end());
   }
 }
-
-// ---------------------------------------------------------------- memory
-
-// Due order holds for work submitted due now: a task already due but not yet promoted
-// (its only worker is busy, so nobody looked at the heap) runs before a task submitted
-// after its due time with no delay, as in Java's delay queue. It used to be overtaken.
-BOOST_AUTO_TEST_CASE(a_due_now_submission_queues_behind_a_delayed_task_already_due) {
-  scheduled_thread_pool pool(pool_options::single_thread());
-  gate hold;
-  counter held;
-  pool.submit([&] {
-    held.add();
-    hold.wait();
-  });
-  BOOST_REQUIRE(held.wait_for_at_least(1));
-  std::mutex m;
-  std::vector<int> order;
-  auto record = [&](int id) {
-    return [&, id] {
-      std::lock_guard lk(m);
-      order.push_back(id);
-    };
-  };
-  auto a = pool.schedule(record(1), 1ms);
-  BOOST_REQUIRE(poll_until([&] { return a.delay() <= std::chrono::nanoseconds::zero(); }, 10s));
-  auto b = pool.submit(record(2));
-  auto c = pool.schedule(record(3), 0ms);
-  hold.open();
-  c.wait();
-  b.wait();
-  a.wait();
-  BOOST_CHECK((order == std::vector<int>{1, 2, 3}));
-}
-
-// The same on a serial executor: a serial task due now joins behind serial tasks already due.
-BOOST_AUTO_TEST_CASE(a_due_now_serial_task_queues_behind_a_delayed_serial_task_already_due) {
-  scheduled_thread_pool pool(pool_options::single_thread());
-  auto serial = metronome::make_serial_executor(pool);
-  gate hold;
-  counter held;
-  pool.submit([&] {
-    held.add();
-    hold.wait();
-  });
-  BOOST_REQUIRE(held.wait_for_at_least(1));
-  std::mutex m;
-  std::vector<int> order;
-  auto record = [&](int id) {
-    return [&, id] {
-      std::lock_guard lk(m);
-      order.push_back(id);
-    };
-  };
-  auto a = serial.schedule(record(1), 1ms);
-  BOOST_REQUIRE(poll_until([&] { return a.delay() <= std::chrono::nanoseconds::zero(); }, 10s));
-  auto b = serial.schedule(record(2), 0ms);
-  hold.open();
-  b.wait();
-  a.wait();
-  BOOST_CHECK((order == std::vector<int>{1, 2}));
-}
-
-BOOST_AUTO_TEST_CASE(the_delay_queue_gives_memory_back_when_it_empties_out) {
-  scheduled_thread_pool pool(1);
-  std::vector<metronome::scheduled_future<void>> hs;
-  hs.reserve(200'000);
-  const std::size_t before = heap_in_use();
-  for (int i = 0; i < 200'000; ++i) hs.push_back(pool.schedule([] {}, 1h));
-  for (auto& h : hs) BOOST_REQUIRE(h.cancel());
-  hs.clear();
-  hs.shrink_to_fit();
-  const std::size_t after = heap_in_use();
-  BOOST_TEST_MESSAGE("heap in use before " << before << ", after " << after);
-  // 200k heap entries are ~4.8 MiB; what stays must be far less.
-  BOOST_CHECK_LT(after, before + 512 * 1024);
-  BOOST_CHECK_EQUAL(pool.stats().delayed_queued, 0u);
-}
-
-// ---------------------------------------------------------------- misuse
-
-BOOST_AUTO_TEST_CASE(submit_after_join_says_the_pool_has_terminated) {
-  scheduled_thread_pool pool(1);
-  pool.join();
-  try {
-    pool.submit([] {});
-    BOOST_FAIL("no exception");
-  } catch (const metronome::rejected_execution& e) {
-    BOOST_CHECK(std::string(e.what()).find("terminated") != std::string::npos);
-  }
-}
-
-BOOST_AUTO_TEST_CASE(an_elastic_bound_below_the_core_size_is_refused) {
-  BOOST_CHECK_THROW(scheduled_thread_pool(pool_options::cached(4, 2)), std::invalid_argument);
-  BOOST_CHECK_NO_THROW(scheduled_thread_pool(pool_options::cached(2, 2)));
-}
-
-BOOST_AUTO_TEST_CASE(a_period_below_a_nanosecond_is_refused) {
-  scheduled_thread_pool pool(1);
-  const std::chrono::duration<double> tiny(1e-10);
-  BOOST_CHECK_THROW(pool.schedule_at_fixed_rate([] {}, 0ms, tiny), std::invalid_argument);
-  BOOST_CHECK_THROW(pool.schedule_with_fixed_delay([] {}, 0ms, tiny), std::invalid_argument);
-  const std::chrono::duration<double> nan(std::numeric_limits<double>::quiet_NaN());
-  BOOST_CHECK_THROW(pool.schedule_at_fixed_rate([] {}, 0ms, nan), std::invalid_argument);
-}
-
-BOOST_AUTO_TEST_CASE(caller_runs_after_shutdown_never_runs_delayed_or_periodic_work_early) {
-  pool_options o;
-  o.rejection = rejection_policy::caller_runs;
-  scheduled_thread_pool pool(o);
-  pool.shutdown();
-  std::atomic<int> ran{0};
-  BOOST_CHECK_THROW(pool.schedule([&] { ++ran; }, 1h), metronome::rejected_execution);
-  BOOST_CHECK_THROW(pool.schedule_at_fixed_rate([&] { ++ran; }, 1h, 1h), metronome::rejected_execution);
-  BOOST_CHECK_THROW(pool.schedule_with_fixed_delay([&] { ++ran; }, 0ms, 1h), metronome::rejected_execution);
-  BOOST_CHECK_EQUAL(ran.load(), 0);
-  auto now = pool.submit([&] { return ++ran; }); // due now: runs on the caller
-  BOOST_CHECK_EQUAL(now.get(), 1);
-  BOOST_CHECK_EQUAL(pool.stats().rejected, 4u);
-}
-
-// ---------------------------------------------------------------- fork
-
-#if defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define METRONOME_TEST_TSAN 1
-#endif
-#endif
-#if defined(__SANITIZE_THREAD__)
-#define METRONOME_TEST_TSAN 1
-#endif
-#if !defined(METRONOME_TEST_TSAN) // TSan refuses threads started after fork()
-BOOST_AUTO_TEST_CASE(after_fork_the_shared_timing_pool_runs_delayed_serial_work_in_the_child) {
-  boost::asio::io_context io;
-  auto serial = metronome::make_serial_executor(io.get_executor());
-  // The shared timing pool exists before the fork, busy with far-future work.
-  auto far = serial.schedule([] {}, 1h);
-  // A pool and a wheel of the parent keep running across the fork.
-  scheduled_thread_pool parent_pool(2);
-  metronome::wheel_timer parent_wheel(parent_pool);
-  std::atomic<int> parent_ticks{0};
-  auto ticking = parent_pool.schedule_at_fixed_rate([&] { ++parent_ticks; }, 0ms, 1ms);
-  auto parent_timeout = parent_wheel.schedule([] {}, 1h);
-  BOOST_REQUIRE(poll_until([&] { return parent_ticks.load() > 2; }));
-  const pid_t pid = ::fork();
-  BOOST_REQUIRE(pid >= 0);
-  if (pid == 0) {
-    int code = 1;
-    try {
-      auto guard = boost::asio::make_work_guard(io);
-      std::thread runner([&] { io.run(); });
-      auto h = serial.schedule([] {}, 5ms);
-      const bool ran = ready(h.wait_for(10s));
-      const bool cancelled = far.cancel(); // its mutex is usable in the child
-      serial.dispose();
-      // A pool and a wheel made in the child work.
-      bool child_pool_ok = false, child_wheel_ok = false;
-      {
-        scheduled_thread_pool child(2);
-        child_pool_ok = child.submit([] { return 41; }).get() == 41;
-        metronome::wheel_timer wheel(child);
-        std::atomic<bool> fired{false};
-        auto t = wheel.schedule([&] { fired = true; }, 2ms);
-        child_wheel_ok = poll_until([&] { return fired.load(); }, 10s);
-      }
-      if (!child_pool_ok || !child_wheel_ok) ::_exit(4);
-      guard.reset();
-      io.stop();
-      runner.join();
-      code = ran && cancelled ? 0 : 2;
-    } catch (...) {
-      code = 3;
-    }
-    ::_exit(code);
-  }
-  int status = 0;
-  BOOST_REQUIRE_EQUAL(::waitpid(pid, &status, 0), pid);
-  BOOST_CHECK(WIFEXITED(status));
-  BOOST_CHECK_EQUAL(WEXITSTATUS(status), 0);
-  BOOST_CHECK(far.cancel());
-  const int ticks = parent_ticks.load();
-  BOOST_CHECK(poll_until([&] { return parent_ticks.load() > ticks; })); // the parent's pool goes on
-  BOOST_CHECK(ticking.cancel());
-}
-#endif
 
 BOOST_AUTO_TEST_SUITE_END()
