@@ -1,6 +1,6 @@
 // Stress with accounting, the pool itself: producers race the pool's lifecycle
-// (shutdown, shutdown_now, the destructor) with every kind of submission, and delayed
-// work submitted to an idle or busy pool is never left waiting (lost wake-ups). Every
+// (shutdown, shutdown_now, the destructor) with every kind of submission (lost wake-ups
+// of delayed work are in stress_wakeups.cpp). Every
 // callable carries a token whose destructor counts, so each round checks that every
 // callable was destroyed exactly once and that every submission is accounted for: ran,
 // cancelled, returned by shutdown_now, or rejected.
@@ -423,92 +423,6 @@ void pool_lifecycle_stress(ending end) {
                                       << run_seed);
 }
 
-
-// ======================================================================= delayed wake-ups
-
-// Rounds of delayed tasks (0-5 ms) from 1-3 threads onto a pool that is often idle
-// (every worker parked) when they arrive, plus tasks that schedule a follow-up from a
-// pool thread and random cancels. A lost wake-up leaves a task pending long after its
-// due time with nothing else to wake a worker: each must be done within a generous
-// slack of real time.
-void delayed_wakeups(errors& errs, std::uint64_t seed, int& rounds, long long& worst_late_us) {
-  std::mt19937_64 rng(seed);
-  auto pool = std::make_unique<scheduled_thread_pool>(2 + rng() % 2);
-  const auto slack = std::chrono::milliseconds(scaled(2000, 5000));
-  budget b(std::chrono::milliseconds(scaled(3000, 4000)), 5, 3000);
-  struct item {
-    scheduled_future<void> h;
-    long long due_ns = 0;
-    bool cancelled = false;
-  };
-  while (b.next()) {
-    const int threads = 1 + static_cast<int>(rng() % 3);
-    const int per = 1 + static_cast<int>(rng() % 12);
-    std::vector<std::vector<item>> items(threads);
-    auto followups = std::make_shared<metronome::test::counter>();
-    auto followups_scheduled = std::make_shared<std::atomic<int>>(0);
-    std::vector<std::thread> ts;
-    for (int t = 0; t < threads; ++t) {
-      ts.emplace_back([&, t, s = rng()] {
-        std::mt19937_64 r2(s);
-        for (int i = 0; i < per; ++i) {
-          item it;
-          auto d = std::chrono::microseconds(r2() % 8 == 0 ? 0 : r2() % 5001);
-          it.due_ns = real_ns() + std::chrono::nanoseconds(d).count();
-          const bool follow = r2() % 4 == 0;
-          auto fd = std::chrono::microseconds(r2() % 3001);
-          scheduled_thread_pool* p = pool.get();
-          it.h = p->schedule(
-              [p, follow, fd, followups, followups_scheduled] {
-                if (!follow) return;
-                followups_scheduled->fetch_add(1);
-                p->schedule([followups] { followups->add(); }, fd); // from a pool thread
-              },
-              d);
-          items[t].push_back(std::move(it));
-          if (r2() % 5 == 0) {
-            auto& v = items[t][r2() % items[t].size()];
-            if (v.h.cancel()) v.cancelled = true;
-          }
-          if (r2() % 3 == 0) std::this_thread::yield();
-        }
-      });
-    }
-    for (auto& t : ts) t.join();
-    for (auto& v : items)
-      for (auto& it : v) {
-        if (it.cancelled) continue;
-        const auto deadline = metronome::clock::time_point(std::chrono::nanoseconds(it.due_ns)) + slack;
-        if (it.h.wait_until(deadline) != std::future_status::ready) {
-          auto st = pool->stats();
-          const bool eventually = it.h.wait_for(5s) == std::future_status::ready;
-          errs.add(fmt("round %d: a task due %lld ms ago was still pending after %lld ms of slack (stats: "
-                       "threads=%zu active=%zu ready=%zu delayed=%zu): %s",
-                       b.rounds(), (real_ns() - it.due_ns) / 1000000, static_cast<long long>(slack.count()),
-                       st.threads, st.active, st.ready_queued, st.delayed_queued,
-                       eventually ? "it ran later (late wake-up)" : "it never ran within 5 s more (lost wake-up)"));
-          return;
-        }
-        worst_late_us = std::max(worst_late_us, (real_ns() - it.due_ns) / 1000);
-      }
-    // Follow-ups were scheduled from pool threads at most 3 ms ahead.
-    const int want = followups_scheduled->load();
-    const auto limit = std::chrono::steady_clock::now() + 3ms + slack;
-    while (followups->value() < want && std::chrono::steady_clock::now() < limit) std::this_thread::yield();
-    if (followups->value() < want) {
-      auto st = pool->stats();
-      errs.add(fmt("round %d: %d of %d follow-ups (scheduled from pool threads, <= 3 ms ahead) still pending after "
-                   "%lld ms of slack (stats: active=%zu ready=%zu delayed=%zu) (lost wake-up)",
-                   b.rounds(), want - followups->value(), want, static_cast<long long>(slack.count()), st.active,
-                   st.ready_queued, st.delayed_queued));
-      return;
-    }
-    ++rounds;
-    // Now and then let every worker park before the next round arrives.
-    if (rng() % 2 == 0) std::this_thread::sleep_for(std::chrono::microseconds(rng() % 3000));
-  }
-}
-
 } // namespace
 
 BOOST_AUTO_TEST_SUITE(stress_suite)
@@ -518,42 +432,5 @@ BOOST_AUTO_TEST_SUITE(stress_suite)
 BOOST_AUTO_TEST_CASE(producers_race_shutdown) { pool_lifecycle_stress(ending::shutdown); }
 BOOST_AUTO_TEST_CASE(producers_race_shutdown_now) { pool_lifecycle_stress(ending::shutdown_now); }
 BOOST_AUTO_TEST_CASE(handles_race_the_destructor) { pool_lifecycle_stress(ending::destructor); }
-
-BOOST_AUTO_TEST_CASE(delayed_wakeups_are_not_lost) {
-  errors errs;
-  int rounds = 0;
-  long long worst = 0;
-  delayed_wakeups(errs, run_seed, rounds, worst);
-  findings f;
-  f.take(errs, fmt("seed %llu", static_cast<unsigned long long>(run_seed)));
-  f.report("delayed wake-ups", rounds + 1);
-  BOOST_TEST_MESSAGE("delayed wake-ups: " << rounds << " rounds, worst lateness " << worst << " us, seed " << run_seed);
-}
-
-// The pattern the test above hits at random, made likely: an idle pool, a delayed
-// task cancelled while it may still wait in the submission inbox, then a later task.
-// The later task must run (a few ms late at most); a stale "earliest due" left by the
-// cancelled one must not stop its wake-up. The short sleeps only let the workers
-// park (the condition under test); no result depends on them.
-BOOST_AUTO_TEST_CASE(delayed_task_after_a_cancel_in_the_inbox_still_runs) {
-  scheduled_thread_pool pool(2);
-  int stuck = 0;
-  const int n = scaled(60, 30);
-  for (int i = 0; i < n && stuck == 0; ++i) {
-    std::this_thread::sleep_for(3ms);
-    auto a = pool.schedule([] {}, 1ms);
-    a.cancel();
-    if (i % 2) std::this_thread::sleep_for(300us);
-    auto b = pool.schedule([] {}, 2ms);
-    if (b.wait_for(2s) != std::future_status::ready) {
-      ++stuck;
-      auto st = pool.stats();
-      BOOST_ERROR("iteration " << i << ": a task due 2 ms after submission has not run after 2 s (stats: active="
-                               << st.active << " ready=" << st.ready_queued << " delayed=" << st.delayed_queued
-                               << "): lost wake-up after cancelling a task still in the inbox");
-      b.cancel();
-    }
-  }
-}
 
 BOOST_AUTO_TEST_SUITE_END()
