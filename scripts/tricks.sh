@@ -11,6 +11,7 @@
 #   scripts/tricks.sh [out-dir]        (default build/tricks; JSON lines kept there)
 #   ROUNDS=3 REPS=3 scripts/tricks.sh  alternations per trick, repetitions per run
 #   BUILD_ONLY=1 / SKIP_BUILD=1        only build the variants / only run them
+#   ONLY=node-cache                    only the node cache against operator new (glibc, mimalloc)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-build/tricks}
@@ -35,12 +36,15 @@ if [[ -z $mimalloc ]]; then
   mimalloc=$(ls /usr/lib/x86_64-linux-gnu/libmimalloc.so.* 2>/dev/null | head -1 || true)
 fi
 
+only=${ONLY:-}
 if [[ -z ${SKIP_BUILD:-} ]]; then
 echo "building: as is, and without each trick" >&2
 build base
-build without-touch-ahead -DMETRONOME_BENCH_WITHOUT=TOUCH_AHEAD
-build without-local-run -DMETRONOME_BENCH_WITHOUT=LOCAL_RUN
-build with-prepare-ahead -DMETRONOME_NODE_CACHE_PREPARE_AHEAD=ON
+if [[ -z $only ]]; then
+  build without-touch-ahead -DMETRONOME_BENCH_WITHOUT=TOUCH_AHEAD
+  build without-local-run -DMETRONOME_BENCH_WITHOUT=LOCAL_RUN
+  build with-prepare-ahead -DMETRONOME_NODE_CACHE_PREPARE_AHEAD=ON
+fi
 build without-node-cache -DMETRONOME_NODE_CACHE=OFF
 fi
 [[ -n ${BUILD_ONLY:-} ]] && exit 0
@@ -85,9 +89,11 @@ PY
 
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $(uname -sr)"
 echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg); $rounds alternations x $reps repetitions per build"
-compare "wheel: touch-ahead walk of the next tick (variant: none)" without-touch-ahead '' timers-fire accuracy
-compare "pool: shared queue looked at every 61st local pick (variant: every pick)" without-local-run '' post serial coroutines
-compare "node cache: background prepare-ahead thread (variant: ON; as is: OFF)" with-prepare-ahead '' post/1p timers-fire/1M timeout-cancel/1M
+if [[ -z $only ]]; then
+  compare "wheel: touch-ahead walk of the next tick (variant: none)" without-touch-ahead '' timers-fire accuracy
+  compare "pool: shared queue looked at every 61st local pick (variant: every pick)" without-local-run '' post serial coroutines
+  compare "node cache: background prepare-ahead thread (variant: ON; as is: OFF)" with-prepare-ahead '' post/1p timers-fire/1M timeout-cancel/1M
+fi
 compare "node cache vs operator new, glibc malloc" without-node-cache '' post serial timers-fire/1M timeout-cancel/1M coroutines
 if [[ -n $mimalloc ]]; then
   compare "node cache vs operator new, both under mimalloc ($(basename "$mimalloc"))" without-node-cache "$mimalloc" \
