@@ -9,6 +9,8 @@
 #include <atomic>
 #include <bit>
 #include <mutex>
+#include <optional>
+#include <thread>
 #include <stdexcept>
 #include <utility>
 
@@ -143,15 +145,51 @@ bool wheel_entry::cancel() noexcept {
   return false;
 }
 
+// A handle's hand-over in flight on this thread (see wheel_anchor::handing_over).
+struct hand_over_frame {
+  const wheel_anchor* anchor;
+  hand_over_frame* outer;
+};
+thread_local hand_over_frame* hand_overs = nullptr;
+
+void wheel_core::hand_over_unlocked(wheel_anchor& a, std::unique_lock<std::mutex>& lk, chain& fired) noexcept {
+  if (!fired.head) {
+    lk.unlock();
+    return;
+  }
+  // Copied under the mutex: once it is let go, the wheel may go (its pool may not, until
+  // this hand-over is done: the wheel's destructor waits for it).
+  pool_core* pool = pool_;
+  std::optional<boost::asio::any_io_executor> ex;
+  if (!pool) ex.emplace(ex_);
+  a.handing_over.fetch_add(1, std::memory_order_relaxed);
+  lk.unlock();
+  hand_over_frame frame{&a, hand_overs};
+  hand_overs = &frame;
+  dispatch_to(pool, ex ? &*ex : nullptr, fired);
+  hand_overs = frame.outer;
+  a.handing_over.fetch_sub(1, std::memory_order_release);
+}
+
+void wheel_core::wait_for_hand_overs(wheel_anchor& a) noexcept {
+  std::uint32_t own = 0;
+  for (const hand_over_frame* f = hand_overs; f; f = f->outer) own += f->anchor == &a ? 1 : 0;
+  while (a.handing_over.load(std::memory_order_acquire) > own) std::this_thread::yield();
+}
+
+bool wheel_core::enrolled(const wheel_anchor& a, std::uint64_t id) noexcept {
+  return a.generation.load(std::memory_order_acquire) == generation_of(id);
+}
+
 bool wheel_core::cancel(wheel_entry* e) noexcept {
   {
     wheel_anchor& a = anchor_registry::get().at(e->wheel_id_);
-    std::lock_guard lk(a.mtx);
+    std::unique_lock lk(a.mtx);
     if (a.generation.load(std::memory_order_relaxed) != generation_of(e->wheel_id_)) return false; // gone
     chain fired;
     const bool won = a.core->cancel_locked(e, fired);
-    // Under the mutex: once it is let go, the wheel (and what dispatch() reads) may go.
-    a.core->dispatch(fired);
+    // Due timeouts the cancel found in the inbox: to the executor, the mutex let go.
+    a.core->hand_over_unlocked(a, lk, fired);
     if (!won) return false;
   }
   e->drop();    // frees the callable at once; wakes nobody
@@ -165,11 +203,11 @@ bool wheel_entry::reset(clock::duration delay) noexcept {
 
 bool wheel_core::reset(wheel_entry* e, clock::duration delay) noexcept {
   wheel_anchor& a = anchor_registry::get().at(e->wheel_id_);
-  std::lock_guard lk(a.mtx);
+  std::unique_lock lk(a.mtx);
   if (a.generation.load(std::memory_order_relaxed) != generation_of(e->wheel_id_)) return false; // gone
   chain fired;
   const bool moved = a.core->reset_locked(e, delay, fired);
-  a.core->dispatch(fired); // under the mutex, as in cancel()
+  a.core->hand_over_unlocked(a, lk, fired); // as in cancel()
   return moved;
 }
 

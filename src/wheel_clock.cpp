@@ -26,9 +26,11 @@ void wheel_core::on_time_advanced() {
     drain_inbox_locked(fired);
     advance_locked(tick_of(now()), fired);
   }
-  dispatch(fired);
-  std::unique_lock lk(mtx_);
-  if (!stopped_) touch_next_tick(lk); // as the timer thread does while it waits
+  wheel_anchor& a = *enrolled_.anchor;
+  const std::uint64_t id = enrolled_.id;
+  dispatch(fired); // a timeout run or dropped here may destroy the wheel
+  std::unique_lock lk(a.mtx);
+  if (enrolled(a, id) && !stopped_) touch_next_tick(lk); // as the timer thread does while it waits
 }
 
 // Brings the next tick's timeouts into this thread's cache while it waits for that tick,
@@ -72,14 +74,19 @@ bool wheel_core::touch_next_tick(std::unique_lock<std::mutex>& lk) noexcept {
   return true;
 }
 
-// The timer thread: moves timeouts, never runs user code. While timeouts keep
-// arriving it wakes every tick to take them from the inbox; otherwise it sleeps until
-// the next event (a slot due, a slot starting or continuing to move down), and a
-// producer wakes it only for an earlier deadline.
+// The timer thread: moves timeouts. User code runs here only when the executor does
+// something at once with a due timeout it is handed (a pool shut down or terminated
+// drops it, destroying its callable; a strand over a terminated pool runs it), and that
+// code may destroy the wheel. While timeouts keep arriving it wakes every tick to take
+// them from the inbox; otherwise it sleeps until the next event (a slot due, a slot
+// starting or continuing to move down), and a producer wakes it only for an earlier
+// deadline.
 void wheel_core::run() {
   init_library_thread("metronome-wheel");
+  wheel_anchor& a = *enrolled_.anchor; // outlives the wheel
+  const std::uint64_t id = enrolled_.id;
   chain fired;
-  std::unique_lock lk(mtx_);
+  std::unique_lock lk(a.mtx);
   while (!stopped_) {
     sleeping_until_.store(0, std::memory_order_relaxed);
     const bool arrived = drain_inbox_locked(fired) != never;
@@ -88,6 +95,7 @@ void wheel_core::run() {
       lk.unlock();
       dispatch(fired);
       lk.lock();
+      if (!enrolled(a, id)) return; // destroyed from this thread (stop() detached it)
       continue;
     }
     if (touch_next_tick(lk)) continue; // the lock was let go: look again

@@ -62,6 +62,7 @@ wheel_core::wheel_core(wheel_options opts, boost::asio::any_io_executor ex, pool
   occupied_.assign(opts_.levels * words_per_level_, 0);
   if (opts_.levels > 1) marks_.resize(slots); // a level-0 slot is then one tick
   start_ = now();
+  if (pool_) pool_->attach_wheel();
   if (manual_)
     manual_->attach(this);
   else
@@ -72,9 +73,12 @@ wheel_core::~wheel_core() {
   auto left = stop();
   for (auto* e : left) e->release();
   if (manual_) manual_->detach(this);
+  if (pool_) pool_->detach_wheel();
   // From here handles find the wheel gone: only entries handed to the executor are
   // still pending, and those need nothing of the wheel.
+  wheel_anchor& a = *enrolled_.anchor;
   enrolled_.retire();
+  wait_for_hand_overs(a);
 }
 
 bool wheel_core::push_inbox(wheel_entry* e) noexcept {
@@ -102,23 +106,24 @@ std::uint64_t wheel_core::drain_inbox_locked(chain& fired) noexcept {
   return place_locked(oldest, fired, no_level);
 }
 
-void wheel_core::dispatch(chain& fired) noexcept {
+void wheel_core::dispatch_to(pool_core* pool, const boost::asio::any_io_executor* ex, chain& fired) noexcept {
   if (!fired.head) return;
-  if (pool_) {
+  const chain taken = std::exchange(fired, chain{});
+  if (pool) {
     // Entries are task nodes: one chain, one push, no allocation.
-    pool_->push_ready_chain(fired.head, fired.tail, fired.count);
+    pool->push_ready_chain(taken.head, taken.tail, taken.count);
   } else {
-    for (wheel_entry* e = fired.head; e;) {
+    const boost::asio::any_io_executor target = *ex; // read before any timeout runs
+    for (wheel_entry* e = taken.head; e;) {
       wheel_entry* next = next_in_slot(e);
       try {
-        boost::asio::post(ex_, fire_on_executor(e));
+        boost::asio::post(target, fire_on_executor(e));
       } catch (...) {
         report_here(std::current_exception(), "wheel_timer"); // the timeout was cancelled
       }
       e = next;
     }
   }
-  fired = chain{};
 }
 
 void wheel_core::insert(wheel_entry* e, clock::duration delay) {

@@ -8,6 +8,7 @@
 #include <metronome/manual_clock.hpp>
 #include <metronome/scheduled_thread_pool.hpp>
 
+#include "common/accounting.hpp"
 #include "common/counting_executor.hpp"
 #include "common/exception_log.hpp"
 #include "common/io_churn.hpp"
@@ -24,10 +25,23 @@
 #include <boost/test/unit_test.hpp>
 
 #include <atomic>
+#include <csignal>
+#include <cstdio>
 #include <future>
+#include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#if defined(__has_feature)
+#define METRONOME_HAS_FEATURE(x) __has_feature(x)
+#else
+#define METRONOME_HAS_FEATURE(x) 0
+#endif
 
 namespace asio = boost::asio;
 using namespace std::chrono_literals;
@@ -205,5 +219,111 @@ BOOST_AUTO_TEST_CASE(wait_handlers_completing_onto_a_dying_io_context_leave_it_a
     wheel.async_wait(0ms, asio::bind_executor(io, [ran](error_code) { ran(); }));
   });
 }
+
+
+// A callable that cancels another timeout of the same wheel when it is destroyed (an
+// RAII session's timers, say).
+struct cancels_on_destroy {
+  wheel_timer::timeout* other;
+  std::atomic<int>* cancels;
+  bool armed = true;
+  cancels_on_destroy(wheel_timer::timeout* o, std::atomic<int>* c) : other(o), cancels(c) {}
+  cancels_on_destroy(cancels_on_destroy&& x) noexcept : other(x.other), cancels(x.cancels) { x.armed = false; }
+  cancels_on_destroy& operator=(cancels_on_destroy&&) = delete;
+  ~cancels_on_destroy() {
+    if (armed && other->cancel()) cancels->fetch_add(1);
+  }
+  void operator()() const {}
+};
+
+// reset(0) hands a timeout to the executor at once. When the executor refuses it there
+// and then (a terminated pool; the executor of a shut-down pool), the callable is
+// destroyed on the calling thread - which must not hold the wheel's mutex then: the
+// callable's destructor cancels another timeout of the same wheel. (It deadlocked.)
+BOOST_AUTO_TEST_CASE(a_timeout_refused_by_its_executor_may_cancel_another_of_its_wheel) {
+  for (const bool over_the_pool_object : {true, false}) {
+    struct state {
+      scheduled_thread_pool pool{1};
+      std::optional<wheel_timer> wheel;
+      wheel_timer::timeout other, t;
+      std::atomic<int> cancels{0};
+    };
+    auto st = std::make_shared<state>();
+    if (over_the_pool_object) {
+      st->wheel.emplace(st->pool);
+      st->pool.shutdown();
+      st->pool.join(); // terminated: pushes are dropped
+    } else {
+      st->wheel.emplace(st->pool.get_executor());
+      st->pool.shutdown(); // posts from outside are dropped
+    }
+    st->other = st->wheel->schedule([] {}, 1h);
+    st->t = st->wheel->schedule(cancels_on_destroy(&st->other, &st->cancels), 1h);
+    bool reset = false;
+    const bool returned = metronome::test::finishes_within(std::chrono::seconds(20), [st, &reset] {
+      reset = st->t.reset(0ms);
+    });
+    BOOST_REQUIRE_MESSAGE(returned, "reset() deadlocked (over the pool object: " << over_the_pool_object << ")");
+    BOOST_CHECK(reset);
+    BOOST_CHECK_EQUAL(st->cancels.load(), 1); // the other timeout was cancelled from the destructor
+    BOOST_CHECK(st->other.is_cancelled());
+    BOOST_CHECK_GE(st->pool.stats().rejected, 1u);
+  }
+}
+
+// The timer thread hands a due timeout to a terminated pool, which drops it: its
+// callable is destroyed on the timer thread, and here destroys the wheel itself. The
+// timer thread must leave the destroyed wheel alone. (It read the freed wheel.)
+BOOST_AUTO_TEST_CASE(a_timeout_dropped_on_the_timer_thread_may_destroy_its_wheel) {
+  scheduled_thread_pool pool(1);
+  auto wheel = std::make_shared<std::unique_ptr<wheel_timer>>(std::make_unique<wheel_timer>(pool));
+  pool.shutdown();
+  pool.join();
+  struct destroys_the_wheel {
+    std::shared_ptr<std::unique_ptr<wheel_timer>> wheel;
+    std::atomic<bool>* done;
+    destroys_the_wheel(std::shared_ptr<std::unique_ptr<wheel_timer>> w, std::atomic<bool>* d)
+        : wheel(std::move(w)), done(d) {}
+    destroys_the_wheel(destroys_the_wheel&& x) noexcept = default;
+    destroys_the_wheel& operator=(destroys_the_wheel&&) = delete;
+    ~destroys_the_wheel() {
+      if (wheel && done) {
+        wheel->reset();
+        done->store(true);
+      }
+    }
+    void operator()() const {}
+  };
+  std::atomic<bool> done{false};
+  (*wheel)->schedule(destroys_the_wheel(wheel, &done), 2ms);
+  BOOST_CHECK(metronome::test::poll_until([&] { return done.load(); }, std::chrono::seconds(10)));
+  BOOST_CHECK(!*wheel);
+  BOOST_CHECK_EQUAL(pool.stats().rejected, 1u);
+}
+
+
+#if !defined(NDEBUG) && !defined(__SANITIZE_THREAD__) && !defined(__SANITIZE_ADDRESS__) && \
+    !METRONOME_HAS_FEATURE(address_sanitizer) && !METRONOME_HAS_FEATURE(thread_sanitizer)
+// A wheel fires onto its pool, so the pool must outlive it: debug builds assert it when
+// the pool goes first (the child process must die of the assertion instead of firing a
+// timeout into the freed pool).
+BOOST_AUTO_TEST_CASE(destroying_a_pool_before_its_wheel_is_caught_in_debug_builds) {
+  const pid_t pid = ::fork();
+  BOOST_REQUIRE(pid >= 0);
+  if (pid == 0) {
+    std::fclose(stderr);            // the assertion's message is expected
+    std::signal(SIGABRT, SIG_DFL); // not Boost.Test's handler: the child is to die of it
+    auto* pool = new scheduled_thread_pool(1);
+    auto* wheel = new wheel_timer(*pool);
+    wheel->schedule([] {}, 1h);
+    delete pool;
+    delete wheel; // not reached when the rule is checked
+    ::_exit(0);
+  }
+  int status = 0;
+  BOOST_REQUIRE_EQUAL(::waitpid(pid, &status, 0), pid);
+  BOOST_CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT);
+}
+#endif
 
 BOOST_AUTO_TEST_SUITE_END()

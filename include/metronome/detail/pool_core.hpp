@@ -167,6 +167,9 @@ public:
 
   pool_stats stats() const;
   void note_rejected() noexcept { rejected_.fetch_add(1); } // work refused on the pool's behalf
+  // A wheel_timer built over this pool: it must be destroyed before the pool (debug builds assert).
+  void attach_wheel() noexcept { wheels_.fetch_add(1, std::memory_order_relaxed); }
+  void detach_wheel() noexcept { wheels_.fetch_sub(1, std::memory_order_relaxed); }
   std::size_t thread_count() const noexcept { return threads_.load(std::memory_order_relaxed); }
 
   void report(const std::exception_ptr& e) noexcept;
@@ -268,6 +271,7 @@ private:
   latency_counters shared_latency_;
   std::atomic<long> tracked_work_{0};
   std::atomic<int> calls_{0}; // debug builds: threads inside post/submit/add_wait (see close())
+  std::atomic<int> wheels_{0}; // wheel_timers firing onto this pool (they must go first)
 };
 
 } // namespace metronome::detail

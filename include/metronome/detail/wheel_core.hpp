@@ -138,7 +138,12 @@ struct alignas(64) wheel_anchor {
   wheel_core* core = nullptr;               // under mtx
   std::atomic<std::uint64_t> generation{0}; // written under mtx
   std::atomic<std::uint64_t> elapsed{0};    // the wheel's elapsed ticks, for handles (no mtx)
-  std::uint32_t next_free = 0;              // the registry's free list (index + 1)
+  // Handles' hand-overs in flight: timeouts a cancel() or reset() took out of the wheel
+  // under the mutex and hands to the executor after letting it go. Raised under mtx while
+  // the generation matches; the wheel's destructor waits for it to fall (but for the
+  // destroying thread's own), so that what they hand to (the wheel's pool) is still there.
+  std::atomic<std::uint32_t> handing_over{0};
+  std::uint32_t next_free = 0; // the registry's free list (index + 1)
 };
 
 class wheel_core final : public clock_listener {
@@ -244,7 +249,20 @@ private:
   void fire_locked(wheel_entry* e, chain& fired) noexcept;
   bool cancel_locked(wheel_entry* e, chain& fired) noexcept;
   bool reset_locked(wheel_entry* e, clock::duration delay, chain& fired) noexcept;
-  void dispatch(chain& fired) noexcept;
+  // Hands due entries to the executor. Never called with the mutex held: what the
+  // executor does with an entry it refuses (a pool shut down or terminated drops it, a
+  // strand over a terminated pool runs it) happens right here, user code included.
+  void dispatch(chain& fired) noexcept { dispatch_to(pool_, &ex_, fired); }
+  // Reads nothing of the wheel, which the user code it may run can destroy.
+  static void dispatch_to(pool_core* pool, const boost::asio::any_io_executor* ex, chain& fired) noexcept;
+  // For handles: lets go of the mutex (held by lk, the wheel live) and then hands `fired`
+  // over, counted in the anchor's handing_over.
+  void hand_over_unlocked(wheel_anchor& a, std::unique_lock<std::mutex>& lk, chain& fired) noexcept;
+  // After the wheel retired its anchor: waits for handles' hand-overs in flight, save
+  // those of the calling thread (it may be destroying the wheel from inside one).
+  static void wait_for_hand_overs(wheel_anchor& a) noexcept;
+  // Whether the wheel enrolled as `id` is still there (its generation unchanged).
+  static bool enrolled(const wheel_anchor& a, std::uint64_t id) noexcept;
   void wake() noexcept;
   void run();
 
