@@ -71,9 +71,26 @@ void pool_core::shutdown() {
     sweep_for_shutdown_locked(gone);
     update_next_due_locked();
     gone = queue_aborted_waits_locked(gone);
+    ++in_transit_; // until the wheels over this pool have queued their aborted waits
     wake_all_locked();
   }
   discard_chain(gone);
+  {
+    std::lock_guard lk(wheels_mtx_);
+    for (pool_shutdown_listener* w : wheels_) w->on_pool_shutdown();
+  }
+  std::lock_guard lk(mtx_);
+  leave_transit_locked();
+}
+
+void pool_core::attach_wheel(pool_shutdown_listener* w) {
+  std::lock_guard lk(wheels_mtx_);
+  wheels_.push_back(w);
+}
+
+void pool_core::detach_wheel(pool_shutdown_listener* w) noexcept {
+  std::lock_guard lk(wheels_mtx_);
+  std::erase(wheels_, w);
 }
 
 // Takes out of the heap what shutdown() does not keep (per the two options).

@@ -62,7 +62,7 @@ wheel_core::wheel_core(wheel_options opts, boost::asio::any_io_executor ex, pool
   occupied_.assign(opts_.levels * words_per_level_, 0);
   if (opts_.levels > 1) marks_.resize(slots); // a level-0 slot is then one tick
   start_ = now();
-  if (pool_) pool_->attach_wheel();
+  if (pool_) pool_->attach_wheel(this);
   if (manual_)
     manual_->attach(this);
   else
@@ -73,7 +73,7 @@ wheel_core::~wheel_core() {
   auto left = stop();
   for (auto* e : left) e->release();
   if (manual_) manual_->detach(this);
-  if (pool_) pool_->detach_wheel();
+  if (pool_) pool_->detach_wheel(this);
   // From here handles find the wheel gone: only entries handed to the executor are
   // still pending, and those need nothing of the wheel.
   wheel_anchor& a = *enrolled_.anchor;
@@ -139,6 +139,8 @@ void wheel_core::insert(wheel_entry* e, clock::duration delay) {
 
 void wheel_core::enter(wheel_entry* e, clock::duration delay) {
   e->wheel_id_ = enrolled_.id;
+  if (e->is_wait() && pool_shut_down_.load(std::memory_order_seq_cst))
+    throw rejected_execution("metronome: the wheel_timer's pool is shut down");
   if (delay <= clock::duration::zero()) {
     // Due now: straight to the executor, never into the wheel.
     if (inbox_.load(std::memory_order_acquire) == closed_inbox)
@@ -165,6 +167,10 @@ void wheel_core::enter(wheel_entry* e, clock::duration delay) {
   // (the timer thread is moving a tick's timeouts): never wait, leave it in the inbox.
   if (mtx_.try_lock()) {
     std::unique_lock lk(mtx_, std::adopt_lock);
+    if (e->is_wait() && pool_shut_down_.load(std::memory_order_relaxed)) {
+      if (bounded) inserted_.fetch_sub(1, std::memory_order_relaxed);
+      throw rejected_execution("metronome: the wheel_timer's pool is shut down"); // lk unlocks
+    }
     if (!stopped_ && e->when_ > elapsed_) {
       if (!bounded) linked_.store(linked_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
       chain fired;
@@ -181,12 +187,21 @@ void wheel_core::enter(wheel_entry* e, clock::duration delay) {
   if (!bounded) inserted_.fetch_add(1, std::memory_order_relaxed);
   // Read before the push: once published, the entry may fire, complete and be freed.
   const std::uint64_t when = e->when_;
+  const bool wait = e->is_wait();
+  if (wait) e->add_ref(); // for the check below
   METRONOME_TEST_HOOK(hook_point::wheel_producer_before_push);
   if (!push_inbox(e)) {
+    if (wait) e->release();
     inserted_.fetch_sub(1, std::memory_order_relaxed);
     throw rejected_execution("metronome: wheel_timer is stopped");
   }
   METRONOME_TEST_HOOK(hook_point::wheel_producer_after_push);
+  if (wait) {
+    // Dekker pair with on_pool_shutdown(): it sets pool_shut_down_ and then drains the
+    // inbox; a wait pushed after that drain sees the flag and cancels itself.
+    if (pool_shut_down_.load(std::memory_order_seq_cst)) e->cancel();
+    e->release();
+  }
   // Dekker pair with run(): it stores sleeping_until_ and then drains the inbox.
   if (when < sleeping_until_.load(std::memory_order_seq_cst)) wake();
 }
@@ -265,6 +280,39 @@ std::vector<wheel_entry*> wheel_core::stop() {
   }
   for (auto* e : left) e->drop();
   return left;
+}
+
+void wheel_core::on_pool_shutdown() noexcept {
+  chain fired;
+  wheel_entry* aborted = nullptr;
+  {
+    std::lock_guard lk(mtx_);
+    if (stopped_) return;
+    pool_shut_down_.store(true, std::memory_order_seq_cst);
+    drain_inbox_locked(fired);
+    std::size_t n = 0;
+    for (std::size_t index = 0; index < slots_.size(); ++index) {
+      for (wheel_entry* e = slots_[index].head; e;) {
+        wheel_entry* next = next_in_slot(e);
+        if (e->is_wait()) {
+          unlink_locked(e);
+          e->state_.store(wheel_entry::cancelled, std::memory_order_release);
+          e->next_.store(aborted, std::memory_order_relaxed);
+          aborted = e;
+          ++n;
+        }
+        e = next;
+      }
+    }
+    count_removed_locked(n);
+  }
+  dispatch(fired);
+  while (aborted) {
+    wheel_entry* e = aborted;
+    aborted = next_in_slot(e);
+    e->drop();    // to the pool's queue: a worker delivers operation_aborted
+    e->release(); // the wheel's reference
+  }
 }
 
 std::size_t wheel_core::pending() const noexcept {

@@ -113,7 +113,7 @@ class wheel_wait_op final : public wheel_entry, public handler_op<wheel_wait_op<
 public:
   // refs: the wheel's only (no handle). `pool`: the wheel's pool, or nullptr.
   wheel_wait_op(Handler&& h, const DefaultExecutor& ex, pool_core* pool)
-      : wheel_entry(&dispatch_action<wheel_wait_op>, 1), handler_base(std::move(h), ex), pool_(pool) {
+      : wheel_entry(&dispatch_action<wheel_wait_op>, 1, true), handler_base(std::move(h), ex), pool_(pool) {
     this->hold_work();
     this->template connect_slot<cancel_handler>(cancel_handler{this});
   }
@@ -262,7 +262,8 @@ public:
 
   /// Waits for `delay` on the wheel: an Asio operation with signature
   /// `void(boost::system::error_code)`, any completion token, per-operation
-  /// cancellation (completes with `operation_aborted`). `stop()` aborts pending waits.
+  /// cancellation (completes with `operation_aborted`). `stop()` aborts pending waits,
+  /// and so does the `shutdown()` of the pool the wheel fires onto (later waits too).
   /**
    * The handler runs on its associated executor (default: the wheel's), allocated with
    * its associated allocator; outstanding work on that executor is held until the

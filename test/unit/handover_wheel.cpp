@@ -195,4 +195,38 @@ BOOST_AUTO_TEST_CASE(a_timeout_cancelled_while_queued_never_runs_when_the_worker
   BOOST_CHECK_EQUAL(s.destroyed.load(), 1);
 }
 
+
+// The wheel's pool shutting down against a wait's producer: the producer found the
+// wheel's mutex taken (the timer thread holds it) and is held before its push while the
+// pool's shutdown() aborts the wheel's waits (none pushed yet) and the wheel refuses
+// waits from then on. The producer then pushes: it must see that the pool shut down and
+// cancel its own wait, which completes with operation_aborted - not an hour later.
+BOOST_AUTO_TEST_CASE(a_wait_pushed_after_the_pool_s_shutdown_aborted_the_wheel_s_waits_is_aborted) {
+  scheduled_thread_pool pool(1);
+  metronome::wheel_timer wheel(pool);
+  metronome::test::hook_stops stops{{hook_point::wheel_timer_before_sleep, true},
+                                    {hook_point::wheel_producer_before_push, false}};
+  auto far = wheel.schedule([] {}, 30s);
+  BOOST_REQUIRE(stops.arrived(hook_point::wheel_timer_before_sleep)); // the timer holds the mutex
+  std::atomic<int> calls{0};
+  boost::system::error_code result;
+  std::thread producer([&] {
+    hook_stop::arm_this_thread();
+    wheel.async_wait(1h, [&](boost::system::error_code ec) {
+      result = ec;
+      calls.fetch_add(1);
+    });
+  });
+  BOOST_REQUIRE(stops.arrived(hook_point::wheel_producer_before_push));
+  stops.release(hook_point::wheel_timer_before_sleep); // the timer sleeps, the mutex is free
+  pool.shutdown(); // aborts the wheel's waits: none is in it yet
+  stops.release(hook_point::wheel_producer_before_push);
+  producer.join();
+  BOOST_CHECK(poll_until([&] { return calls.load() == 1; }, 10s));
+  BOOST_CHECK(result == boost::asio::error::operation_aborted);
+  BOOST_CHECK(far.cancel());
+  pool.join();
+  BOOST_CHECK_EQUAL(calls.load(), 1);
+}
+
 BOOST_AUTO_TEST_SUITE_END()

@@ -221,6 +221,38 @@ BOOST_AUTO_TEST_CASE(wait_handlers_completing_onto_a_dying_io_context_leave_it_a
 }
 
 
+
+// A pool's shutdown() aborts the pending waits of a wheel over it, as it does its own
+// async_delay waits: they complete with operation_aborted on the pool before it
+// terminates, and join() returns after that. (They were dropped unrun once the pool had
+// terminated: a coroutine awaiting one was destroyed, never resumed.) A wait started
+// after shutdown() completes with operation_aborted too; timeouts are not touched.
+BOOST_AUTO_TEST_CASE(the_pool_s_shutdown_aborts_the_waits_of_a_wheel_over_it) {
+  scheduled_thread_pool pool(1);
+  wheel_timer wheel(pool);
+  std::atomic<int> calls{0}, aborted{0};
+  auto handler = [&](error_code ec) {
+    if (ec == asio::error::operation_aborted) aborted.fetch_add(1);
+    calls.fetch_add(1);
+  };
+  wheel.async_wait(1h, handler);
+  wheel.async_wait(10min, handler);
+  std::atomic<int> timeout_runs{0};
+  auto timeout = wheel.schedule([&] { timeout_runs.fetch_add(1); }, 1h);
+  metronome::test::gate busy;
+  metronome::test::counter busy_started;
+  BOOST_REQUIRE(metronome::test::occupy_worker(pool, busy, busy_started));
+  pool.shutdown();
+  wheel.async_wait(1h, handler); // after shutdown
+  BOOST_CHECK_EQUAL(wheel.pending(), 1u); // the timeout
+  busy.open();
+  pool.join();
+  BOOST_CHECK_EQUAL(calls.load(), 3);
+  BOOST_CHECK_EQUAL(aborted.load(), 3);
+  BOOST_CHECK(timeout.cancel());
+  BOOST_CHECK_EQUAL(timeout_runs.load(), 0);
+}
+
 // A callable that cancels another timeout of the same wheel when it is destroyed (an
 // RAII session's timers, say).
 struct cancels_on_destroy {

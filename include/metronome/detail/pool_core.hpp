@@ -58,6 +58,16 @@ struct latency_counters {
   }
 };
 
+// Told by a pool's shutdown(), before the pool can terminate (a wheel_timer over the pool
+// aborts its pending waits then, as the pool does its own async_delay waits).
+class pool_shutdown_listener {
+public:
+  virtual void on_pool_shutdown() noexcept = 0;
+
+protected:
+  ~pool_shutdown_listener() = default;
+};
+
 // The engine behind scheduled_thread_pool: a lock-free ready queue, a delay heap
 // under one mutex with leader-follower waiting, and worker threads that spin briefly
 // before parking. docs/design.md states each hand-over's invariant. The code is in
@@ -167,9 +177,10 @@ public:
 
   pool_stats stats() const;
   void note_rejected() noexcept { rejected_.fetch_add(1); } // work refused on the pool's behalf
-  // A wheel_timer built over this pool: it must be destroyed before the pool (debug builds assert).
-  void attach_wheel() noexcept { wheels_.fetch_add(1, std::memory_order_relaxed); }
-  void detach_wheel() noexcept { wheels_.fetch_sub(1, std::memory_order_relaxed); }
+  // A wheel_timer built over this pool: told when the pool shuts down (it aborts its
+  // pending waits), and destroyed before the pool (debug builds assert).
+  void attach_wheel(pool_shutdown_listener* w);
+  void detach_wheel(pool_shutdown_listener* w) noexcept;
   std::size_t thread_count() const noexcept { return threads_.load(std::memory_order_relaxed); }
 
   void report(const std::exception_ptr& e) noexcept;
@@ -271,7 +282,10 @@ private:
   latency_counters shared_latency_;
   std::atomic<long> tracked_work_{0};
   std::atomic<int> calls_{0}; // debug builds: threads inside post/submit/add_wait (see close())
-  std::atomic<int> wheels_{0}; // wheel_timers firing onto this pool (they must go first)
+  // wheel_timers firing onto this pool (they must go first); the mutex is held while
+  // shutdown() tells them, so that none is destroyed meanwhile.
+  std::mutex wheels_mtx_;
+  std::vector<pool_shutdown_listener*> wheels_;
 };
 
 } // namespace metronome::detail

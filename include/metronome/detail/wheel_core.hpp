@@ -37,8 +37,10 @@ public:
                             discarded_action = 6, cancelled_run_action = 7, cancelled_discard_action = 8;
   static constexpr std::uint16_t no_slot = 0xffff;
 
-  // refs: 1 for the wheel, plus one per handle created with the node.
-  wheel_entry(complete_fn fn, std::uint32_t refs) noexcept : task_base(fn), refs_(refs) {}
+  // refs: 1 for the wheel, plus one per handle created with the node. `wait`: an
+  // async_wait, aborted when the wheel's pool shuts down.
+  wheel_entry(complete_fn fn, std::uint32_t refs, bool wait = false) noexcept
+      : task_base(fn), refs_(refs), wait_(wait) {}
 
   void add_ref() noexcept { refs_.fetch_add(1, std::memory_order_relaxed); }
   void release() noexcept {
@@ -57,6 +59,7 @@ public:
   void settle(bool run) noexcept;
   // Its deadline passed on the wheel: queued on the executor, running or done.
   bool is_due() const noexcept;
+  bool is_wait() const noexcept { return wait_; }
 
   // In a level-0 slot: its place among that slot's entry points (wheel_core::marks_),
   // or no_mark. Only the mutex holder reads or writes it; stale once handed over. One
@@ -126,6 +129,7 @@ protected:
 private:
   bool claim(std::uint32_t to) noexcept;
   std::atomic<std::uint32_t> refs_;
+  bool wait_; // after refs_: in the tail padding, so that a small timeout stays 64 bytes
 };
 
 // What handles reach of a wheel: it outlives the wheel. Anchors are never freed, only
@@ -146,7 +150,7 @@ struct alignas(64) wheel_anchor {
   std::uint32_t next_free = 0; // the registry's free list (index + 1)
 };
 
-class wheel_core final : public clock_listener {
+class wheel_core final : public clock_listener, public pool_shutdown_listener {
 public:
   wheel_core(wheel_options opts, boost::asio::any_io_executor ex, pool_core* pool);
   ~wheel_core();
@@ -180,6 +184,9 @@ public:
   std::size_t touched_ahead() const;
 
   void on_time_advanced() override;
+  // The pool shut down: pending waits complete with operation_aborted (on the pool,
+  // before it can terminate), as do waits started later.
+  void on_pool_shutdown() noexcept override;
 
 private:
   // A level's slot moving down: started when the slot before it became current,
@@ -303,6 +310,8 @@ private:
   std::size_t words_per_level_ = 1;
   std::uint64_t elapsed_ = 0;
   bool stopped_ = false;
+  // The pool shut down: waits are refused (written under mtx_, read by producers too).
+  std::atomic<bool> pool_shut_down_{false};
   std::thread thread_;
 };
 
