@@ -37,13 +37,20 @@ Node* reversed(Node* head) noexcept {
 
 // The termination invariant (docs/design.md): the pool terminates only when, under mtx_,
 // every live worker but the caller is parked, nothing is ready, delayed or in transit
-// from the heap to a serial executor, and no
+// from the heap to a serial executor, no wheel wait is undelivered, and no
 // tracked work is outstanding - unless the pool is shut down, when tracked work can only
 // be finished by work from the pool's own threads, and none is left. A producer that
 // pushes after the check sees terminated_ and drops (and reports) its work.
 bool pool_core::idle_for_termination_locked(int awake_expected) const noexcept {
   return awake_ == awake_expected && ready_.empty() && heap_.empty() && in_transit_ == 0 &&
-         (tracked_work_.load() == 0 || shutdown_.load() || closing_);
+         wheel_waits_.load() == 0 && (tracked_work_.load() == 0 || shutdown_.load() || closing_);
+}
+
+void pool_core::wheel_wait_done() noexcept {
+  if (wheel_waits_.fetch_sub(1, std::memory_order_seq_cst) == 1) {
+    std::lock_guard lk(mtx_);
+    if (shutdown_.load() || joining_ || closing_) wake_all_locked();
+  }
 }
 
 void pool_core::terminate_locked() noexcept {

@@ -116,6 +116,7 @@ public:
       : wheel_entry(&dispatch_action<wheel_wait_op>, 1, true), handler_base(std::move(h), ex), pool_(pool) {
     this->hold_work();
     this->template connect_slot<cancel_handler>(cancel_handler{this});
+    if (pool_) pool_->wheel_wait_started(); // last: nothing after it throws
   }
 
 private:
@@ -150,6 +151,10 @@ private:
   void deliver(bool may_run_inline, boost::system::error_code ec) noexcept {
     delivered_ = true;
     add_ref();
+    // Counted done first: the handler may run inline and destroy the pool. This is a
+    // worker of the pool (awake: the pool cannot terminate before the completion is
+    // queued), unless the pool has already terminated or stopped.
+    if (pool_) pool_->wheel_wait_done();
     this->complete_with(may_run_inline, ec);
   }
 

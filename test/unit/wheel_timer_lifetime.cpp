@@ -32,6 +32,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <sys/wait.h>
@@ -307,27 +308,35 @@ BOOST_AUTO_TEST_CASE(a_timeout_refused_by_its_executor_may_cancel_another_of_its
 // callable is destroyed on the timer thread, and here destroys the wheel itself. The
 // timer thread must leave the destroyed wheel alone. (It read the freed wheel.)
 BOOST_AUTO_TEST_CASE(a_timeout_dropped_on_the_timer_thread_may_destroy_its_wheel) {
-  scheduled_thread_pool pool(1);
+  // Kept for good: the timer thread is still inside the pool's drop path when the
+  // callable's destructor (the last thing a test can see) returns.
+  auto pool_kept = std::make_shared<scheduled_thread_pool>(1);
+  metronome::test::leak(pool_kept);
+  scheduled_thread_pool& pool = *pool_kept;
   auto wheel = std::make_shared<std::unique_ptr<wheel_timer>>(std::make_unique<wheel_timer>(pool));
   pool.shutdown();
   pool.join();
+  // Destroys the wheel once schedule() has returned (no call may be inside the wheel).
   struct destroys_the_wheel {
     std::shared_ptr<std::unique_ptr<wheel_timer>> wheel;
+    std::atomic<bool>* scheduled;
     std::atomic<bool>* done;
-    destroys_the_wheel(std::shared_ptr<std::unique_ptr<wheel_timer>> w, std::atomic<bool>* d)
-        : wheel(std::move(w)), done(d) {}
+    destroys_the_wheel(std::shared_ptr<std::unique_ptr<wheel_timer>> w, std::atomic<bool>* s, std::atomic<bool>* d)
+        : wheel(std::move(w)), scheduled(s), done(d) {}
     destroys_the_wheel(destroys_the_wheel&& x) noexcept = default;
     destroys_the_wheel& operator=(destroys_the_wheel&&) = delete;
     ~destroys_the_wheel() {
       if (wheel && done) {
+        while (!scheduled->load()) std::this_thread::yield();
         wheel->reset();
         done->store(true);
       }
     }
     void operator()() const {}
   };
-  std::atomic<bool> done{false};
-  (*wheel)->schedule(destroys_the_wheel(wheel, &done), 2ms);
+  std::atomic<bool> scheduled{false}, done{false};
+  (*wheel)->schedule(destroys_the_wheel(wheel, &scheduled, &done), 2ms);
+  scheduled = true;
   BOOST_CHECK(metronome::test::poll_until([&] { return done.load(); }, std::chrono::seconds(10)));
   BOOST_CHECK(!*wheel);
   BOOST_CHECK_EQUAL(pool.stats().rejected, 1u);

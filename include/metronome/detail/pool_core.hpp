@@ -181,6 +181,11 @@ public:
   // pending waits), and destroyed before the pool (debug builds assert).
   void attach_wheel(pool_shutdown_listener* w);
   void detach_wheel(pool_shutdown_listener* w) noexcept;
+  // A wheel wait over this pool, from its creation until a worker has delivered its
+  // completion: the pool does not terminate meanwhile, shut down or not (its shutdown
+  // aborts such waits, so none is left waiting long).
+  void wheel_wait_started() noexcept { wheel_waits_.fetch_add(1, std::memory_order_seq_cst); }
+  void wheel_wait_done() noexcept;
   std::size_t thread_count() const noexcept { return threads_.load(std::memory_order_relaxed); }
 
   void report(const std::exception_ptr& e) noexcept;
@@ -286,6 +291,7 @@ private:
   // shutdown() tells them, so that none is destroyed meanwhile.
   std::mutex wheels_mtx_;
   std::vector<pool_shutdown_listener*> wheels_;
+  std::atomic<std::size_t> wheel_waits_{0}; // see wheel_wait_started()
 };
 
 } // namespace metronome::detail
