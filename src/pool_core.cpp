@@ -96,7 +96,8 @@ pool_core::~pool_core() {
   assert(calls_.load() == 0 &&
          "metronome: a pool is destroyed while another thread is inside one of its calls (post, submit, "
          "schedule, async_delay); the pool must outlive every call into it");
-  assert(wheels_.empty() && "metronome: a pool is destroyed before a wheel_timer built over it; destroy the wheel first");
+  assert(wheels_.empty() &&
+         "metronome: a pool is destroyed before a running wheel_timer built over it; stop or destroy the wheel first");
   if (manual_) manual_->detach(this);
   for (auto& w : workers_)
     if (w->thread.joinable()) w->thread.detach();

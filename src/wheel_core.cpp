@@ -73,7 +73,6 @@ wheel_core::~wheel_core() {
   auto left = stop();
   for (auto* e : left) e->release();
   if (manual_) manual_->detach(this);
-  if (pool_) pool_->detach_wheel(this);
   // From here handles find the wheel gone: only entries handed to the executor are
   // still pending, and those need nothing of the wheel.
   wheel_anchor& a = *enrolled_.anchor;
@@ -279,6 +278,8 @@ std::vector<wheel_entry*> wheel_core::stop() {
       thread_.join();
   }
   for (auto* e : left) e->drop();
+  // Stopped, the wheel hands nothing more to the pool: the pool may go first from here.
+  if (pool_) pool_->detach_wheel(this);
   return left;
 }
 

@@ -254,6 +254,30 @@ BOOST_AUTO_TEST_CASE(the_pool_s_shutdown_aborts_the_waits_of_a_wheel_over_it) {
   BOOST_CHECK_EQUAL(timeout_runs.load(), 0);
 }
 
+
+// The pool must outlive a running wheel over it; a stopped one hands it nothing more,
+// so the pool may go first (its handles, and the wheel's destructor, stay safe).
+BOOST_AUTO_TEST_CASE(a_stopped_wheel_may_outlive_its_pool) {
+  auto pool = std::make_unique<scheduled_thread_pool>(1);
+  auto wheel = std::make_unique<wheel_timer>(*pool);
+  auto t = wheel->schedule([] {}, 1h);
+  std::atomic<int> aborted{0};
+  wheel->async_wait(1h, [&](error_code ec) {
+    if (ec == asio::error::operation_aborted) aborted.fetch_add(1);
+  });
+  const auto left = wheel->stop();
+  BOOST_CHECK_EQUAL(left.size(), 2u);
+  pool->shutdown();
+  pool->join(); // the aborted wait has run on the pool
+  BOOST_CHECK_EQUAL(aborted.load(), 1);
+  pool.reset();
+  BOOST_CHECK(t.is_cancelled());
+  BOOST_CHECK(!t.cancel());
+  BOOST_CHECK(!t.reset(1ms));
+  BOOST_CHECK_EQUAL(wheel->pending(), 0u);
+  wheel.reset(); // touches nothing of the pool (AddressSanitizer watches)
+}
+
 // A callable that cancels another timeout of the same wheel when it is destroyed (an
 // RAII session's timers, say).
 struct cancels_on_destroy {

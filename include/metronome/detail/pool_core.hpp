@@ -177,8 +177,9 @@ public:
 
   pool_stats stats() const;
   void note_rejected() noexcept { rejected_.fetch_add(1); } // work refused on the pool's behalf
-  // A wheel_timer built over this pool: told when the pool shuts down (it aborts its
-  // pending waits), and destroyed before the pool (debug builds assert).
+  // A wheel_timer built over this pool, until it stops: told when the pool shuts down
+  // (it aborts its pending waits); stopped or destroyed before the pool (debug builds
+  // assert).
   void attach_wheel(pool_shutdown_listener* w);
   void detach_wheel(pool_shutdown_listener* w) noexcept;
   // A wheel wait over this pool, from its creation until a worker has delivered its
