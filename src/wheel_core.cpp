@@ -292,8 +292,8 @@ void wheel_core::on_pool_shutdown() noexcept {
     pool_shut_down_.store(true, std::memory_order_seq_cst);
     drain_inbox_locked(fired);
     std::size_t n = 0;
-    for (std::size_t index = 0; index < slots_.size(); ++index) {
-      for (wheel_entry* e = slots_[index].head; e;) {
+    for (const slot_list& list : slots_) {
+      for (wheel_entry* e = list.head; e;) {
         wheel_entry* next = next_in_slot(e);
         if (e->is_wait()) {
           unlink_locked(e);
