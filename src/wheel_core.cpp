@@ -278,7 +278,9 @@ std::vector<wheel_entry*> wheel_core::stop() {
       thread_.join();
   }
   for (auto* e : left) e->drop();
-  // Stopped, the wheel hands nothing more to the pool: the pool may go first from here.
+  // Stopped, the wheel hands nothing more to the pool: the pool may go first from here
+  // (waits started later do not count on it either: pool() says none).
+  detached_.store(true, std::memory_order_release);
   if (pool_) pool_->detach_wheel(this);
   return left;
 }

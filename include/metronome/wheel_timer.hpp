@@ -285,13 +285,15 @@ public:
           using H = std::decay_t<decltype(handler)>;
           detail::wheel_entry* e;
           // On a metronome pool the handler's default executor is the pool's own (not
-          // through any_io_executor, whose type erasure allocates to complete).
-          if (const auto* pex = core->executor().template target<scheduled_thread_pool::executor_type>())
-            e = detail::wheel_wait_op<H, scheduled_thread_pool::executor_type>::create(std::move(handler), *pex,
-                                                                                        core->pool());
+          // through any_io_executor, whose type erasure allocates to complete). A
+          // stopped wheel counts on no pool (it may be gone).
+          detail::pool_core* pool = core->pool();
+          const auto* pex = core->executor().template target<scheduled_thread_pool::executor_type>();
+          if (pex && pool)
+            e = detail::wheel_wait_op<H, scheduled_thread_pool::executor_type>::create(std::move(handler), *pex, pool);
           else
             e = detail::wheel_wait_op<H, boost::asio::any_io_executor>::create(std::move(handler), core->executor(),
-                                                                               core->pool());
+                                                                               pool);
           try {
             core->insert(e, d);
           } catch (...) {

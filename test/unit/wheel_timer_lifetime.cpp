@@ -275,6 +275,17 @@ BOOST_AUTO_TEST_CASE(a_stopped_wheel_may_outlive_its_pool) {
   BOOST_CHECK(!t.cancel());
   BOOST_CHECK(!t.reset(1ms));
   BOOST_CHECK_EQUAL(wheel->pending(), 0u);
+  // A wait started on the stopped wheel completes on its own executor, pool or no pool.
+  asio::io_context io;
+  error_code late;
+  int late_calls = 0;
+  wheel->async_wait(1ms, asio::bind_executor(io, [&](error_code ec) {
+                      late = ec;
+                      ++late_calls;
+                    }));
+  io.run();
+  BOOST_CHECK_EQUAL(late_calls, 1);
+  BOOST_CHECK(late == asio::error::operation_aborted);
   wheel.reset(); // touches nothing of the pool (AddressSanitizer watches)
 }
 

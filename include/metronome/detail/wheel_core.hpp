@@ -175,8 +175,9 @@ public:
   std::vector<wheel_entry*> stop();
   std::size_t pending() const noexcept;
   const boost::asio::any_io_executor& executor() const noexcept { return ex_; }
-  // The metronome pool the wheel fires onto, or nullptr (another executor).
-  pool_core* pool() const noexcept { return pool_; }
+  // The metronome pool the wheel fires onto, or nullptr (another executor, or the wheel
+  // is stopped: the pool may be gone).
+  pool_core* pool() const noexcept { return detached_.load(std::memory_order_acquire) ? nullptr : pool_; }
   clock::time_point now() const noexcept;
   // Diagnostics (tests): timeouts of `level`'s slot that is moving down, not yet moved.
   std::size_t moving(std::size_t level) const;
@@ -312,6 +313,7 @@ private:
   bool stopped_ = false;
   // The pool shut down: waits are refused (written under mtx_, read by producers too).
   std::atomic<bool> pool_shut_down_{false};
+  std::atomic<bool> detached_{false}; // stopped: detached from its pool
   std::thread thread_;
 };
 
