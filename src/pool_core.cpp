@@ -283,6 +283,7 @@ task_base* pool_core::park(worker& w, std::unique_lock<std::mutex>& lk) {
     }
   } guard{this};
 
+  bool clock_told = false; // this worker let the clock decide since it last woke
   for (;;) {
     // Terminated first: a task pushed after termination belongs to its producer, which
     // sees terminated_ and drops it (or runs a strand's invoker itself); a worker woken
@@ -309,16 +310,19 @@ task_base* pool_core::park(worker& w, std::unique_lock<std::mutex>& lk) {
       return retry_marker;
     }
 
-    if (manual_ && manual_->auto_advance() && awake_ == 1 && in_transit_ == 0) {
+    if (manual_ && !clock_told && manual_->auto_advance() && awake_ == 1 && in_transit_ == 0) {
       // The last awake worker, about to park: count itself parked, and let the clock
-      // decide (its mutex before ours: ours is released). Then look again.
+      // decide (its mutex before ours: ours is released). Then look at everything again:
+      // while the mutex was released, time may have moved, work may have come, and the
+      // pool may have been shut down (whose wake-up found nobody waiting).
       --awake_;
       lk.unlock();
       manual_->idle_point();
+      METRONOME_TEST_HOOK(hook_point::worker_after_idle_point);
       lk.lock();
       ++awake_;
-      if (!ready_.empty()) return retry_marker;
-      if (!heap_.empty() && heap_.top()->due() <= now()) continue;
+      clock_told = true;
+      continue;
     }
     --awake_;
     bool timed_out = false;
@@ -344,6 +348,7 @@ task_base* pool_core::park(worker& w, std::unique_lock<std::mutex>& lk) {
       if (wake_tokens_ > 0) --wake_tokens_;
     }
     ++awake_;
+    clock_told = false;
     if (terminated_.load()) METRONOME_TEST_HOOK(hook_point::worker_woken_by_termination);
     if (timed_out && ready_.empty() && !terminated_.load() && (heap_.empty() || leader_ != nullptr)) {
       --awake_; // this elastic thread retires

@@ -199,6 +199,22 @@ BOOST_AUTO_TEST_CASE(a_worker_woken_by_the_termination_leaves_a_later_push_to_it
   BOOST_CHECK_EQUAL(pool.stats().rejected, 1u);
 }
 
+// Auto-advance, the last awake worker between its idle point and parking: it counted
+// itself parked and released the mutex to let the clock decide; a shutdown() meanwhile
+// wakes nobody (nobody waits). Relocked, the worker must see the shutdown itself and
+// terminate the pool, not park for good (join() would never return).
+BOOST_AUTO_TEST_CASE(a_shutdown_while_the_last_worker_lets_the_clock_decide_terminates_the_pool) {
+  manual_clock c;
+  scheduled_thread_pool pool(on_clock(c));
+  c.set_auto_advance(true);
+  hook_stop stop(hook_point::worker_after_idle_point);
+  pool.submit([] { hook_stop::arm_this_thread(); }).get();
+  BOOST_REQUIRE(stop.arrived()); // the worker went idle after the task and asked the clock
+  pool.shutdown();
+  stop.release();
+  BOOST_CHECK(pool.await_termination(20s));
+}
+
 // Serial drain, settle: a drain about to lower the count after its tasks; a producer
 // pushes meanwhile (count not 0: it posts nothing). The drain's settle leaves the count
 // above 0, so it goes on and runs the new task.
