@@ -196,6 +196,38 @@ BOOST_AUTO_TEST_CASE(a_timeout_cancelled_while_queued_never_runs_when_the_worker
 }
 
 
+// A handle's hand-over, held between letting go of the wheel's mutex and handing its due
+// timeout to the pool, while the wheel and then the pool are destroyed: the wheel's
+// destructor waits for the hand-over (the pool must outlive the wheel, and the hand-over
+// uses the pool), so the pool is still there when it is handed over, and the timeout runs
+// once. Without the wait the hand-over reached into the destroyed pool.
+BOOST_AUTO_TEST_CASE(a_hand_over_held_after_unlocking_keeps_the_wheel_s_destruction_waiting) {
+  auto pool = std::make_unique<scheduled_thread_pool>(1);
+  auto wheel = std::make_unique<metronome::wheel_timer>(*pool);
+  metronome::test::slot s;
+  auto t = wheel->schedule([&s, l = metronome::test::life(&s)] { s.ran.fetch_add(1); }, 1h);
+  hook_stop stop(hook_point::wheel_handover_after_unlock);
+  std::atomic<bool> reset{false};
+  std::thread resetter([&] {
+    hook_stop::arm_this_thread();
+    reset = t.reset(0ms); // due at once: handed over with the mutex let go
+  });
+  BOOST_REQUIRE(stop.arrived());
+  std::atomic<bool> destroyed{false};
+  std::thread destroyer([&] {
+    wheel.reset();
+    destroyed = true;
+  });
+  BOOST_CHECK(!poll_until([&] { return destroyed.load(); }, 100ms)); // waits for the hand-over
+  stop.release();
+  resetter.join();
+  destroyer.join();
+  pool.reset(); // runs what is ready
+  BOOST_CHECK(reset.load());
+  BOOST_CHECK_EQUAL(s.ran.load(), 1);
+  BOOST_CHECK_EQUAL(s.destroyed.load(), 1);
+}
+
 // The wheel's pool shutting down against a wait's producer: the producer found the
 // wheel's mutex taken (the timer thread holds it) and is held before its push while the
 // pool's shutdown() aborts the wheel's waits (none pushed yet) and the wheel refuses

@@ -29,6 +29,7 @@ enum class hook_point {
   worker_terminating,         // a worker (holding the mutex) set terminated_, not yet re-checked the ready queue
   wheel_cancel_after_claim,   // a cancel() claimed a timeout queued on the executor; not yet dropped it
   worker_woken_by_termination, // a parked worker woke (holding the mutex) in a terminated pool, looked at nothing yet
+  wheel_handover_after_unlock, // a cancel()/reset() let go of the wheel's mutex; its due timeouts not yet handed over
   worker_after_idle_point,     // the last awake worker (auto-advancing manual clock) let the clock decide; mutex not re-taken
 };
 
