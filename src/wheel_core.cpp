@@ -136,10 +136,15 @@ void wheel_core::insert(wheel_entry* e, clock::duration delay) {
   }
 }
 
+namespace {
+[[noreturn]] void refuse_wait_of_shut_down_pool() {
+  throw rejected_execution("metronome: the wheel_timer's pool is shut down");
+}
+} // namespace
+
 void wheel_core::enter(wheel_entry* e, clock::duration delay) {
   e->wheel_id_ = enrolled_.id;
-  if (e->is_wait() && pool_shut_down_.load(std::memory_order_seq_cst))
-    throw rejected_execution("metronome: the wheel_timer's pool is shut down");
+  if (e->is_wait() && pool_shut_down_.load(std::memory_order_seq_cst)) refuse_wait_of_shut_down_pool();
   if (delay <= clock::duration::zero()) {
     // Due now: straight to the executor, never into the wheel.
     if (inbox_.load(std::memory_order_acquire) == closed_inbox)
@@ -168,7 +173,7 @@ void wheel_core::enter(wheel_entry* e, clock::duration delay) {
     std::unique_lock lk(mtx_, std::adopt_lock);
     if (e->is_wait() && pool_shut_down_.load(std::memory_order_relaxed)) {
       if (bounded) inserted_.fetch_sub(1, std::memory_order_relaxed);
-      throw rejected_execution("metronome: the wheel_timer's pool is shut down"); // lk unlocks
+      refuse_wait_of_shut_down_pool(); // lk unlocks
     }
     if (!stopped_ && e->when_ > elapsed_) {
       if (!bounded) linked_.store(linked_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);

@@ -7,6 +7,7 @@
 #include <metronome/scheduled_thread_pool.hpp>
 #include <metronome/serial_executor.hpp>
 
+#include "common/death.hpp"
 #include "common/hooks.hpp"
 #include "common/latch_task.hpp"
 #include "common/manual_pool.hpp"
@@ -18,10 +19,6 @@
 
 #include <atomic>
 #include <chrono>
-#include <csignal>
-#include <cstdio>
-#include <sys/wait.h>
-#include <unistd.h>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -424,11 +421,7 @@ BOOST_AUTO_TEST_CASE(a_delay_query_stopped_before_the_anchor_while_the_pool_is_d
 // has stopped), so it finds that task without being woken. The child process must die
 // of the assertion instead of reading the freed pool.
 BOOST_AUTO_TEST_CASE(destroying_a_pool_while_another_thread_is_inside_post_is_caught_in_debug_builds) {
-  const pid_t pid = ::fork();
-  BOOST_REQUIRE(pid >= 0);
-  if (pid == 0) {
-    std::fclose(stderr);            // the assertion's message is expected
-    std::signal(SIGABRT, SIG_DFL); // not Boost.Test's handler: the child is to die of it
+  BOOST_CHECK(metronome::test::child_aborts([] {
     auto* pool = new scheduled_thread_pool(1);
     std::atomic<bool> producer_stopped{false};
     boost::asio::post(*pool, [&] {
@@ -445,11 +438,7 @@ BOOST_AUTO_TEST_CASE(destroying_a_pool_while_another_thread_is_inside_post_is_ca
     // bound only keeps a build that does not check the rule from hanging (a busy machine
     // may take seconds to schedule the worker: 2 s was flaky).
     std::this_thread::sleep_for(60s);
-    ::_exit(0); // not reached when the rule is checked
-  }
-  int status = 0;
-  BOOST_REQUIRE_EQUAL(::waitpid(pid, &status, 0), pid);
-  BOOST_CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT);
+  }));
 }
 #endif
 

@@ -10,6 +10,7 @@
 
 #include "common/accounting.hpp"
 #include "common/counting_executor.hpp"
+#include "common/death.hpp"
 #include "common/exception_log.hpp"
 #include "common/io_churn.hpp"
 #include "common/latch_task.hpp"
@@ -25,8 +26,6 @@
 #include <boost/test/unit_test.hpp>
 
 #include <atomic>
-#include <csignal>
-#include <cstdio>
 #include <future>
 #include <memory>
 #include <optional>
@@ -34,9 +33,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <sys/wait.h>
-#include <unistd.h>
 
 #if defined(__has_feature)
 #define METRONOME_HAS_FEATURE(x) __has_feature(x)
@@ -384,21 +380,13 @@ BOOST_AUTO_TEST_CASE(a_timeout_dropped_on_the_timer_thread_may_destroy_its_wheel
 // the pool goes first (the child process must die of the assertion instead of firing a
 // timeout into the freed pool).
 BOOST_AUTO_TEST_CASE(destroying_a_pool_before_its_wheel_is_caught_in_debug_builds) {
-  const pid_t pid = ::fork();
-  BOOST_REQUIRE(pid >= 0);
-  if (pid == 0) {
-    std::fclose(stderr);            // the assertion's message is expected
-    std::signal(SIGABRT, SIG_DFL); // not Boost.Test's handler: the child is to die of it
+  BOOST_CHECK(metronome::test::child_aborts([] {
     auto* pool = new scheduled_thread_pool(1);
     auto* wheel = new wheel_timer(*pool);
     wheel->schedule([] {}, 1h);
     delete pool;
     delete wheel; // not reached when the rule is checked
-    ::_exit(0);
-  }
-  int status = 0;
-  BOOST_REQUIRE_EQUAL(::waitpid(pid, &status, 0), pid);
-  BOOST_CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT);
+  }));
 }
 #endif
 
