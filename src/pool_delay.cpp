@@ -208,7 +208,7 @@ bool pool_core::quiescent(clock::time_point& next_due) noexcept {
 
 bool pool_core::on_cancelled_locked(scheduled_task_base* t) noexcept {
   if (t->heap_index_ == not_in_heap) return false; // queued elsewhere: dropped when taken
-  const bool was_head = t->heap_index_ == 0;
+  const bool was_head = heap_.is_head(t);
   heap_.remove(t);
   if (was_head) update_next_due_locked();
   heap_.shrink_if_sparse();
@@ -226,9 +226,10 @@ bool pool_core::on_reset_locked(scheduled_task_base* t, clock::duration delay) n
   if (t->heap_index_ == not_in_heap || t->phase() != scheduled_task_base::pending) return false;
   const clock::time_point current = now();
   const clock::time_point due = saturating_add(current, delay);
-  const bool was_head = t->heap_index_ == 0;
+  const bool was_head = heap_.is_head(t);
+  bool is_head = false;
+  if (!heap_.rekey(t, due.time_since_epoch().count(), next_seq_++, is_head)) return false; // out of memory
   t->set_due(due);
-  const bool is_head = heap_.rekey(t, next_seq_++); // in place: allocates nothing
   if (was_head || is_head) update_next_due_locked();
   if (is_head) wake_for_new_head_locked();
   // Due now: on a manual clock nobody looks at the heap until time moves, so get a
@@ -244,7 +245,8 @@ bool pool_core::add_wait(wait_node* n, clock::time_point due, clock::time_point 
   n->set_due(due);
   if (terminated_.load()) return false;
   if (due > current && !shutdown_.load()) {
-    std::unique_lock lk(mtx_);
+    std::unique_lock lk(mtx_, std::defer_lock);
+    lock_briefly(lk);
     if (terminated_.load()) return false;
     if (!shutdown_.load()) {
       heap_push_locked(n); // may throw std::bad_alloc with nothing queued
@@ -260,7 +262,7 @@ void pool_core::cancel_wait(wait_node* n) noexcept {
   {
     std::lock_guard lk(mtx_);
     if (n->heap_index_ == not_in_heap) return; // already fired or aborted
-    const bool was_head = n->heap_index_ == 0;
+    const bool was_head = heap_.is_head(n);
     heap_.remove(n);
     if (was_head) update_next_due_locked();
     heap_.shrink_if_sparse();
@@ -276,7 +278,7 @@ bool pool_core::withdraw_wait(pool_anchor* anchor, std::uint32_t generation, wai
   std::lock_guard lk(anchor->mtx);
   pool_core* core = anchor->core.load(std::memory_order_relaxed);
   if (!core || anchor->generation != generation || n->heap_index_ == not_in_heap) return false;
-  const bool was_head = n->heap_index_ == 0;
+  const bool was_head = core->heap_.is_head(n);
   core->heap_.remove(n);
   if (was_head) core->update_next_due_locked();
   core->heap_.shrink_if_sparse();

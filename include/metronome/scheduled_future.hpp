@@ -58,12 +58,14 @@ public:
   /**
    * The idle-timeout pattern (restart on every read) and debouncing: the node stays
    * where it is in memory and is re-keyed in the delay queue (a removal and an insert,
-   * O(log n), nothing allocated or freed). A delay <= 0 makes it due now.
+   * O(log n); the task node is neither allocated nor freed, the queue's own storage may
+   * grow by one slot). A delay <= 0 makes it due now.
    *
    * @returns true iff the task was still waiting in the delay queue and now has the new
    * due time. false, with nothing changed, when the task is no longer waiting there:
    * it fell due (it may be queued to run, running, or done), was cancelled, or its pool
-   * is gone; such a task is never revived: schedule a new one.
+   * is gone; such a task is never revived: schedule a new one. Also false, with the old
+   * due time kept, in the rare case that the queue needs a slot and memory is exhausted.
    * A periodic task's next run moves; a fixed-rate grid then continues from the new due
    * time. Like a new earliest task, an earlier due time wakes the pool's timed waiter;
    * a later one wakes nobody. Equal due times keep the order of the calls that set them

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <memory>
 #include <random>
+#include <set>
+#include <tuple>
 #include <vector>
 
 using mclock = metronome::clock;
@@ -62,7 +64,7 @@ BOOST_AUTO_TEST_CASE(removes_any_node_and_keeps_indices_consistent) {
     BOOST_TEST(nodes[i]->heap_index_ == not_in_heap);
   }
   BOOST_TEST(heap.size() == 1000u);
-  for (std::size_t i = 1000; i < 2000; ++i) BOOST_TEST(nodes[i]->heap_index_ < heap.size());
+  for (std::size_t i = 1000; i < 2000; ++i) BOOST_TEST(nodes[i]->heap_index_ != not_in_heap);
   timed_node* prev = nullptr;
   while (!heap.empty()) {
     timed_node* n = heap.pop();
@@ -71,27 +73,27 @@ BOOST_AUTO_TEST_CASE(removes_any_node_and_keeps_indices_consistent) {
   }
 }
 
-// reset() re-keys a node where it stands: earlier and later due times, new sequence
-// numbers (a re-keyed node counts as scheduled now among equal due times), the head
-// reported, and the heap pops in order afterwards with nothing allocated.
+// reset() re-keys a node: earlier and later due times, new sequence numbers (a
+// re-keyed node counts as scheduled now among equal due times), the head reported, and
+// the queue pops in order afterwards.
 BOOST_AUTO_TEST_CASE(rekey_moves_a_node_up_or_down_and_reports_the_head) {
   std::mt19937 rng(5);
   delay_heap heap;
   auto nodes = fill(heap, 3000, [&](std::uint64_t) { return rng() % 1000; });
-  const auto capacity = heap.capacity();
   std::uint64_t seq = 3000;
+  auto rekey = [&](node* n, long long due) {
+    n->seq = seq;
+    bool head = false;
+    BOOST_TEST(heap.rekey(n, due, seq++, head));
+    n->set_due(mclock::time_point(mclock::duration(due)));
+    return head;
+  };
   for (int i = 0; i < 2000; ++i) {
     node* n = nodes[rng() % nodes.size()].get();
-    n->seq = seq;
-    n->set_due(mclock::time_point(mclock::duration(static_cast<long long>(rng() % 1200))));
-    const bool head = heap.rekey(n, seq++);
+    const bool head = rekey(n, static_cast<long long>(rng() % 1200));
     BOOST_TEST(head == (heap.top() == n));
   }
-  node* first = nodes[0].get();
-  first->seq = seq;
-  first->set_due(mclock::time_point(mclock::duration(-1)));
-  BOOST_TEST(heap.rekey(first, seq++));
-  BOOST_TEST(heap.capacity() == capacity);
+  BOOST_TEST(rekey(nodes[0].get(), -1));
   timed_node* prev = nullptr;
   std::size_t popped = 0;
   while (!heap.empty()) {
@@ -101,6 +103,128 @@ BOOST_AUTO_TEST_CASE(rekey_moves_a_node_up_or_down_and_reports_the_head) {
     ++popped;
   }
   BOOST_TEST(popped == 3000u);
+}
+
+// Nodes that come in due order (waits or timeouts of one length) go to the run; a reset
+// of the run's last node to a later time stays in place, allocating nothing.
+BOOST_AUTO_TEST_CASE(nodes_in_due_order_cost_no_reordering) {
+  delay_heap heap;
+  auto nodes = fill(heap, 1000, [](std::uint64_t i) { return 100 + i; });
+  const auto capacity = heap.capacity();
+  node* last = nodes.back().get();
+  bool head = true;
+  BOOST_TEST(heap.rekey(last, 5000, 1000, head));
+  last->seq = 1000;
+  last->set_due(mclock::time_point(mclock::duration(5000)));
+  BOOST_TEST(!head);
+  BOOST_TEST(heap.capacity() == capacity);
+  for (std::size_t i = 0; i < nodes.size(); ++i) BOOST_TEST(heap.pop() == nodes[i].get());
+  BOOST_TEST(heap.empty());
+}
+
+// Removals in any order from the run leave holes that are skipped at the front and
+// squeezed out, and the storage is given back once the queue empties out.
+BOOST_AUTO_TEST_CASE(holes_left_by_removals_are_squeezed_and_storage_given_back) {
+  std::mt19937 rng(3);
+  delay_heap heap;
+  auto nodes = fill(heap, 100000, [](std::uint64_t i) { return 1000 + i; });
+  const auto full = heap.capacity();
+  std::shuffle(nodes.begin(), nodes.end(), rng);
+  for (std::size_t i = 0; i + 10 < nodes.size(); ++i) {
+    heap.remove(nodes[i].get());
+    heap.shrink_if_sparse();
+  }
+  BOOST_TEST(heap.size() == 10u);
+  BOOST_TEST(heap.capacity() < full / 100);
+  std::vector<timed_node*> left;
+  while (!heap.empty()) left.push_back(heap.pop());
+  BOOST_TEST(std::is_sorted(left.begin(), left.end(), due_before));
+  for (std::size_t i = nodes.size() - 10; i < nodes.size(); ++i)
+    BOOST_TEST((std::find(left.begin(), left.end(), nodes[i].get()) != left.end()));
+  heap.shrink_if_sparse();
+  BOOST_TEST(heap.capacity() <= 512u);
+}
+
+// Random operations against a reference (an ordered set of the keys): pushes in due
+// order and out of it, pops, removals, re-keys, remove_if, drain. The head, the size and
+// each node's "queued" mark agree with the reference after every step.
+BOOST_AUTO_TEST_CASE(random_operations_agree_with_an_ordered_set) {
+  for (unsigned seed = 1; seed <= 20; ++seed) {
+    std::mt19937 rng(seed);
+    delay_heap heap;
+    std::vector<std::unique_ptr<node>> nodes;
+    using key = std::tuple<long long, std::uint64_t, node*>;
+    std::set<key> model;
+    std::uint64_t seq = 0;
+    long long clock = 0;
+    auto key_of = [](node* n) { return key{n->due().time_since_epoch().count(), n->seq, n}; };
+    auto check = [&] {
+      BOOST_REQUIRE_EQUAL(heap.size(), model.size());
+      BOOST_REQUIRE_EQUAL(heap.empty(), model.empty());
+      if (!model.empty()) {
+        BOOST_REQUIRE(heap.top() == std::get<2>(*model.begin()));
+        BOOST_REQUIRE_EQUAL(heap.top_due(), std::get<0>(*model.begin()));
+      }
+    };
+    auto queued = [&] {
+      std::vector<node*> q;
+      for (const auto& k : model) q.push_back(std::get<2>(k));
+      return q;
+    };
+    for (int step = 0; step < 4000; ++step) {
+      const unsigned op = rng() % 100;
+      clock += static_cast<long long>(rng() % 3);
+      if (op < 40 || model.empty()) { // push: mostly "now + one length", sometimes anything
+        const long long due = rng() % 4 != 0 ? clock + 50 : clock + static_cast<long long>(rng() % 200);
+        nodes.push_back(std::make_unique<node>(due, seq++));
+        node* n = nodes.back().get();
+        const bool head = push(heap, n);
+        model.insert(key_of(n));
+        BOOST_REQUIRE(head == (std::get<2>(*model.begin()) == n));
+      } else if (op < 60) { // pop
+        timed_node* n = heap.pop();
+        BOOST_REQUIRE(n == std::get<2>(*model.begin()));
+        BOOST_REQUIRE(n->heap_index_ == not_in_heap);
+        model.erase(model.begin());
+      } else if (op < 80) { // remove any
+        auto q = queued();
+        node* n = q[rng() % q.size()];
+        heap.remove(n);
+        BOOST_REQUIRE(n->heap_index_ == not_in_heap);
+        model.erase(key_of(n));
+      } else if (op < 97) { // re-key any
+        auto q = queued();
+        node* n = q[rng() % q.size()];
+        const long long due = rng() % 2 ? clock + 50 : clock + static_cast<long long>(rng() % 200) - 20;
+        model.erase(key_of(n));
+        bool head = false;
+        BOOST_REQUIRE(heap.rekey(n, due, seq, head));
+        n->seq = seq++;
+        n->set_due(mclock::time_point(mclock::duration(due)));
+        model.insert(key_of(n));
+        BOOST_REQUIRE(head == (std::get<2>(*model.begin()) == n));
+      } else { // remove_if: a third of them
+        const unsigned pick = rng() % 3;
+        std::size_t removed = 0;
+        heap.remove_if([&](timed_node* n) { return static_cast<node*>(n)->seq % 3 == pick; },
+                       [&](timed_node* n) {
+                         BOOST_REQUIRE(n->heap_index_ == not_in_heap);
+                         model.erase(key_of(static_cast<node*>(n)));
+                         ++removed;
+                       });
+        for (const auto& k : model) BOOST_REQUIRE(std::get<1>(k) % 3 != pick);
+      }
+      if (step % 7 == 0) heap.shrink_if_sparse();
+      check();
+      for (const auto& k : model) BOOST_REQUIRE(std::get<2>(k)->heap_index_ != not_in_heap);
+    }
+    std::vector<timed_node*> out;
+    heap.drain([&](timed_node* n) { out.push_back(n); });
+    BOOST_REQUIRE_EQUAL(out.size(), model.size());
+    std::size_t i = 0;
+    for (const auto& k : model) BOOST_REQUIRE(out[i++] == std::get<2>(k));
+    BOOST_REQUIRE(heap.empty());
+  }
 }
 
 BOOST_AUTO_TEST_CASE(push_reports_a_new_head) {
