@@ -31,9 +31,6 @@ namespace {
 task_base* const retry_marker = reinterpret_cast<task_base*>(alignof(task_base));
 
 constexpr int spin_rounds = 32;
-// A worker about to park spins on while the earliest timed task is due within this (a
-// timed wait wakes late by the kernel's timer slack, 50 us by default, and the wake-up).
-constexpr std::chrono::nanoseconds near_due_spin{50'000};
 // A worker with deferred continuations of its own runs them first, but looks at the
 // shared ready queue first on every this-many-th pick, so that outside work is not
 // starved by a thread that keeps deferring (a prime, as in Go's scheduler, so that it
@@ -234,11 +231,9 @@ task_base* pool_core::next_task(worker& w) {
     }
     if (w.local_head) return pop_local(w);
 
-    // Spin briefly: a producer that sees a spinning worker does not wake anybody. Spin
-    // on while the earliest timed task is due within near_due_spin, promoting it when
-    // due: a timed wait in park() would wake tens of microseconds after it.
+    // Spin briefly: a producer that sees a spinning worker does not wake anybody.
     spinning_.fetch_add(1, std::memory_order_seq_cst);
-    for (int i = 0;; ++i) {
+    for (int i = 0; i < spin_rounds; ++i) {
       if (ready_.maybe_nonempty()) {
         if (task_base* t = ready_.try_pop()) {
           // The last spinner found work: if more is queued, get another worker going.
@@ -247,16 +242,6 @@ task_base* pool_core::next_task(worker& w) {
           return t;
         }
       }
-      bool due_soon = false;
-#if !defined(METRONOME_WITHOUT_NEAR_DUE_SPIN)
-      if (const clock::rep due = next_due_.load(std::memory_order_relaxed); due != no_due && !manual_) {
-        const clock::time_point current = clock::now();
-        const clock::rep left = due - current.time_since_epoch().count();
-        if (left <= 0) promote_due(current); // taken from the ready queue next round
-        due_soon = left <= near_due_spin.count();
-      }
-#endif
-      if (i >= spin_rounds && !due_soon) break;
       if (i < spin_pause_rounds) {
         for (int k = 0; k < 16; ++k) cpu_relax();
       } else {

@@ -245,8 +245,7 @@ bool pool_core::add_wait(wait_node* n, clock::time_point due, clock::time_point 
   n->set_due(due);
   if (terminated_.load()) return false;
   if (due > current && !shutdown_.load()) {
-    std::unique_lock lk(mtx_, std::defer_lock);
-    lock_briefly(lk);
+    std::unique_lock lk(mtx_);
     if (terminated_.load()) return false;
     if (!shutdown_.load()) {
       heap_push_locked(n); // may throw std::bad_alloc with nothing queued

@@ -8,7 +8,6 @@
 #include <atomic>
 #include <cstdint>
 #include <limits>
-#include <mutex>
 #include <thread>
 
 namespace metronome::detail {
@@ -39,19 +38,6 @@ extern thread_local worker* this_worker;
 extern thread_local bool this_thread_orphaned;
 
 inline constexpr clock::rep no_due = std::numeric_limits<clock::rep>::max();
-
-// Takes the pool mutex for a short operation (a heap push): tries for a little while
-// before blocking, because the holders keep it briefly, and a thread that blocks costs a
-// futex wait here and a futex wake in the holder's unlock.
-inline void lock_briefly(std::unique_lock<std::mutex>& lk) noexcept {
-#if !defined(METRONOME_WITHOUT_LOCK_SPIN)
-  for (int i = 0; i < 64; ++i) {
-    if (lk.try_lock()) return;
-    for (int k = 0; k < 8; ++k) cpu_relax();
-  }
-#endif
-  lk.lock();
-}
 
 // Debug builds check the rule that no other thread is inside a call on a pool while it
 // is destroyed (a task may destroy its own pool): the calls that queue work count
