@@ -14,9 +14,8 @@ namespace metronome::detail {
 
 // ---------------------------------------------------------------- submission
 
-void pool_core::submit_scheduled(scheduled_task_base* t, clock::time_point due) {
+void pool_core::submit_scheduled(scheduled_task_base* t, clock::time_point due, clock::time_point current) {
   METRONOME_POOL_CALL(calls_);
-  const clock::time_point current = now();
   if (due <= current) {
     promote_due_before(current);
     t->set_due(current);

@@ -147,6 +147,8 @@ private:
   detail::scheduled_task_base* make_one_shot(F&& f);
   template <class R>
   scheduled_future<R> enqueue(detail::scheduled_task_base* t, clock::time_point due);
+  template <class R>
+  scheduled_future<R> enqueue(detail::scheduled_task_base* t, clock::time_point due, clock::time_point current);
   template <class F, class Rep1, class Period1, class Rep2, class Period2>
   scheduled_future<void> periodic(F&& f, std::chrono::duration<Rep1, Period1> initial,
                                   std::chrono::duration<Rep2, Period2> period, bool fixed_delay,

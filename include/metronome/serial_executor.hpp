@@ -285,7 +285,7 @@ private:
     if (state_->is_disposed()) { // raced with dispose(): it may not have seen us
       reject(t);
     }
-    state_->timers().submit_scheduled(t, due);
+    state_->timers().submit_scheduled(t, due, now);
     return h;
   }
 
@@ -310,7 +310,7 @@ private:
       if (!state_->try_enqueue(t)) reject(t);
       return h;
     }
-    state_->timers().submit_scheduled(t, due);
+    state_->timers().submit_scheduled(t, due, now);
     return h;
   }
 

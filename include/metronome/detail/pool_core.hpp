@@ -105,7 +105,9 @@ public:
   // ---- Typed API. Takes the pool's reference on t. May throw rejected_execution
   // (abort policy) or std::bad_alloc (nothing changed: the task is dropped, cancelled).
   // Returns normally when the task was accepted, discarded or run.
-  void submit_scheduled(scheduled_task_base* t, clock::time_point due);
+  // `current`: the pool's time, read once by the caller (who computed `due` from it).
+  void submit_scheduled(scheduled_task_base* t, clock::time_point due, clock::time_point current);
+  void submit_scheduled(scheduled_task_base* t, clock::time_point due) { submit_scheduled(t, due, now()); }
 
   // A delay wait (async_delay). After shutdown() it is queued already aborted.
   // Returns false only when the pool has terminated (the caller completes the wait

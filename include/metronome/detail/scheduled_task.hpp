@@ -2,6 +2,7 @@
 #ifndef METRONOME_DETAIL_SCHEDULED_TASK_HPP
 #define METRONOME_DETAIL_SCHEDULED_TASK_HPP
 
+#include <metronome/detail/node_cache.hpp>
 #include <metronome/detail/pool_anchor.hpp>
 #include <metronome/detail/task.hpp>
 
@@ -80,6 +81,11 @@ public:
   static constexpr std::uint32_t has_waiters = 0x10;
 
   explicit scheduled_task_base(pool_core* pool) noexcept;
+
+  // Nodes come from the node cache (sized delete: the virtual destructor passes the
+  // size of the node's own type).
+  static void* operator new(std::size_t size) { return node_allocate(size); }
+  static void operator delete(void* p, std::size_t size) noexcept { node_deallocate(p, size); }
 
   // The pool that times this task. Only for the pool's own paths (it is alive while
   // it runs or queues the task); handles go through the anchor.

@@ -17,9 +17,15 @@ detail::scheduled_task_base* scheduled_thread_pool::make_one_shot(F&& f) {
 
 template <class R>
 scheduled_future<R> scheduled_thread_pool::enqueue(detail::scheduled_task_base* t, clock::time_point due) {
+  return enqueue<R>(t, due, core_->now());
+}
+
+template <class R>
+scheduled_future<R> scheduled_thread_pool::enqueue(detail::scheduled_task_base* t, clock::time_point due,
+                                                   clock::time_point current) {
   scheduled_future<R> handle(t);
   t->add_ref(); // the pool's reference; submit_scheduled takes it over
-  core_->submit_scheduled(t, due);
+  core_->submit_scheduled(t, due, current);
   return handle;
 }
 
@@ -34,7 +40,8 @@ template <class F, class Rep, class Period>
 auto scheduled_thread_pool::schedule(F&& f, std::chrono::duration<Rep, Period> delay) {
   using R = std::invoke_result_t<std::decay_t<F>&>;
   auto* t = make_one_shot<R>(std::forward<F>(f));
-  return enqueue<R>(t, detail::saturating_add(core_->now(), delay));
+  const clock::time_point current = core_->now();
+  return enqueue<R>(t, detail::saturating_add(current, delay), current);
 }
 
 template <class F, class Duration>
@@ -55,7 +62,8 @@ scheduled_future<void> scheduled_thread_pool::periodic(F&& f, std::chrono::durat
   t->extras().period = p;
   t->extras().fixed_delay = fixed_delay;
   t->extras().periodic = options;
-  return enqueue<void>(t, detail::saturating_add(core_->now(), initial));
+  const clock::time_point current = core_->now();
+  return enqueue<void>(t, detail::saturating_add(current, initial), current);
 }
 
 template <class F, class Rep1, class Period1, class Rep2, class Period2>
