@@ -11,7 +11,9 @@
 #include <boost/asio/associated_cancellation_slot.hpp>
 #include <boost/asio/associated_executor.hpp>
 #include <boost/asio/dispatch.hpp>
+#include <boost/asio/execution/outstanding_work.hpp>
 #include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/prefer.hpp>
 #include <boost/asio/post.hpp>
 
 #include <exception>
@@ -50,7 +52,21 @@ class handler_op {
   using alloc_source = node_allocator_for<handler_allocator>;
   using node_alloc = typename std::allocator_traits<typename alloc_source::type>::template rebind_alloc<Derived>;
   using alloc_traits = std::allocator_traits<node_alloc>;
-  using work_guard = boost::asio::executor_work_guard<executor_type>;
+  // Outstanding work on the handler's executor: for a standard executor, a copy of it
+  // that tracks work (one executor, where executor_work_guard keeps two); for a legacy
+  // one, its work guard.
+  template <class E, class = void>
+  struct work_holder {
+    using type = boost::asio::executor_work_guard<E>;
+    static type make(const E& ex) { return type(ex); }
+  };
+  template <class E>
+  struct work_holder<E, std::enable_if_t<boost::asio::execution::is_executor<E>::value>> {
+    using type = std::decay_t<decltype(boost::asio::prefer(std::declval<const E&>(),
+                                                           boost::asio::execution::outstanding_work.tracked))>;
+    static type make(const E& ex) { return boost::asio::prefer(ex, boost::asio::execution::outstanding_work.tracked); }
+  };
+  using work_type = typename work_holder<executor_type>::type;
 
 public:
   // Derived's constructor takes the handler first and passes it on to handler_op's.
@@ -95,7 +111,7 @@ protected:
   const executor_type& handler_executor() const noexcept { return executor_; }
 
   // Outstanding work on the handler's executor until the completion is handed to it.
-  void hold_work() { work_.emplace(executor_); }
+  void hold_work() { work_.emplace(work_holder<executor_type>::make(executor_)); }
 
   // Installs a Canceller in the handler's cancellation slot, if it has one.
   template <class Canceller, class... Args>
@@ -113,7 +129,8 @@ protected:
   template <class... Args>
   void complete_with(bool may_run_inline, Args... args) noexcept {
     // Declared first: let go last, once the executor has the completion (or it failed).
-    std::optional<work_guard> work(std::move(work_));
+    std::optional<work_type> work(std::move(work_));
+    work_.reset();
     try {
       const executor_type ex(executor_);
       completion<Args...> c(static_cast<Derived*>(this), std::move(args)...);
@@ -176,7 +193,7 @@ private:
   }
 
   node_alloc alloc_;
-  std::optional<work_guard> work_; // before handler_: a node destroyed unrun lets go after it
+  std::optional<work_type> work_; // before handler_: a node destroyed unrun lets go after it
   Handler handler_;
   executor_type executor_;
   bool slot_connected_ = false;
