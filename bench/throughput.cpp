@@ -56,6 +56,16 @@ metrics post_asio(const options& o, long total, int producers) {
   return post_metrics(total, s, base);
 }
 
+// The floor: the same callbacks, `threads` threads each running its share directly (no
+// executor, no queue, no producer). No executor with that many workers runs them
+// faster, so floor / Asio's best bounds the ratio any library could show on this row.
+metrics callbacks_alone(long total, int threads) {
+  results r(total);
+  double base = heap_in_use_mib();
+  const double s = run_producers(r, threads, [](long, user_task t) { t(); });
+  return post_metrics(total, s, base);
+}
+
 // Serial: producer p's j-th task goes to serial executor j % nserial, so the tasks one
 // producer gives one executor must run in that order; checked from the timestamps the
 // tasks wrote (a task that ran before an earlier one has a smaller timestamp).
@@ -112,12 +122,17 @@ void add_throughput_cases(std::vector<bench_case>& out, const options& o) {
   for (int p : producer_counts)
     out.push_back({"post/" + std::to_string(p) + "p",
                    {{"metronome pool", false, [=] { return post_metronome(o, total, p); }},
+                    {"floor: the callbacks alone on " + std::to_string(o.threads) + " threads", false,
+                     [=] { return callbacks_alone(total, o.threads); }},
                     {asio_io_threads::name, true, [=] { return post_asio<asio_io_threads>(o, total, p); }},
                     {asio_pool::name, true, [=] { return post_asio<asio_pool>(o, total, p); }}}});
   for (int nserial : {1, 64})
     for (int p : producer_counts)
       out.push_back({"serial-x" + std::to_string(nserial) + "/" + std::to_string(p) + "p",
                      {{"metronome serial", false, [=] { return serial_metronome(o, total, p, nserial); }},
+                      // one executor's tasks run one at a time: its floor is one thread
+                      {"floor: the callbacks alone on " + std::to_string(nserial == 1 ? 1 : o.threads) + " thread(s)",
+                       false, [=] { return callbacks_alone(total, nserial == 1 ? 1 : o.threads); }},
                       {std::string("strand on ") + asio_io_threads::name, true,
                        [=] { return serial_asio<asio_io_threads>(o, total, p, nserial); }},
                       {std::string("strand on ") + asio_pool::name, true,

@@ -43,6 +43,7 @@ build base
 if [[ -z $only ]]; then
   build without-touch-ahead -DMETRONOME_BENCH_WITHOUT=TOUCH_AHEAD
   build without-local-run -DMETRONOME_BENCH_WITHOUT=LOCAL_RUN
+  build without-delay-run -DMETRONOME_BENCH_WITHOUT=DELAY_RUN
   build with-prepare-ahead -DMETRONOME_NODE_CACHE_PREPARE_AHEAD=ON
 fi
 build without-node-cache -DMETRONOME_NODE_CACHE=OFF
@@ -92,6 +93,7 @@ echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg); $rounds alternati
 if [[ -z $only ]]; then
   compare "wheel: touch-ahead walk of the next tick (variant: none)" without-touch-ahead '' timers-fire accuracy
   compare "pool: shared queue looked at every 61st local pick (variant: every pick)" without-local-run '' post serial coroutines
+  compare "pool: the delay queue's run beside the heap (variant: the heap alone)" without-delay-run '' timeout-cancel coroutines timers-fire
   compare "node cache: background prepare-ahead thread (variant: ON; as is: OFF)" with-prepare-ahead '' post/1p timers-fire/1M timeout-cancel/1M
 fi
 compare "node cache vs operator new, glibc malloc" without-node-cache '' post serial timers-fire/1M timeout-cancel/1M coroutines
