@@ -239,6 +239,30 @@ void report(const bench_case& c, const std::vector<std::vector<metrics>>& runs, 
   std::fflush(stdout);
 }
 
+// The machine's price of handing one cache line from one core to the other and back:
+// two threads take turns incrementing one atomic counter (each waits to see the other's
+// increment). Half a round trip is what a task pays at least for every line its producer
+// writes and a worker on the other core reads (the node, the queue's link).
+double cache_line_handoff_ns() {
+  constexpr long rounds = 200000;
+  alignas(64) std::atomic<long> turn{0};
+  auto start = clock::now();
+  std::thread other([&] {
+    for (long i = 1; i < 2 * rounds; i += 2) {
+      while (turn.load(std::memory_order_acquire) != i) {
+      }
+      turn.store(i + 1, std::memory_order_release);
+    }
+  });
+  for (long i = 0; i < 2 * rounds; i += 2) {
+    while (turn.load(std::memory_order_acquire) != i) {
+    }
+    turn.store(i + 1, std::memory_order_release);
+  }
+  other.join();
+  return seconds_since(start) * 1e9 / (2.0 * rounds);
+}
+
 int usage(const char* self) {
   std::fprintf(stderr, "usage: %s [--quick] [--reps=N] [--threads=N] [--json=FILE] [--list] [--no-asio] [case-prefix...]\n", self);
   return 2;
@@ -300,6 +324,12 @@ int main(int argc, char** argv) {
               "per side, sides in rotating order, each run in its own process%s\n",
               o.threads, o.reps, o.reps == 1 ? "" : "s", o.quick ? "; QUICK sizes (a smoke test, not figures)" : "");
   std::printf("build: %s; load average at start: %s\n", build_description().c_str(), load_start.c_str());
+  std::printf("machine: one cache-line hand-off between two threads takes %.0f ns (median of 5)\n", [] {
+    std::vector<double> v;
+    for (int i = 0; i < 5; ++i) v.push_back(cache_line_handoff_ns());
+    std::sort(v.begin(), v.end());
+    return v[2];
+  }());
   std::printf("cells: median (min-max); best = the better plain-Asio side by median; ratio = metronome / best\n\n");
   std::printf("| case | metronome side | metric | metronome | Asio: io_context | Asio: thread_pool | best | ratio |\n");
   std::printf("|---|---|---|---|---|---|---|---|\n");
