@@ -129,7 +129,7 @@ protected:
   template <class... Args>
   void complete_with(bool may_run_inline, Args... args) noexcept {
     // Declared first: let go last, once the executor has the completion (or it failed).
-    std::optional<work_type> work(std::move(work_));
+    [[maybe_unused]] std::optional<work_type> work(std::move(work_));
     work_.reset();
     try {
       const executor_type ex(executor_);
