@@ -25,6 +25,19 @@ namespace metronome {
 
 namespace detail {
 
+template <class P>
+struct is_allocator_property : std::false_type {};
+template <class A>
+struct is_allocator_property<boost::asio::execution::allocator_t<A>> : std::true_type {};
+
+// Properties a serial executor accepts as preferences and that change nothing in it.
+template <class P>
+concept serial_neutral_property =
+    std::is_same_v<P, boost::asio::execution::relationship_t::fork_t> ||
+    std::is_same_v<P, boost::asio::execution::relationship_t::continuation_t> ||
+    std::is_same_v<P, boost::asio::execution::outstanding_work_t::tracked_t> ||
+    std::is_same_v<P, boost::asio::execution::outstanding_work_t::untracked_t> || is_allocator_property<P>::value;
+
 // The drain handed to the underlying executor. If the executor destroys it unrun (an
 // io_context stopped and destroyed, a terminated pool), the serial executor is
 // abandoned: what it holds is cancelled and later work rejected - otherwise its queued
@@ -176,23 +189,32 @@ public:
   bool is_disposed() const noexcept { return state_->is_disposed(); }
 
   // ---- Asio executor
-  serial_executor require(boost::asio::execution::blocking_t::never_t) const noexcept {
-    serial_executor s(*this);
-    s.blocking_never_ = true;
-    return s;
+  // Each of these has an rvalue overload that moves the state instead of copying it:
+  // asio::post() applies three of them in a row to a temporary, and every copy of a
+  // serial_executor is an atomic increment and decrement of its shared state.
+  serial_executor require(boost::asio::execution::blocking_t::never_t) const& noexcept {
+    return with_blocking_never(serial_executor(*this), true);
   }
-  serial_executor require(boost::asio::execution::blocking_t::possibly_t) const noexcept {
-    serial_executor s(*this);
-    s.blocking_never_ = false;
-    return s;
+  serial_executor require(boost::asio::execution::blocking_t::never_t) && noexcept {
+    return with_blocking_never(std::move(*this), true);
   }
-  serial_executor prefer(boost::asio::execution::relationship_t::fork_t) const noexcept { return *this; }
-  serial_executor prefer(boost::asio::execution::relationship_t::continuation_t) const noexcept { return *this; }
-  serial_executor prefer(boost::asio::execution::outstanding_work_t::tracked_t) const noexcept { return *this; }
-  serial_executor prefer(boost::asio::execution::outstanding_work_t::untracked_t) const noexcept { return *this; }
-  template <class A>
-  serial_executor prefer(boost::asio::execution::allocator_t<A>) const noexcept {
+  serial_executor require(boost::asio::execution::blocking_t::possibly_t) const& noexcept {
+    return with_blocking_never(serial_executor(*this), false);
+  }
+  serial_executor require(boost::asio::execution::blocking_t::possibly_t) && noexcept {
+    return with_blocking_never(std::move(*this), false);
+  }
+  // Preferences that change nothing here: fork or continuation, tracked or untracked
+  // work, an allocator (a serial executor's nodes come from its underlying executor's).
+  template <class Property>
+    requires detail::serial_neutral_property<Property>
+  serial_executor prefer(Property) const& noexcept {
     return *this;
+  }
+  template <class Property>
+    requires detail::serial_neutral_property<Property>
+  serial_executor prefer(Property) && noexcept {
+    return std::move(*this);
   }
 
   decltype(auto) query(boost::asio::execution::context_t) const noexcept {
@@ -337,6 +359,11 @@ private:
 
   template <class>
   friend class scheduled_future;
+
+  static serial_executor with_blocking_never(serial_executor&& s, bool never) noexcept {
+    s.blocking_never_ = never;
+    return std::move(s);
+  }
 
   std::shared_ptr<detail::serial_state<Executor>> state_;
   bool blocking_never_ = false;

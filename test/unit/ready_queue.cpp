@@ -114,4 +114,43 @@ BOOST_AUTO_TEST_CASE(many_producers_many_consumers_lose_nothing) {
   BOOST_TEST(q.empty());
 }
 
+// The serial executor's queue (no counters; its owner counts): two producers, one
+// consumer that pops without the lock as a serial drain does; nothing lost, nothing
+// twice, per-producer order.
+BOOST_AUTO_TEST_CASE(the_uncounted_queue_keeps_per_producer_order_for_one_consumer) {
+  constexpr int per_producer = 200000;
+  uncounted_task_queue q;
+  std::vector<std::unique_ptr<item>> items;
+  for (int p = 0; p < 2; ++p)
+    for (int i = 0; i < per_producer; ++i) items.push_back(std::make_unique<item>(p, i));
+  std::vector<int> seen(2 * per_producer);
+  bool order_ok = true;
+  std::thread consumer([&] {
+    int last[2] = {-1, -1};
+    for (int consumed = 0; consumed < 2 * per_producer;) {
+      auto* t = static_cast<item*>(q.pop_locked());
+      if (!t) continue; // empty, or a producer between its exchange and its link
+      if (t->seq <= last[t->producer]) order_ok = false;
+      last[t->producer] = t->seq;
+      ++seen[t->producer * per_producer + t->seq];
+      ++consumed;
+    }
+  });
+  std::thread p1([&] {
+    for (int i = 0; i < per_producer; ++i) q.push(items[i].get());
+  });
+  std::thread p2([&] {
+    for (int i = 0; i < per_producer; ++i) q.push(items[per_producer + i].get());
+  });
+  p1.join();
+  p2.join();
+  consumer.join();
+  BOOST_TEST(order_ok);
+  int wrong = 0;
+  for (int s : seen) wrong += s != 1;
+  BOOST_TEST(wrong == 0);
+  BOOST_TEST(q.pop_locked() == nullptr);
+  BOOST_TEST(!q.maybe_nonempty());
+}
+
 BOOST_AUTO_TEST_SUITE_END()

@@ -32,12 +32,16 @@ inline void cpu_relax() noexcept {
 // a producer's exchange and its link the chain is briefly broken: pop then reports
 // `busy` rather than empty, and callers never park on `busy`.
 //
-// pushed_/popped_ count nodes; their difference is the queue length. They are
-// seq_cst so that the pool's sleep/wake handshake (sleepers_ vs. these counters) is
-// a Dekker pair: a parking worker and a pushing producer cannot both miss each other.
-class ready_queue {
+// When Counted (the pool's ready queue), pushed_/popped_ count nodes; their difference
+// is the queue length. They are seq_cst so that the pool's sleep/wake handshake
+// (sleepers_ vs. these counters) is a Dekker pair: a parking worker and a pushing
+// producer cannot both miss each other. A serial executor keeps its own count of
+// pending tasks and uses the queue uncounted (one locked instruction less per push and
+// per pop).
+template <bool Counted>
+class basic_task_queue {
 public:
-  ready_queue() noexcept : stub_(nullptr), head_(&stub_), tail_(&stub_) {}
+  basic_task_queue() noexcept : stub_(nullptr), head_(&stub_), tail_(&stub_) {}
 
   // Consumer-side probe: true when a node is (or is about to be) poppable. Reads only
   // the consumer's line and the head node's link, never the producers' counters, so
@@ -47,8 +51,8 @@ public:
     const task_base* h = head_.load(std::memory_order_relaxed);
     return h != &stub_ || stub_.next_.load(std::memory_order_acquire) != nullptr;
   }
-  ready_queue(const ready_queue&) = delete;
-  ready_queue& operator=(const ready_queue&) = delete;
+  basic_task_queue(const basic_task_queue&) = delete;
+  basic_task_queue& operator=(const basic_task_queue&) = delete;
 
   void push(task_base* t) noexcept { push_chain(t, t, 1); }
 
@@ -57,15 +61,21 @@ public:
     last->next_.store(nullptr, std::memory_order_relaxed);
     task_base* prev = tail_.exchange(last, std::memory_order_acq_rel);
     prev->next_.store(first, std::memory_order_release);
-    pushed_.fetch_add(count, std::memory_order_seq_cst);
+    if constexpr (Counted) pushed_.fetch_add(count, std::memory_order_seq_cst);
   }
 
-  std::uint64_t size() const noexcept {
+  std::uint64_t size() const noexcept
+    requires Counted
+  {
     auto pushed = pushed_.load(std::memory_order_seq_cst);
     auto popped = popped_.load(std::memory_order_seq_cst);
     return pushed > popped ? pushed - popped : 0;
   }
-  bool empty() const noexcept { return size() == 0; }
+  bool empty() const noexcept
+    requires Counted
+  {
+    return size() == 0;
+  }
 
   // Pops the oldest node, or nullptr when empty or momentarily busy.
   task_base* try_pop() noexcept {
@@ -78,7 +88,9 @@ public:
 
   // Pops with the consumer lock held, waiting out a producer between exchange and
   // link. Returns nullptr only when empty.
-  task_base* pop_wait() noexcept {
+  task_base* pop_wait() noexcept
+    requires Counted
+  {
     for (;;) {
       if (empty()) return nullptr;
       lock_.lock();
@@ -163,7 +175,7 @@ public:
 
 private:
   task_base* taken(task_base* t) noexcept {
-    popped_.store(popped_.load(std::memory_order_relaxed) + 1, std::memory_order_seq_cst);
+    if constexpr (Counted) popped_.store(popped_.load(std::memory_order_relaxed) + 1, std::memory_order_seq_cst);
     return t;
   }
 
@@ -182,6 +194,9 @@ private:
   alignas(64) std::atomic<task_base*> tail_;
   std::atomic<std::uint64_t> pushed_{0};
 };
+
+using ready_queue = basic_task_queue<true>;
+using uncounted_task_queue = basic_task_queue<false>;
 
 } // namespace metronome::detail
 

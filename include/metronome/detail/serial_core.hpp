@@ -73,9 +73,11 @@ private:
   void run_one(task_base* t) noexcept;
   static void discard(task_base* t) noexcept;
 
-  ready_queue queue_;
+  uncounted_task_queue queue_; // pending_ is the count
+  // The count alone on its line: producers write it on every push, and the drain reads
+  // the fields below on every task.
   alignas(64) std::atomic<std::size_t> pending_{0};
-  std::atomic<bool> disposed_{false};
+  alignas(64) std::atomic<bool> disposed_{false};
   std::atomic<int> posting_{0}; // threads inside a post of the drain (see hand_drain)
   serial_options opts_;
   pool_core& timers_;
