@@ -74,11 +74,12 @@ BOOST_AUTO_TEST_CASE(push_chain_keeps_order) {
   BOOST_TEST(q.pop_wait() == nullptr);
 }
 
-// Two producers and two consumers: nothing lost, nothing twice, and per-producer
-// order holds for each consumer's view (TSan checks the publication).
-BOOST_AUTO_TEST_CASE(many_producers_many_consumers_lose_nothing) {
+// Two producers push their own items, 0..per_producer-1 each, while `consumers`
+// threads pop with `pop` (nullptr: nothing yet); checks nothing is lost, nothing taken
+// twice, and each consumer sees each producer's items in order.
+template <class Queue, class Pop>
+void two_producers_lose_nothing(Queue& q, int consumers, Pop pop) {
   constexpr int per_producer = 200000;
-  ready_queue q;
   std::vector<std::unique_ptr<item>> items;
   for (int p = 0; p < 2; ++p)
     for (int i = 0; i < per_producer; ++i) items.push_back(std::make_unique<item>(p, i));
@@ -88,7 +89,7 @@ BOOST_AUTO_TEST_CASE(many_producers_many_consumers_lose_nothing) {
   auto consumer = [&] {
     int last[2] = {-1, -1};
     while (consumed.load() < 2 * per_producer) {
-      if (auto* t = static_cast<item*>(q.try_pop())) {
+      if (auto* t = static_cast<item*>(pop(q))) {
         if (t->seq <= last[t->producer]) order_ok = false;
         last[t->producer] = t->seq;
         seen[t->producer * per_producer + t->seq].fetch_add(1);
@@ -96,59 +97,31 @@ BOOST_AUTO_TEST_CASE(many_producers_many_consumers_lose_nothing) {
       }
     }
   };
-  std::thread c1(consumer), c2(consumer);
-  std::thread p1([&] {
-    for (int i = 0; i < per_producer; ++i) q.push(items[i].get());
-  });
-  std::thread p2([&] {
-    for (int i = 0; i < per_producer; ++i) q.push(items[per_producer + i].get());
-  });
-  p1.join();
-  p2.join();
-  c1.join();
-  c2.join();
+  std::vector<std::thread> threads;
+  for (int c = 0; c < consumers; ++c) threads.emplace_back(consumer);
+  for (int p = 0; p < 2; ++p)
+    threads.emplace_back([&, p] {
+      for (int i = 0; i < per_producer; ++i) q.push(items[p * per_producer + i].get());
+    });
+  for (auto& t : threads) t.join();
   BOOST_TEST(order_ok.load());
   int wrong = 0;
   for (auto& s : seen) wrong += s.load() != 1;
   BOOST_TEST(wrong == 0);
+}
+
+// Two producers and two consumers (TSan checks the publication).
+BOOST_AUTO_TEST_CASE(many_producers_many_consumers_lose_nothing) {
+  ready_queue q;
+  two_producers_lose_nothing(q, 2, [](ready_queue& rq) { return rq.try_pop(); });
   BOOST_TEST(q.empty());
 }
 
-// The serial executor's queue (no counters; its owner counts): two producers, one
-// consumer that pops without the lock as a serial drain does; nothing lost, nothing
-// twice, per-producer order.
+// The serial executor's queue (no counters; its owner counts): one consumer that pops
+// without the lock, as a serial drain does.
 BOOST_AUTO_TEST_CASE(the_uncounted_queue_keeps_per_producer_order_for_one_consumer) {
-  constexpr int per_producer = 200000;
   uncounted_task_queue q;
-  std::vector<std::unique_ptr<item>> items;
-  for (int p = 0; p < 2; ++p)
-    for (int i = 0; i < per_producer; ++i) items.push_back(std::make_unique<item>(p, i));
-  std::vector<int> seen(2 * per_producer);
-  bool order_ok = true;
-  std::thread consumer([&] {
-    int last[2] = {-1, -1};
-    for (int consumed = 0; consumed < 2 * per_producer;) {
-      auto* t = static_cast<item*>(q.pop_locked());
-      if (!t) continue; // empty, or a producer between its exchange and its link
-      if (t->seq <= last[t->producer]) order_ok = false;
-      last[t->producer] = t->seq;
-      ++seen[t->producer * per_producer + t->seq];
-      ++consumed;
-    }
-  });
-  std::thread p1([&] {
-    for (int i = 0; i < per_producer; ++i) q.push(items[i].get());
-  });
-  std::thread p2([&] {
-    for (int i = 0; i < per_producer; ++i) q.push(items[per_producer + i].get());
-  });
-  p1.join();
-  p2.join();
-  consumer.join();
-  BOOST_TEST(order_ok);
-  int wrong = 0;
-  for (int s : seen) wrong += s != 1;
-  BOOST_TEST(wrong == 0);
+  two_producers_lose_nothing(q, 1, [](uncounted_task_queue& uq) { return uq.pop_locked(); });
   BOOST_TEST(q.pop_locked() == nullptr);
   BOOST_TEST(!q.maybe_nonempty());
 }
