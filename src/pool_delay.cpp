@@ -34,7 +34,16 @@ void pool_core::submit_scheduled(scheduled_task_base* t, clock::time_point due, 
     return;
   }
   t->set_due(due);
+  METRONOME_TEST_HOOK(hook_point::delayed_submit_before_lock);
   std::unique_lock lk(mtx_);
+  if (t->phase() != scheduled_task_base::pending) {
+    // Cancelled before it got here (a serial executor's dispose() cancels what it tracks,
+    // and this task was tracked before being queued): the cancel found nothing to take
+    // out of the heap, so it must not go in. Drop the queue's reference.
+    lk.unlock();
+    t->release();
+    return;
+  }
   if (shutdown_.load() || terminated_.load()) {
     lk.unlock();
     reject_scheduled(t, true);

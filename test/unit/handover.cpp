@@ -275,6 +275,30 @@ BOOST_AUTO_TEST_CASE(a_drain_stopped_before_its_repost_loses_nothing_and_is_neve
   BOOST_CHECK(!rec.overlapped);
 }
 
+// Serial schedule racing dispose(): a delayed serial task tracked by its executor (so
+// dispose() cancels it) but not yet pushed into the pool's heap when dispose() runs. The
+// cancel finds nothing to take out; the push must then leave it out too: the delay queue
+// holds nothing afterwards (before the fix it held the cancelled task until its due
+// time), the handle is cancelled and the callable destroyed.
+BOOST_AUTO_TEST_CASE(a_delayed_serial_task_cancelled_by_dispose_before_its_push_never_enters_the_heap) {
+  scheduled_thread_pool pool(1);
+  auto serial = metronome::make_serial_executor(pool);
+  auto token = std::make_shared<int>(0);
+  metronome::scheduled_future<void> h;
+  hook_stop stop(hook_point::delayed_submit_before_lock);
+  std::thread producer([&] {
+    hook_stop::arm_this_thread();
+    h = serial.schedule([token] {}, 1h);
+  });
+  BOOST_REQUIRE(stop.arrived());
+  serial.dispose();
+  stop.release();
+  producer.join();
+  BOOST_CHECK(h.is_cancelled());
+  BOOST_CHECK_EQUAL(token.use_count(), 1);
+  BOOST_CHECK_EQUAL(pool.stats().delayed_queued, 0u);
+}
+
 // Promotion of due serial tasks: they are queued under the pool mutex, and their drain
 // is posted after it. A producer that submits in between sees a non-zero count and posts
 // nothing; the owed drain then runs the due tasks first, then the producer's.

@@ -31,6 +31,7 @@ enum class hook_point {
   worker_woken_by_termination, // a parked worker woke (holding the mutex) in a terminated pool, looked at nothing yet
   wheel_handover_after_unlock, // a cancel()/reset() let go of the wheel's mutex; its due timeouts not yet handed over
   worker_after_idle_point,     // the last awake worker (auto-advancing manual clock) let the clock decide; mutex not re-taken
+  delayed_submit_before_lock,  // a delayed task is about to be pushed into the heap; the pool mutex not yet taken
 };
 
 using hook_function = void (*)(hook_point);
