@@ -16,6 +16,7 @@
 #include <random>
 #include <stdexcept>
 #include <thread>
+#include <string>
 #include <vector>
 
 using namespace std::chrono_literals;
@@ -263,6 +264,30 @@ BOOST_AUTO_TEST_CASE(missed_ticks_burst_catches_up) {
   BOOST_TEST(runs.value() == 3);
   BOOST_TEST((f.clock.now() + h.delay() == t0 + 40ms));
   BOOST_TEST(h.cancel());
+}
+
+// A missed run is submitted when the run before it ends: already due, it joins the ready
+// queue then, behind a one-shot that fell due (at 25) in the same clock jump although the
+// missed run's due time (20) is earlier. Java's single delay queue would run the missed
+// run first; here ready work is FIFO by the moment it became ready (README, Order).
+BOOST_AUTO_TEST_CASE(a_missed_run_queues_behind_work_that_fell_due_before_it_was_submitted) {
+  manual_fixture f; // one worker
+  std::mutex m;
+  std::vector<std::string> order;
+  auto note = [&](std::string what) {
+    std::lock_guard lk(m);
+    order.push_back(std::move(what));
+  };
+  const auto t0 = f.clock.now();
+  auto p = f.pool.schedule_at_fixed_rate([&] { note("P@" + std::to_string((f.clock.now() - t0) / 1ms)); }, 10ms,
+                                         10ms, {metronome::missed_tick::burst});
+  auto a = f.pool.schedule([&] { note("A"); }, 25ms);
+  f.clock.advance(30ms); // P due at 10, 20 and 30; A at 25
+  a.get();
+  BOOST_REQUIRE(f.parked_in_heap());
+  BOOST_TEST((order == std::vector<std::string>{"P@30", "A", "P@30", "P@30"}));
+  BOOST_TEST((f.clock.now() + p.delay() == t0 + 40ms));
+  BOOST_TEST(p.cancel());
 }
 
 BOOST_AUTO_TEST_CASE(missed_ticks_delay_shifts_the_grid) {

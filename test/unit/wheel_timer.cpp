@@ -312,6 +312,28 @@ BOOST_AUTO_TEST_CASE(ties_keep_scheduling_order_across_a_moving_slot) {
   w.check_fired_in_id_order();
 }
 
+// Ties keep scheduling order whatever the levels in between: on a small wheel (16 slots x
+// 3 levels: 1024 ticks), A is scheduled, the clock moves a tick at a time, then B with the
+// same deadline, for deadlines and gaps that put A at each level and B below it (or in
+// A's slot moving down). Deadlines within the span; README states the exception beyond.
+BOOST_AUTO_TEST_CASE(ties_keep_scheduling_order_at_every_level_of_a_small_wheel) {
+  wheel_options o;
+  o.slots_per_level = 16;
+  o.levels = 3;
+  for (long a_delay : {10L, 20L, 100L, 300L, 1000L}) {
+    for (long gap : {1L, 5L, 8L, 9L, 64L, 65L, 200L, 512L, 900L}) {
+      if (gap >= a_delay) continue;
+      manual_wheel w(o);
+      w.add(0, std::chrono::milliseconds(a_delay));
+      for (long i = 0; i < gap; ++i) w.clock.advance(1ms);
+      w.add(1, std::chrono::milliseconds(a_delay - gap));
+      w.clock.advance(std::chrono::milliseconds(a_delay - gap));
+      BOOST_REQUIRE(w.count.wait_for_at_least(2));
+      BOOST_TEST_CONTEXT("A at +" << a_delay << " ms, B " << gap << " ticks later") { w.check_fired_in_id_order(); }
+    }
+  }
+}
+
 // One level only: a ring of 8 slots; deadlines past it go round again.
 BOOST_AUTO_TEST_CASE(a_single_level_goes_round) {
   wheel_options o;
