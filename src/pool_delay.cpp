@@ -265,20 +265,26 @@ bool pool_core::add_wait(wait_node* n, clock::time_point due, clock::time_point 
   return true;
 }
 
-void pool_core::cancel_wait(wait_node* n) noexcept {
+void pool_core::cancel_wait(pool_anchor* anchor, std::uint32_t generation, wait_node* n) noexcept {
+  pool_core* core = nullptr;
   {
-    std::lock_guard lk(mtx_);
-    if (n->heap_index_ == not_in_heap) return; // already fired or aborted
-    const bool was_head = heap_.is_head(n);
-    heap_.remove(n);
-    if (was_head) update_next_due_locked();
-    heap_.shrink_if_sparse();
+    std::lock_guard lk(anchor->mtx);
+    core = anchor->core.load(std::memory_order_relaxed);
+    if (!core || anchor->generation != generation || n->heap_index_ == not_in_heap)
+      return; // the pool is gone, or the wait already fired or was aborted
+    const bool was_head = core->heap_.is_head(n);
+    core->heap_.remove(n);
+    if (was_head) core->update_next_due_locked();
+    core->heap_.shrink_if_sparse();
     n->aborted_ = true;
     // Into the ready queue before the mutex goes: a pool that is being joined sees it
-    // and cannot terminate (and drop the completion) once the heap is empty.
-    ready_.push(n);
+    // and cannot terminate (and drop the completion) once the heap is empty. In transit
+    // until the wake-up below is done, so that the pool is not destroyed under it.
+    core->ready_.push(n);
+    ++core->in_transit_;
   }
-  maybe_wake_after_push();
+  core->maybe_wake_after_push();
+  core->cancel_delivered();
 }
 
 bool pool_core::withdraw_wait(pool_anchor* anchor, std::uint32_t generation, wait_node* n) noexcept {

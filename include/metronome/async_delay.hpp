@@ -105,11 +105,14 @@ class delay_op final : public wait_node, public handler_op<delay_op<Handler, IoE
   using handler_base = handler_op<delay_op, Handler, IoExecutor>;
   friend handler_base;
 
+  // The slot stays connected until the completion clears it in the handler's context,
+  // which may be after the pool is gone: the pool is reached through its anchor.
   struct cancel_handler {
     delay_op* op;
-    pool_core* core;
+    pool_anchor* anchor;
+    std::uint32_t generation;
     void operator()(boost::asio::cancellation_type_t type) const {
-      if (type != boost::asio::cancellation_type::none) core->cancel_wait(op);
+      if (type != boost::asio::cancellation_type::none) pool_core::cancel_wait(anchor, generation, op);
     }
   };
 
@@ -135,7 +138,7 @@ public:
     // Outstanding work for the handler's executor, unless that is this very pool,
     // whose delay queue already keeps it from terminating.
     if (!runs_on_pool(this->handler_executor(), core)) this->hold_work();
-    this->template connect_slot<cancel_handler>(cancel_handler{this, &core});
+    this->template connect_slot<cancel_handler>(cancel_handler{this, core.anchor(), core.anchor_generation()});
   }
 
 private:

@@ -443,4 +443,31 @@ BOOST_AUTO_TEST_CASE(pool_object_strand_and_type_erased_pool_executor_use_the_po
   BOOST_TEST(pool.stats().delayed_queued == 0u);
 }
 
+// A wait's cancellation slot emitted after its pool was destroyed: the destruction
+// aborted the wait and posted its completion to an io_context that has not run it yet, so
+// the slot is still connected (it is cleared in the handler's context). The emission must
+// not reach the freed pool (an adversary saw a use-after-free under ASan, and a crash in
+// release once another pool was built in between).
+BOOST_AUTO_TEST_CASE(a_slot_emitted_after_the_pool_is_gone_touches_nothing) {
+  asio::io_context io;
+  asio::cancellation_signal sig;
+  int calls = 0;
+  error_code got;
+  asio::post(io, [&] { sig.emit(asio::cancellation_type::terminal); }); // runs before the completion
+  {
+    scheduled_thread_pool pool(1);
+    async_delay(pool, 1h, asio::bind_cancellation_slot(sig.slot(), asio::bind_executor(io, [&](error_code ec) {
+                                                          got = ec;
+                                                          ++calls;
+                                                        })));
+  }
+  scheduled_thread_pool other(1); // may take the first pool's anchor (a new generation) and memory
+  auto h = other.schedule([] {}, 1h);
+  io.run();
+  BOOST_CHECK_EQUAL(calls, 1);
+  BOOST_CHECK(got == asio::error::operation_aborted);
+  BOOST_CHECK_EQUAL(other.stats().delayed_queued, 1u); // the emission left the other pool alone
+  BOOST_CHECK(h.cancel());
+}
+
 BOOST_AUTO_TEST_SUITE_END()

@@ -116,7 +116,10 @@ public:
   bool add_wait(wait_node* n, clock::time_point due, clock::time_point current);
   // Per-operation cancellation: if the wait is still in the delay queue, takes it out
   // and queues it aborted. A wait that already fell due completes normally.
-  void cancel_wait(wait_node* n) noexcept;
+  // A wait's cancellation slot, which may be emitted after the pool is gone (its
+  // completion, aborted by the pool's destruction, not yet run): reaches the pool through
+  // the anchor, and does nothing when the pool is gone or the wait left the queue.
+  static void cancel_wait(pool_anchor* anchor, std::uint32_t generation, wait_node* n) noexcept;
   // Takes a wait out of the delay queue without completing it, if the pool that
   // `anchor` and `generation` name still exists and the wait is still queued there
   // (under the pool mutex, which lives in the anchor). True when it did: the caller
