@@ -238,6 +238,10 @@ bool pool_core::on_reset_locked(scheduled_task_base* t, clock::duration delay) n
   bool is_head = false;
   if (!heap_.rekey(t, due.time_since_epoch().count(), next_seq_++, is_head)) return false; // out of memory
   t->set_due(due);
+  // A periodic task's grid continues from the new due time: its un-jittered schedule
+  // (what the next runs are computed from) moves too, or the runs the reset skipped would
+  // all fall due at once behind it.
+  if (t->is_periodic()) t->extras().nominal = due;
   if (was_head || is_head) update_next_due_locked();
   if (is_head) wake_for_new_head_locked();
   // Due now: on a manual clock nobody looks at the heap until time moves, so get a

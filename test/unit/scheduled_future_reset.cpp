@@ -206,6 +206,33 @@ BOOST_AUTO_TEST_CASE(a_fixed_rate_grid_continues_from_the_new_due_time) {
   h.cancel();
 }
 
+// With jitter too: the grid the jitter is drawn around moves with the reset. (It kept the
+// old grid, and every run the reset skipped fell due at once: 36,000 runs after a reset
+// to an hour of a 100 ms task; found by an adversary pass.)
+BOOST_AUTO_TEST_CASE(a_jittered_fixed_rate_grid_continues_from_the_new_due_time) {
+  manual_clock c;
+  scheduled_thread_pool pool(on_clock(c));
+  std::atomic<int> runs{0};
+  metronome::periodic_options po;
+  po.jitter = 0.1;
+  auto h = pool.schedule_at_fixed_rate([&] { ++runs; }, 100ms, 100ms, po);
+  for (int i = 1; i <= 2; ++i) { // two runs, each when it falls due
+    c.advance(h.delay());
+    flush(pool);
+    BOOST_REQUIRE_EQUAL(runs.load(), i);
+    BOOST_REQUIRE(metronome::test::poll_until([&] { return pool.stats().delayed_queued == 1u; }));
+  }
+  BOOST_TEST(h.reset(1h));
+  c.advance(1h);
+  flush(pool);
+  c.advance(50ms); // the next run is jittered around +1 h 100 ms: not due yet
+  flush(pool);
+  BOOST_TEST(runs.load() == 3);
+  BOOST_TEST(metronome::test::poll_until([&] { return pool.stats().delayed_queued == 1u; }));
+  BOOST_TEST((h.delay() > 0ms));
+  h.cancel();
+}
+
 BOOST_AUTO_TEST_CASE(a_serial_executor_s_delayed_task_can_be_reset) {
   manual_clock c;
   scheduled_thread_pool pool(on_clock(c));
