@@ -377,6 +377,12 @@ void pool_core::reschedule(scheduled_task_base* t, clock::time_point started) no
       x.periodic.jitter > 0.0
           ? next_jittered_due(t->extras(), t->due(), started, current)
           : next_periodic_due(x.fixed_delay, x.periodic.missed, x.period, t->due(), started, current);
+  if (next == clock::time_point::max() && t->due() == clock::time_point::max()) {
+    // It ran at the end of the clock's range and no later run exists: the task ends
+    // (due at max again, it would run for ever once a manual clock got there).
+    end_periodic(t, nullptr);
+    return;
+  }
 
   std::unique_lock lk(mtx_);
   const bool stop = stopped_.load() || closing_ || (shutdown_.load() && !opts_.continue_periodic_after_shutdown);

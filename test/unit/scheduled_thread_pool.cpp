@@ -290,6 +290,25 @@ BOOST_AUTO_TEST_CASE(a_missed_run_queues_behind_work_that_fell_due_before_it_was
   BOOST_TEST(p.cancel());
 }
 
+// A periodic task whose next run saturates at time_point::max() runs there once and
+// ends: due at max again it was always due once the manual clock got there, and ran
+// millions of times a second for ever (found by an adversary pass).
+BOOST_AUTO_TEST_CASE(a_periodic_task_ends_after_its_run_at_the_end_of_time) {
+  for (auto missed : {metronome::missed_tick::burst, metronome::missed_tick::delay, metronome::missed_tick::skip}) {
+    manual_fixture f;
+    std::atomic<int> runs{0};
+    auto h = f.pool.schedule_at_fixed_rate([&] { ++runs; }, 1h, 24h * 365 * 100, {missed});
+    f.clock.advance(std::chrono::nanoseconds::max());
+    BOOST_TEST_CONTEXT("policy " << static_cast<int>(missed)) {
+      BOOST_REQUIRE(metronome::test::poll_until([&] { return h.is_done(); }, 10s));
+      BOOST_TEST(!h.is_cancelled());
+      BOOST_TEST(runs.load() >= 2);
+      BOOST_TEST(runs.load() <= 4); // 1 h, 100 and 200 years later (burst), and at the end
+      BOOST_TEST(f.pool.stats().delayed_queued == 0u);
+    }
+  }
+}
+
 BOOST_AUTO_TEST_CASE(missed_ticks_delay_shifts_the_grid) {
   manual_fixture f;
   const auto t0 = f.clock.now();
