@@ -31,6 +31,8 @@ struct interval_state {
   missed_tick missed;
   bool pending = false;    // a tick is outstanding
   bool rearm = false;      // reset() while pending: the aborted wait starts again at `next`
+  bool moved = false;      // reset() while pending: `next` is the new grid's, keep it
+  bool cancelled = false;  // cancel() while pending: the tick completes aborted, reset() or not
   clock::time_point pending_due{};
   boost::asio::cancellation_signal signal; // the pending wait's slot
   boost::asio::cancellation_slot user_slot;
@@ -46,9 +48,17 @@ struct interval_state {
   }
 };
 
+// Cancels the pending tick. After a reset() its wait may already be out of the queue
+// (aborted, to start again): it must then complete aborted instead.
+inline void cancel_pending_tick(interval_state& s, boost::asio::cancellation_type_t t) {
+  s.rearm = false;
+  s.cancelled = true;
+  s.signal.emit(t);
+}
+
 struct interval_forward_cancel {
-  boost::asio::cancellation_signal* target;
-  void operator()(boost::asio::cancellation_type_t t) const { target->emit(t); }
+  interval_state* target; // alive while the tick is pending (the tick holds it)
+  void operator()(boost::asio::cancellation_type_t t) const { cancel_pending_tick(*target, t); }
 };
 
 // A pending tick's handler is the user's with the interval's slot
@@ -65,6 +75,8 @@ public:
     tick_link& self = w.link();
     interval_state& s = *self.state_;
     const bool rearm = std::exchange(s.rearm, false);
+    const bool moved = std::exchange(s.moved, false);
+    s.cancelled = false;
     if (ec == boost::asio::error::operation_aborted && rearm) { // reset(): wait again for the new grid
       s.pending_due = s.take(pool_core_of(self.ex_).now());
       const clock::time_point due = s.pending_due;
@@ -77,7 +89,7 @@ public:
       s.user_slot.clear();
       s.user_slot_connected = false;
     }
-    if (ec && !rearm) s.next = s.pending_due; // an aborted tick is not consumed
+    if (ec && !moved) s.next = s.pending_due; // an aborted tick is not consumed (unless reset)
     const clock::time_point due = s.pending_due;
     self.state_.reset();
     std::move(w.handler())(ec, due);
@@ -109,7 +121,7 @@ public:
     }
     auto user = boost::asio::get_associated_cancellation_slot(h);
     if (user.is_connected()) {
-      user.template emplace<interval_forward_cancel>(interval_forward_cancel{&s.signal});
+      user.template emplace<interval_forward_cancel>(interval_forward_cancel{&s});
       s.user_slot = user;
       s.user_slot_connected = true;
     }
@@ -202,7 +214,7 @@ public:
 
   /// Completes the outstanding tick (if any) with `operation_aborted`.
   void cancel() noexcept {
-    if (state_->pending) state_->signal.emit(boost::asio::cancellation_type::terminal);
+    if (state_->pending) detail::cancel_pending_tick(*state_, boost::asio::cancellation_type::terminal);
   }
 
   /// Restarts the grid: the next tick falls due one period from now.
@@ -212,9 +224,12 @@ public:
   void reset_at(clock::time_point start) {
     detail::interval_state& s = *state_;
     s.next = start;
-    if (s.pending && !s.rearm) {
-      s.rearm = true;
-      s.signal.emit(boost::asio::cancellation_type::terminal);
+    if (s.pending) {
+      s.moved = true;
+      if (!s.rearm && !s.cancelled) {
+        s.rearm = true;
+        s.signal.emit(boost::asio::cancellation_type::terminal);
+      }
     }
   }
 

@@ -10,6 +10,8 @@
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/strand.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/use_future.hpp>
 #include <boost/test/unit_test.hpp>
@@ -134,6 +136,38 @@ BOOST_AUTO_TEST_CASE(per_operation_cancellation) {
   auto f = it.async_tick(asio::use_future); // the interval still works
   c.advance(10ms);
   BOOST_TEST((f.get() == t0 + 10ms));
+}
+
+// reset() while a tick is pending takes its wait out to start it again on the new grid;
+// a cancellation after that (cancel(), the operation's slot, destroying the interval) or
+// before it must still complete the tick with operation_aborted, and the grid stays the
+// reset's. (The restarted wait swallowed the cancellation and completed with success a
+// period later; found by an adversary pass.)
+BOOST_AUTO_TEST_CASE(a_cancellation_around_a_reset_still_aborts_the_pending_tick) {
+  // From one context at a time, as an interval is used: a strand over the pool.
+  auto strand = asio::make_strand(pool.get_executor());
+  for (int variant = 0; variant < 4; ++variant) {
+    std::optional<interval> it(std::in_place, strand, 10ms);
+    tick_now(*it);
+    asio::cancellation_signal sig;
+    std::promise<error_code> p;
+    auto done = p.get_future();
+    asio::post(strand, [&] {
+      it->async_tick(asio::bind_cancellation_slot(sig.slot(), [&](error_code ec, time_point) { p.set_value(ec); }));
+      switch (variant) {
+      case 0: it->reset(); it->cancel(); break;
+      case 1: it->cancel(); it->reset(); break;
+      case 2: it->reset(); sig.emit(asio::cancellation_type::terminal); break;
+      default: it->reset(); it.reset(); break; // destroyed
+      }
+    });
+    BOOST_TEST_CONTEXT("variant " << variant) {
+      BOOST_REQUIRE(done.wait_for(10s) == std::future_status::ready); // the clock does not move
+      BOOST_TEST((done.get() == asio::error::operation_aborted));
+      if (variant < 3) BOOST_TEST((it->next_tick() == c.now() + 10ms));
+      BOOST_TEST(poll_until([&] { return pool.stats().delayed_queued == 0u; }));
+    }
+  }
 }
 
 BOOST_AUTO_TEST_CASE(a_second_concurrent_tick_completes_with_already_started) {
