@@ -215,11 +215,7 @@ bool pool_core::quiescent(clock::time_point& next_due) noexcept {
 }
 
 bool pool_core::on_cancelled_locked(scheduled_task_base* t) noexcept {
-  if (t->heap_index_ == not_in_heap) return false; // queued elsewhere: dropped when taken
-  const bool was_head = heap_.is_head(t);
-  heap_.remove(t);
-  if (was_head) update_next_due_locked();
-  heap_.shrink_if_sparse();
+  if (!heap_remove_locked(t)) return false; // queued elsewhere: dropped when taken
   // In transit until the canceller has delivered the task's completions (its handle's
   // async_wait may post to this very pool): a shut-down pool must not terminate in
   // between. cancel_delivered() ends it, and wakes the workers to look for termination.
@@ -269,17 +265,28 @@ bool pool_core::add_wait(wait_node* n, clock::time_point due, clock::time_point 
   return true;
 }
 
+bool pool_core::heap_remove_locked(timed_node* n) noexcept {
+  if (n->heap_index_ == not_in_heap) return false;
+  const bool was_head = heap_.is_head(n);
+  heap_.remove(n);
+  if (was_head) update_next_due_locked();
+  heap_.shrink_if_sparse();
+  return true;
+}
+
+pool_core* pool_core::withdraw_wait_locked(pool_anchor* anchor, std::uint32_t generation,
+                                           wait_node* n) noexcept {
+  pool_core* core = anchor->core.load(std::memory_order_relaxed);
+  if (!core || anchor->generation != generation) return nullptr; // the pool is gone
+  return core->heap_remove_locked(n) ? core : nullptr; // or the wait already left the queue
+}
+
 void pool_core::cancel_wait(pool_anchor* anchor, std::uint32_t generation, wait_node* n) noexcept {
   pool_core* core = nullptr;
   {
     std::lock_guard lk(anchor->mtx);
-    core = anchor->core.load(std::memory_order_relaxed);
-    if (!core || anchor->generation != generation || n->heap_index_ == not_in_heap)
-      return; // the pool is gone, or the wait already fired or was aborted
-    const bool was_head = core->heap_.is_head(n);
-    core->heap_.remove(n);
-    if (was_head) core->update_next_due_locked();
-    core->heap_.shrink_if_sparse();
+    core = withdraw_wait_locked(anchor, generation, n);
+    if (!core) return;
     n->aborted_ = true;
     // Into the ready queue before the mutex goes: a pool that is being joined sees it
     // and cannot terminate (and drop the completion) once the heap is empty. In transit
@@ -293,13 +300,7 @@ void pool_core::cancel_wait(pool_anchor* anchor, std::uint32_t generation, wait_
 
 bool pool_core::withdraw_wait(pool_anchor* anchor, std::uint32_t generation, wait_node* n) noexcept {
   std::lock_guard lk(anchor->mtx);
-  pool_core* core = anchor->core.load(std::memory_order_relaxed);
-  if (!core || anchor->generation != generation || n->heap_index_ == not_in_heap) return false;
-  const bool was_head = core->heap_.is_head(n);
-  core->heap_.remove(n);
-  if (was_head) core->update_next_due_locked();
-  core->heap_.shrink_if_sparse();
-  return true;
+  return withdraw_wait_locked(anchor, generation, n) != nullptr;
 }
 
 // ---------------------------------------------------------------- running scheduled tasks

@@ -114,11 +114,11 @@ public:
   // with operation_aborted itself). @throws std::bad_alloc with nothing queued.
   // `current`: the pool's time as the caller last read it (saves a clock read).
   bool add_wait(wait_node* n, clock::time_point due, clock::time_point current);
-  // Per-operation cancellation: if the wait is still in the delay queue, takes it out
-  // and queues it aborted. A wait that already fell due completes normally.
-  // A wait's cancellation slot, which may be emitted after the pool is gone (its
-  // completion, aborted by the pool's destruction, not yet run): reaches the pool through
-  // the anchor, and does nothing when the pool is gone or the wait left the queue.
+  // Per-operation cancellation (a wait's cancellation slot): if the wait is still in the
+  // delay queue, takes it out and queues it aborted; a wait that already fell due
+  // completes normally. The slot may be emitted after the pool is gone (its completion,
+  // aborted by the pool's destruction, not yet run), so it reaches the pool through the
+  // anchor and does nothing when the pool is gone.
   static void cancel_wait(pool_anchor* anchor, std::uint32_t generation, wait_node* n) noexcept;
   // Takes a wait out of the delay queue without completing it, if the pool that
   // `anchor` and `generation` name still exists and the wait is still queued there
@@ -233,6 +233,13 @@ private:
   void promote_due(clock::time_point current);
   void update_next_due_locked() noexcept;
   void heap_push_locked(timed_node* n);
+  // Caller holds the anchor's mutex (mtx_): takes n out of the heap if it is there
+  // (keeping next_due_ and the heap's storage in step). True when it did.
+  bool heap_remove_locked(timed_node* n) noexcept;
+  // Caller holds anchor->mtx: the live pool `anchor`/`generation` name, once it has taken
+  // n out of its heap; nullptr when the pool is gone or n is not in the heap.
+  static pool_core* withdraw_wait_locked(pool_anchor* anchor, std::uint32_t generation,
+                                         wait_node* n) noexcept;
   void heap_changed_locked() noexcept;
   void reject_scheduled(scheduled_task_base* t, bool timed);
   void drop_outside(task_base* t) noexcept;
