@@ -33,6 +33,7 @@ struct interval_state {
   bool rearm = false;      // reset() while pending: the aborted wait starts again at `next`
   bool moved = false;      // reset() while pending: `next` is the new grid's, keep it
   bool cancelled = false;  // cancel() while pending: the tick completes aborted, reset() or not
+  bool ended = false;      // the tick at time_point::max() was handed out: the grid has no more
   clock::time_point pending_due{};
   boost::asio::cancellation_signal signal; // the pending wait's slot
   boost::asio::cancellation_slot user_slot;
@@ -42,6 +43,10 @@ struct interval_state {
   // the missed-tick policy (a tick handed out on time: one period later).
   clock::time_point take(clock::time_point now) noexcept {
     const clock::time_point due = next;
+    if (due == clock::time_point::max()) { // the end of time: nothing comes after this tick
+      ended = true;
+      return due;
+    }
     const clock::time_point at = due > now ? due : now;
     next = next_periodic_due(false, missed, period, due, at, at);
     return due;
@@ -89,7 +94,10 @@ public:
       s.user_slot.clear();
       s.user_slot_connected = false;
     }
-    if (ec && !moved) s.next = s.pending_due; // an aborted tick is not consumed (unless reset)
+    if (ec && !moved) { // an aborted tick is not consumed (unless reset)
+      s.next = s.pending_due;
+      s.ended = false;
+    }
     const clock::time_point due = s.pending_due;
     self.state_.reset();
     std::move(w.handler())(ec, due);
@@ -119,6 +127,13 @@ public:
       });
       return;
     }
+    if (s.ended) { // the grid ended at time_point::max(): no tick will ever fall due again
+      auto hex = boost::asio::get_associated_executor(h, ex_);
+      boost::asio::post(hex, [h = std::move(h)]() mutable {
+        std::move(h)(boost::system::error_code(boost::asio::error::eof), clock::time_point::max());
+      });
+      return;
+    }
     auto user = boost::asio::get_associated_cancellation_slot(h);
     if (user.is_connected()) {
       user.template emplace<interval_forward_cancel>(interval_forward_cancel{&s});
@@ -133,6 +148,7 @@ public:
     } catch (...) {
       s.pending = false;
       s.next = saved;
+      s.ended = false;
       if (s.user_slot_connected) {
         s.user_slot.clear();
         s.user_slot_connected = false;
@@ -169,6 +185,12 @@ private:
  * waits for the same due time). `reset()` restarts the grid one period from now (a
  * pending tick waits for the new time). Destroying the interval cancels its tick.
  *
+ * A period too long for the clock saturates (its ticks after the first fall due at
+ * `time_point::max()`); one under a nanosecond throws `std::invalid_argument`. The tick
+ * due at `time_point::max()` (reachable with a `manual_clock`) is the grid's last: every
+ * `async_tick` after it completes at once (posted) with `asio::error::eof` and
+ * `time_point::max()`, until `reset()` starts a new grid.
+ *
  * @par Thread Safety
  * As for Asio I/O objects: distinct objects are safe; one object must be used from one
  * context at a time (a coroutine, a strand), the handler's context included.
@@ -178,14 +200,14 @@ class basic_interval {
 public:
   using executor_type = Executor;
 
-  /// Ticks every `period`, the first one now. @throws std::invalid_argument if period <= 0.
+  /// Ticks every `period`, the first one now. @throws std::invalid_argument if period < 1 ns.
   template <class Target, class Rep, class Ratio>
   basic_interval(Target&& target, std::chrono::duration<Rep, Ratio> period, missed_tick missed = missed_tick::burst)
       : ex_(detail::delay_target<std::remove_cvref_t<Target>>::get(target)) {
     init(detail::pool_core_of(ex_).now(), period, missed);
   }
 
-  /// Ticks every `period` from `start`. @throws std::invalid_argument if period <= 0.
+  /// Ticks every `period` from `start`. @throws std::invalid_argument if period < 1 ns.
   template <class Target, class Duration, class Rep, class Ratio>
   basic_interval(Target&& target, std::chrono::time_point<clock, Duration> start,
                  std::chrono::duration<Rep, Ratio> period, missed_tick missed = missed_tick::burst)
@@ -224,6 +246,7 @@ public:
   void reset_at(clock::time_point start) {
     detail::interval_state& s = *state_;
     s.next = start;
+    s.ended = false;
     if (s.pending) {
       s.moved = true;
       if (!s.rearm && !s.cancelled) {
@@ -236,12 +259,15 @@ public:
 private:
   template <class Rep, class Ratio>
   void init(clock::time_point start, std::chrono::duration<Rep, Ratio> period, missed_tick missed) {
-    if (!(period > std::chrono::duration<Rep, Ratio>::zero()) ||
-        std::chrono::duration_cast<clock::duration>(period) <= clock::duration::zero())
-      throw std::invalid_argument("metronome: interval period must be positive");
+    // A period beyond what the clock can count saturates (as the pool's periodic calls do);
+    // one below its resolution (under a nanosecond) is zero.
+    const clock::duration p = period > std::chrono::duration<Rep, Ratio>::zero()
+                                  ? detail::saturating_duration(period)
+                                  : clock::duration::zero();
+    if (p <= clock::duration::zero()) throw std::invalid_argument("metronome: interval period must be positive");
     state_ = std::make_shared<detail::interval_state>();
     state_->next = start;
-    state_->period = detail::saturating_duration(period);
+    state_->period = p;
     state_->missed = missed;
   }
 

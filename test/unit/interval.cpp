@@ -233,6 +233,57 @@ BOOST_AUTO_TEST_CASE(a_coroutine_loop_with_use_awaitable) {
 BOOST_AUTO_TEST_CASE(a_period_that_is_not_positive_throws) {
   BOOST_CHECK_THROW(interval(pool.get_executor(), 0ms), std::invalid_argument);
   BOOST_CHECK_THROW(interval(pool.get_executor(), -1ms), std::invalid_argument);
+  // Under the clock's resolution: zero nanoseconds.
+  BOOST_CHECK_THROW(interval(pool.get_executor(), std::chrono::duration<long long, std::pico>(999)),
+                    std::invalid_argument);
+  BOOST_CHECK_THROW(interval(pool.get_executor(), std::chrono::duration<double>(1e-12)), std::invalid_argument);
+}
+
+BOOST_AUTO_TEST_CASE(a_period_too_long_for_the_clock_saturates) {
+  // years(1000) and hours::max() overflow nanoseconds: the period saturates (as the
+  // pool's periodic calls do) instead of overflowing into a "not positive" error.
+  interval huge(pool.get_executor(), std::chrono::years(1000));
+  BOOST_TEST((huge.period() == metronome::clock::duration::max()));
+  interval longest(pool.get_executor(), std::chrono::hours::max());
+  BOOST_TEST((longest.period() == metronome::clock::duration::max()));
+  BOOST_TEST((tick_now(longest) == t0));
+  BOOST_TEST((longest.next_tick() == time_point::max()));
+  interval fractional(pool.get_executor(), std::chrono::duration<double>(1e300));
+  BOOST_TEST((fractional.period() == metronome::clock::duration::max()));
+}
+
+BOOST_AUTO_TEST_CASE(the_tick_at_the_end_of_time_is_the_last) {
+  interval it(pool.get_executor(), time_point::max() - 10ms, 4ms);
+  c.advance_to(time_point::max());
+  BOOST_TEST((tick_now(it) == time_point::max() - 10ms));
+  BOOST_TEST((tick_now(it) == time_point::max() - 6ms));
+  BOOST_TEST((tick_now(it) == time_point::max() - 2ms));
+  BOOST_TEST((tick_now(it) == time_point::max())); // saturated: the grid's last tick
+  for (int i = 0; i < 3; ++i) { // then eof, at once, every time (it handed out max for ever)
+    std::promise<std::pair<error_code, time_point>> p;
+    it.async_tick([&](error_code ec, time_point due) { p.set_value({ec, due}); });
+    auto [ec, due] = p.get_future().get();
+    BOOST_TEST((ec == asio::error::eof));
+    BOOST_TEST((due == time_point::max()));
+  }
+  BOOST_TEST(pool.stats().delayed_queued == 0u);
+  it.reset_at(time_point::max()); // a new grid: its one tick
+  BOOST_TEST((tick_now(it) == time_point::max()));
+  auto f = it.async_tick(asio::use_future);
+  BOOST_CHECK_THROW(f.get(), boost::system::system_error);
+}
+
+BOOST_AUTO_TEST_CASE(a_cancelled_tick_at_the_end_of_time_is_not_consumed) {
+  interval it(pool.get_executor(), time_point::max(), 1ms);
+  std::promise<error_code> p;
+  asio::cancellation_signal sig;
+  it.async_tick(asio::bind_cancellation_slot(sig.slot(), [&](error_code ec, time_point) { p.set_value(ec); }));
+  sig.emit(asio::cancellation_type::terminal);
+  BOOST_TEST((p.get_future().get() == asio::error::operation_aborted));
+  c.advance_to(time_point::max());
+  BOOST_TEST((tick_now(it) == time_point::max())); // still to come, then the end
+  auto f = it.async_tick(asio::use_future);
+  BOOST_CHECK_THROW(f.get(), boost::system::system_error);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -12,6 +12,8 @@
 #include <cstdint>
 #include <exception>
 #include <limits>
+#include <ratio>
+#include <type_traits>
 
 namespace metronome::detail {
 
@@ -81,25 +83,40 @@ struct wait_node : timed_node {
 };
 
 // Saturating now + d: never wraps past time_point::max().
-template <class Rep, class Period>
-clock::time_point saturating_add(clock::time_point now, std::chrono::duration<Rep, Period> d) noexcept {
-  using src = std::chrono::duration<Rep, Period>;
-  if (d <= src::zero()) return now;
-  constexpr auto cap = std::chrono::duration_cast<src>(clock::duration::max());
-  if (d >= cap) return clock::time_point::max();
-  auto ns = std::chrono::duration_cast<clock::duration>(d);
-  if (ns >= clock::time_point::max() - now) return clock::time_point::max();
-  return now + ns;
-}
+__extension__ typedef __int128 wide_int; // g++ and clang, on 64-bit targets
 
+// `d` in the clock's nanoseconds, clamped to the range they can count (any source
+// duration: coarser or finer than a nanosecond, integral or floating; NaN is zero).
+// Truncates toward zero, as duration_cast does.
 template <class Rep, class Period>
 clock::duration saturating_duration(std::chrono::duration<Rep, Period> d) noexcept {
-  using src = std::chrono::duration<Rep, Period>;
-  constexpr auto cap = std::chrono::duration_cast<src>(clock::duration::max());
-  constexpr auto floor = std::chrono::duration_cast<src>(clock::duration::min());
-  if (d >= cap) return clock::duration::max();
-  if (d <= floor) return clock::duration::min();
-  return std::chrono::duration_cast<clock::duration>(d);
+  static_assert(std::is_arithmetic_v<Rep>, "metronome: durations with an arithmetic representation");
+  using ns_ratio = std::ratio_divide<Period, std::nano>; // one unit of d, in nanoseconds
+  using limits = std::numeric_limits<clock::rep>;
+  if constexpr (std::is_floating_point_v<Rep>) {
+    const long double v = static_cast<long double>(d.count()) * ns_ratio::num / ns_ratio::den;
+    if (v != v) return clock::duration::zero();
+    if (v >= static_cast<long double>(limits::max())) return clock::duration::max();
+    if (v <= static_cast<long double>(limits::min())) return clock::duration::min();
+    return clock::duration(static_cast<clock::rep>(v));
+  } else {
+    static_assert(sizeof(Rep) <= sizeof(std::int64_t), "metronome: durations up to 64 bits");
+    // |count| < 2^64 and num < 2^63: the product fits in 128 bits.
+    const wide_int v = static_cast<wide_int>(d.count()) * ns_ratio::num / ns_ratio::den;
+    if (v >= limits::max()) return clock::duration::max();
+    if (v <= limits::min()) return clock::duration::min();
+    return clock::duration(static_cast<clock::rep>(v));
+  }
+}
+
+// now + d, saturating at time_point::max(); d <= 0 gives now.
+template <class Rep, class Period>
+clock::time_point saturating_add(clock::time_point now, std::chrono::duration<Rep, Period> d) noexcept {
+  const clock::duration ns = saturating_duration(d);
+  if (ns <= clock::duration::zero()) return now;
+  if (now.time_since_epoch() > clock::duration::zero() && ns >= clock::time_point::max() - now)
+    return clock::time_point::max();
+  return now + ns;
 }
 
 template <class F>
