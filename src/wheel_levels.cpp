@@ -30,7 +30,9 @@ std::uint64_t wheel_core::deadline_tick(clock::time_point current, clock::durati
   if (since <= clock::duration::zero()) return 0;
   std::uint64_t rest;
   const std::uint64_t q = divide_by_tick(static_cast<std::uint64_t>(since.count()), rest);
-  return q + (rest != 0 ? 1 : 0);
+  // The clock's last tick is the one time_point::max() is in: a deadline rounded up past
+  // it could never be reached (a manual clock stops at max), so it is due there.
+  return std::min(q + (rest != 0 ? 1 : 0), tick_of(clock::time_point::max()));
 }
 
 std::size_t wheel_core::level_for(std::uint64_t when) const noexcept {

@@ -155,6 +155,21 @@ BOOST_AUTO_TEST_CASE(never_early_and_at_most_one_tick_late) {
   BOOST_TEST(w.wheel.pending() == 0u);
 }
 
+BOOST_AUTO_TEST_CASE(a_deadline_at_the_end_of_time_fires_when_the_clock_gets_there) {
+  // Rounded up to a whole tick, these deadlines would lie past the tick time_point::max()
+  // is in, which the clock never reaches (a manual clock stops at max).
+  manual_wheel w;
+  w.add(0, std::chrono::nanoseconds::max());                                            // saturates at max
+  w.add(1, (metronome::clock::time_point::max() - w.clock.now()) - 1ns);                 // mid last tick
+  w.clock.advance(1h);
+  BOOST_TEST(w.wheel.pending() == 2u);
+  w.clock.advance_to(metronome::clock::time_point::max());
+  BOOST_TEST(w.count.wait_for_at_least(2));
+  BOOST_TEST(w.wheel.pending() == 0u);
+  std::lock_guard lk(w.m);
+  for (auto& [id, at] : w.fired) BOOST_TEST((at == metronome::clock::time_point::max())); // never early
+}
+
 BOOST_AUTO_TEST_CASE(fires_in_deadline_order) {
   manual_wheel w;
   std::mt19937 rng(5);
