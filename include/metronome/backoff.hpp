@@ -61,9 +61,10 @@ public:
   std::optional<clock::duration> next() noexcept {
     if (o_.max_attempts != 0 && attempts_ >= o_.max_attempts) return std::nullopt;
     ++attempts_;
-    const clock::duration ceiling = ceiling_;
-    const double grown = static_cast<double>(ceiling_.count()) * o_.multiplier;
-    ceiling_ = grown >= static_cast<double>(o_.cap.count()) ? o_.cap : clock::duration(static_cast<clock::rep>(grown));
+    // The ceiling grows unrounded (1 ns x 1.5 must reach 2 ns, not stay truncated at 1).
+    const clock::duration ceiling =
+        ceiling_ns_ >= static_cast<double>(o_.cap.count()) ? o_.cap : clock::duration(static_cast<clock::rep>(ceiling_ns_));
+    if (ceiling < o_.cap) ceiling_ns_ *= o_.multiplier;
     if (!o_.full_jitter) return ceiling;
     // uniform in [0, ceiling]: floor(u x (ceiling + 1)), u in [0, 1)
     const double u = detail::uniform01(state_);
@@ -75,7 +76,7 @@ public:
   /// starts over too when it was seeded explicitly.
   void reset() noexcept {
     attempts_ = 0;
-    ceiling_ = o_.initial;
+    ceiling_ns_ = static_cast<double>(o_.initial.count());
     if (o_.seed) state_ = seed_;
   }
 
@@ -88,7 +89,7 @@ private:
   std::uint64_t state_ = 0;
   std::uint64_t seed_ = 0;
   std::size_t attempts_ = 0;
-  clock::duration ceiling_{};
+  double ceiling_ns_ = 0; // initial x multiplier^attempts, in nanoseconds, unrounded
 };
 
 } // namespace metronome

@@ -27,6 +27,23 @@ BOOST_AUTO_TEST_CASE(without_jitter_the_delays_grow_exponentially_to_the_cap) {
   BOOST_TEST((*b.next() == 100ms));
 }
 
+BOOST_AUTO_TEST_CASE(a_fractional_multiplier_grows_from_a_tiny_initial_delay) {
+  // 1 ns x 1.5^n, truncated to whole nanoseconds only when handed out: 1, 1, 2, 3, 5,
+  // 7, 11 (a ceiling truncated at each step would stay at 1 ns for ever).
+  backoff b({.initial = 1ns, .multiplier = 1.5, .cap = 1s, .full_jitter = false});
+  std::vector<mclock::duration> got;
+  for (int i = 0; i < 7; ++i) got.push_back(*b.next());
+  const std::vector<mclock::duration> want{1ns, 1ns, 2ns, 3ns, 5ns, 7ns, 11ns};
+  BOOST_TEST((got == want));
+  for (int i = 0; i < 100; ++i) b.next();
+  BOOST_TEST((*b.next() == 1s)); // 1.5^107 ns is far past the cap
+  // The largest cap the clock allows is reached and held, never overflowed.
+  backoff huge({.initial = 1ns, .multiplier = 1e300, .cap = mclock::duration::max(), .full_jitter = false});
+  BOOST_TEST((*huge.next() == 1ns));
+  BOOST_TEST((*huge.next() == mclock::duration::max()));
+  BOOST_TEST((*huge.next() == mclock::duration::max()));
+}
+
 BOOST_AUTO_TEST_CASE(max_attempts_ends_the_sequence) {
   backoff b({.initial = 1ms, .full_jitter = false, .max_attempts = 3});
   BOOST_TEST(b.next().has_value());
