@@ -314,7 +314,7 @@ void pool_core::run_scheduled(scheduled_task_base* t) noexcept {
   record_start(t, started);
   const bool ok = t->invoke();
   if (this_thread_orphaned && t->kind_ == task_kind::periodic) {
-    t->finish_cancelled();
+    t->finish_cancelled(true);
     t->release();
     return;
   }
@@ -389,7 +389,7 @@ void pool_core::reschedule(scheduled_task_base* t, clock::time_point started) no
   const bool stop = stopped_.load() || closing_ || (shutdown_.load() && !opts_.continue_periodic_after_shutdown);
   if (stop || !t->try_rearm()) {
     lk.unlock();
-    t->finish_cancelled();
+    t->finish_cancelled(true);
     t->release();
     return;
   }

@@ -61,17 +61,17 @@ void scheduled_task_base::finish() noexcept {
   std::uint32_t old = state_.load(std::memory_order_relaxed);
   while (!state_.compare_exchange_weak(old, (old & has_waiters) | done, std::memory_order_acq_rel)) {
   }
-  notify_terminal(old);
+  notify_terminal(old, true);
 }
 
-bool scheduled_task_base::finish_cancelled() noexcept {
+bool scheduled_task_base::finish_cancelled(bool by_runner) noexcept {
   std::uint32_t old = state_.load(std::memory_order_acquire);
   for (;;) {
     if ((old & phase_mask) >= done) return false;
     if (state_.compare_exchange_weak(old, (old & has_waiters) | cancelled, std::memory_order_acq_rel)) break;
   }
   destroy_callable();
-  notify_terminal(old);
+  notify_terminal(old, by_runner);
   return true;
 }
 
@@ -107,7 +107,7 @@ bool scheduled_task_base::cancel() noexcept {
         if (removed) release(); // the queue's reference; ours (the caller's handle) remains
         METRONOME_TEST_HOOK(hook_point::handle_before_completions);
         destroy_callable();
-        notify_terminal(s);
+        notify_terminal(s, false); // waits complete elsewhere, never inside cancel()
         // The pool exists: a removal keeps it from terminating until this (in transit).
         if (removed) pool()->cancel_delivered();
         return true;
@@ -127,7 +127,7 @@ bool scheduled_task_base::reset(clock::duration delay) noexcept {
   return pool()->on_reset_locked(this, delay);
 }
 
-void scheduled_task_base::notify_terminal(std::uint32_t old_state) noexcept {
+void scheduled_task_base::notify_terminal(std::uint32_t old_state, bool by_runner) noexcept {
   if (old_state & has_waiters) {
     auto& st = stripe_for(this);
     { std::lock_guard lk(st.mtx); }
@@ -136,7 +136,7 @@ void scheduled_task_base::notify_terminal(std::uint32_t old_state) noexcept {
   completion_hook* h = hooks_.exchange(hooks_closed, std::memory_order_acq_rel);
   while (h && h != hooks_closed) {
     completion_hook* next = h->next_;
-    h->on_complete();
+    h->on_complete(by_runner);
     h = next;
   }
 }

@@ -16,6 +16,8 @@ namespace {
 thread_local const serial_core* current_drain = nullptr;
 }
 
+void post_to_timing_pool(task_base* t) noexcept { default_timer_pool().post(t, false, true); }
+
 pool_core& default_timer_pool() {
   // A bare engine, without the public pool around it: only its delay queue is used.
   struct timer_pool {

@@ -2,6 +2,7 @@
 
 #include <metronome/manual_clock.hpp>
 #include <metronome/scheduled_thread_pool.hpp>
+#include <metronome/serial_executor.hpp>
 
 #include "common/counting_executor.hpp"
 #include "common/exception_log.hpp"
@@ -10,6 +11,7 @@
 
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
 
 #include <boost/test/unit_test.hpp>
 
@@ -17,6 +19,7 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <future>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -206,6 +209,111 @@ BOOST_AUTO_TEST_CASE(async_waits_completing_onto_a_dying_io_context_leave_it_alo
     f.async_wait(boost::asio::bind_executor(io, [ran](std::exception_ptr, int) { ran(); }));
     mp.clock.advance(1ms);
   });
+}
+
+// A wait ended by anything but the thread that ran the task never runs inside the call
+// that ended it: a caller may hold a lock its handler takes. With no executor of its own
+// the handler runs on the process-wide timing pool; with one, it is posted there.
+namespace {
+struct ended_elsewhere {
+  std::atomic<bool> inside{false}; // the ending call is under way
+  // (ran inside the call: on its thread while it was under way; got cancelled_error)
+  std::promise<std::pair<bool, bool>> seen;
+  std::thread::id caller = std::this_thread::get_id();
+  std::atomic<bool> same_thread{false};
+
+  auto handler() {
+    return [this](std::exception_ptr e) {
+      bool cancelled = false;
+      try {
+        if (e) std::rethrow_exception(e);
+      } catch (const metronome::cancelled_error&) {
+        cancelled = true;
+      } catch (...) {
+      }
+      same_thread = std::this_thread::get_id() == caller;
+      seen.set_value({inside.load() && same_thread.load(), cancelled});
+    };
+  }
+  template <class F>
+  void end_with(F&& call) {
+    inside = true;
+    call();
+    inside = false;
+  }
+  void check() {
+    auto f = seen.get_future();
+    BOOST_REQUIRE(f.wait_for(10s) == std::future_status::ready);
+    auto [ran_inside, cancelled] = f.get();
+    BOOST_TEST(!ran_inside);
+    BOOST_TEST(cancelled);
+    BOOST_TEST(!same_thread.load());
+  }
+};
+} // namespace
+
+BOOST_AUTO_TEST_CASE(a_wait_with_no_executor_never_runs_inside_cancel) {
+  manual_pool mp;
+  ended_elsewhere e;
+  auto f = mp.pool.schedule([] {}, 1h);
+  f.async_wait(e.handler());
+  e.end_with([&] { BOOST_TEST(f.cancel()); });
+  e.check();
+  // Queued to run (out of the delay queue) when cancelled: the same.
+  metronome::test::gate g;
+  metronome::test::counter started;
+  BOOST_REQUIRE(metronome::test::occupy_worker(mp.pool, g, started));
+  auto q = mp.pool.schedule([] {}, 0ms);
+  ended_elsewhere e2;
+  q.async_wait(e2.handler());
+  e2.end_with([&] { BOOST_TEST(q.cancel()); });
+  g.open();
+  e2.check();
+}
+
+BOOST_AUTO_TEST_CASE(a_wait_ended_by_shutdown_now_or_the_pool_destructor_never_runs_inside_it) {
+  ended_elsewhere by_shutdown, by_destructor;
+  {
+    manual_pool mp;
+    auto f = mp.pool.schedule([] {}, 1h);
+    f.async_wait(by_shutdown.handler());
+    by_shutdown.end_with([&] { mp.pool.shutdown_now(); });
+  }
+  by_shutdown.check();
+  auto mp = std::make_unique<manual_pool>();
+  auto f = mp->pool.schedule([] {}, 1h);
+  f.async_wait(by_destructor.handler());
+  by_destructor.end_with([&] { mp.reset(); });
+  by_destructor.check();
+}
+
+BOOST_AUTO_TEST_CASE(a_wait_ended_by_dispose_never_runs_inside_it) {
+  manual_pool mp;
+  ended_elsewhere e;
+  auto serial = metronome::make_serial_executor(mp.pool);
+  auto f = serial.schedule([] {}, 1h);
+  f.async_wait(e.handler());
+  e.end_with([&] { serial.dispose(); });
+  e.check();
+}
+
+// With an executor of its own, a cancel from inside that executor posts the completion
+// rather than dispatching it into the cancelling handler.
+BOOST_AUTO_TEST_CASE(a_wait_bound_to_an_io_context_is_posted_when_cancelled_from_that_io_context) {
+  manual_pool mp;
+  boost::asio::io_context io;
+  auto f = mp.pool.schedule([] { return 1; }, 1h);
+  std::vector<std::string> order;
+  f.async_wait(boost::asio::bind_executor(io, [&](std::exception_ptr e, int) {
+    order.push_back(e ? "completion" : "completion without error");
+  }));
+  boost::asio::post(io, [&] {
+    order.push_back("cancel");
+    BOOST_TEST(f.cancel());
+    order.push_back("after cancel");
+  });
+  io.run();
+  BOOST_TEST(order == (std::vector<std::string>{"cancel", "after cancel", "completion"}), boost::test_tools::per_element());
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -21,15 +21,23 @@
 namespace metronome::detail {
 
 // Called once when a scheduled task reaches a terminal state (async_wait).
+// `by_runner`: the thread that ran the task is ending it (its last run returned, threw,
+// or saw a cancel); false for every other ending (cancel(), dispose(), shutdown_now(),
+// the pool's destruction), whose completions never run inside the call that caused it.
 struct completion_hook {
   completion_hook* next_ = nullptr;
-  virtual void on_complete() noexcept = 0;
+  virtual void on_complete(bool by_runner) noexcept = 0;
 
 protected:
   ~completion_hook() = default;
 };
 
 class scheduled_task_base;
+
+// Runs `t` on the process-wide timing pool (the completion of a wait whose handler has no
+// executor of its own, ended by a call that must not run it inline). Never throws; if
+// that pool is stopped (process exit), `t` is discarded: complete(false).
+void post_to_timing_pool(task_base* t) noexcept;
 
 // Where a due scheduled task goes instead of running on the pool that timed it: a
 // serial executor's queue.
@@ -123,15 +131,16 @@ public:
 
   // Pool-side operations.
   bool try_start() noexcept;        // pending -> running
-  void finish() noexcept;           // running -> done (value or error stored)
-  bool finish_cancelled() noexcept; // pending/running -> cancelled, destroys callable
+  void finish() noexcept;           // running -> done (value or error stored), by its runner
+  // pending/running -> cancelled, destroys callable. `by_runner`: see completion_hook.
+  bool finish_cancelled(bool by_runner = false) noexcept;
   bool try_rearm() noexcept;        // running -> pending unless cancel requested
   // pending -> cancelled, without the rest of finish_cancelled(): for a caller holding a
   // lock that notifications must not run under. complete_cancel(old) finishes it.
   bool begin_cancel(std::uint32_t& old) noexcept;
   void complete_cancel(std::uint32_t old) noexcept {
     destroy_callable();
-    notify_terminal(old);
+    notify_terminal(old, false);
   }
   void set_error(std::exception_ptr e) noexcept { error_ = std::move(e); }
   // The exception of the last run (pool side, while it runs: failure() reads the phase).
@@ -151,7 +160,7 @@ protected:
   std::exception_ptr error_;
 
 private:
-  void notify_terminal(std::uint32_t old_state) noexcept;
+  void notify_terminal(std::uint32_t old_state, bool by_runner) noexcept;
   static void complete_thunk(task_base* t, unsigned action);
 
   pool_anchor* anchor_;

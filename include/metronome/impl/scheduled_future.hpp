@@ -27,21 +27,35 @@ template <class R>
 using wait_signature = typename wait_signature_of<R>::type;
 
 // Holds the handler of one async_wait until the task ends, then hands the result to
-// the handler's associated executor.
+// the handler's associated executor. Completed by the thread that ran the task, it
+// dispatches (a handler with no executor of its own runs right there); ended by any
+// other call (cancel(), dispose(), shutdown_now(), the pool's destruction), it never
+// runs inside that call: posted to the handler's executor, or, with none, run by the
+// process-wide timing pool (through `repost_`, a node inside this one: no allocation).
 template <class R, class Handler>
 class wait_hook final : public completion_hook,
                         public handler_op<wait_hook<R, Handler>, Handler, boost::asio::system_executor> {
   using handler_base = handler_op<wait_hook, Handler, boost::asio::system_executor>;
   friend handler_base;
+  static constexpr bool has_own_executor =
+      !std::is_same_v<boost::asio::associated_executor_t<Handler, boost::asio::system_executor>,
+                      boost::asio::system_executor>;
 
 public:
   wait_hook(Handler&& h, scheduled_task_base* task)
-      : handler_base(std::move(h), boost::asio::system_executor()), task_(task) {
+      : handler_base(std::move(h), boost::asio::system_executor()), task_(task), repost_(this) {
     this->hold_work();
     task_->add_ref();
   }
 
-  void on_complete() noexcept override { deliver(false); }
+  void on_complete(bool by_runner) noexcept override {
+    if (by_runner)
+      deliver(false);
+    else if constexpr (has_own_executor)
+      deliver(true);
+    else
+      post_to_timing_pool(&repost_);
+  }
 
   // `immediate`: the task had already ended at initiation; never run the handler
   // inside the initiating function.
@@ -53,6 +67,14 @@ public:
   }
 
 private:
+  // Runs the completion on the timing pool's thread (discarded - that pool stopped at
+  // process exit - it still completes, on the discarding thread: never lost).
+  struct repost_node final : task_base {
+    explicit repost_node(wait_hook* o) noexcept : task_base(&run), owner(o) {}
+    static void run(task_base* t, unsigned) { static_cast<repost_node*>(t)->owner->deliver(false); }
+    wait_hook* owner;
+  };
+
   static void release_node(wait_hook* h) noexcept { handler_base::destroy(h); }
 
   auto result(const std::exception_ptr& e) {
@@ -69,6 +91,7 @@ private:
   }
 
   scheduled_task_base* task_;
+  repost_node repost_;
 };
 
 } // namespace detail
@@ -77,8 +100,11 @@ private:
  * Completes with `void(std::exception_ptr)` (R = void) or `void(std::exception_ptr, R)`
  * when the task ends: a null pointer and the value; the task's exception; or a
  * `cancelled_error`. So `co_await f.async_wait(boost::asio::use_awaitable)` returns
- * the value or rethrows. The handler runs on its associated executor (inline on the
- * completing pool thread when it has none), allocated with its associated allocator;
+ * the value or rethrows. The handler runs on its associated executor: dispatched from
+ * the thread that ran the task when its run ends it (inline there when it has none);
+ * posted when anything else ends it (`cancel()`, `dispose()`, `shutdown_now()`, the
+ * pool's destructor), and with no executor of its own run by the process-wide timing
+ * pool - never inside the call that ended the task. Allocated with its associated allocator;
  * outstanding work on that executor is held until the completion has been handed to
  * it (Asio's rule). A handler that throws is reported to the exception handler of the
  * pool whose thread runs it (else printed to stderr). Any number of waits may be
