@@ -16,7 +16,21 @@ namespace {
 thread_local const serial_core* current_drain = nullptr;
 }
 
-void post_to_timing_pool(task_base* t) noexcept { default_timer_pool().post(t, false, true); }
+namespace {
+// Set once the timing pool is destroyed (static destruction at exit): trivially
+// destructible, so it can still be read by whatever static is destroyed after it.
+constinit std::atomic<bool> timer_pool_gone{false};
+} // namespace
+
+void post_to_timing_pool(task_base* t) noexcept {
+  // A pool destroyed at exit after the timing pool (made before it) has nowhere to post:
+  // its waits complete here, on the thread running the destructors - never lost.
+  if (timer_pool_gone.load(std::memory_order_acquire)) {
+    t->complete(true);
+    return;
+  }
+  default_timer_pool().post(t, false, true);
+}
 
 pool_core& default_timer_pool() {
   // A bare engine, without the public pool around it: only its delay queue is used.
@@ -27,7 +41,10 @@ pool_core& default_timer_pool() {
       o.thread_name_prefix = "mtr-timer";
       return o;
     }()};
-    ~timer_pool() { core.close(); }
+    ~timer_pool() {
+      core.close();
+      timer_pool_gone.store(true, std::memory_order_release);
+    }
   };
   static timer_pool pool;
   // fork(): the child gets the pool with its mutex free and its thread started anew, so
