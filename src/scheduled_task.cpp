@@ -133,7 +133,13 @@ void scheduled_task_base::notify_terminal(std::uint32_t old_state, bool by_runne
     { std::lock_guard lk(st.mtx); }
     st.cv.notify_all();
   }
-  completion_hook* h = hooks_.exchange(hooks_closed, std::memory_order_acq_rel);
+  // No waits (the common case): closed without a lock. Else under the stripe mutex, which
+  // every change of a non-empty list holds: the list is ours once closed.
+  completion_hook* h = nullptr;
+  if (!hooks_.compare_exchange_strong(h, hooks_closed, std::memory_order_acq_rel)) {
+    std::lock_guard lk(stripe_for(this).mtx);
+    h = hooks_.exchange(hooks_closed, std::memory_order_acq_rel);
+  }
   while (h && h != hooks_closed) {
     completion_hook* next = h->next_;
     h->on_complete(by_runner);
@@ -141,13 +147,34 @@ void scheduled_task_base::notify_terminal(std::uint32_t old_state, bool by_runne
   }
 }
 
+// The list of waits: changed only under the task's stripe mutex, except that the task's
+// ending closes an empty list with a CAS (which add_hook's CAS, from empty, races fairly).
 bool scheduled_task_base::add_hook(completion_hook* h) noexcept {
+  std::lock_guard lk(stripe_for(this).mtx);
   completion_hook* head = hooks_.load(std::memory_order_acquire);
   do {
     if (head == hooks_closed) return false;
     h->next_ = head;
   } while (!hooks_.compare_exchange_weak(head, h, std::memory_order_acq_rel));
   return true;
+}
+
+bool scheduled_task_base::remove_hook(completion_hook* h) noexcept {
+  std::lock_guard lk(stripe_for(this).mtx);
+  completion_hook* head = hooks_.load(std::memory_order_acquire);
+  if (head == hooks_closed || head == nullptr) return false;
+  // Non-empty and not closed: nobody else changes the list while we hold the mutex.
+  if (head == h) {
+    hooks_.store(h->next_, std::memory_order_release);
+    return true;
+  }
+  for (completion_hook* p = head; p->next_; p = p->next_) {
+    if (p->next_ == h) {
+      p->next_ = h->next_;
+      return true;
+    }
+  }
+  return false;
 }
 
 void scheduled_task_base::wait() const {

@@ -3,15 +3,25 @@
 #include <metronome/manual_clock.hpp>
 #include <metronome/scheduled_thread_pool.hpp>
 #include <metronome/serial_executor.hpp>
+#include <metronome/async_delay.hpp>
+#include <metronome/cancel_after.hpp>
 
 #include "common/counting_executor.hpp"
 #include "common/exception_log.hpp"
 #include "common/io_churn.hpp"
 #include "common/latch_task.hpp"
+#include "common/poll_until.hpp"
 
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/use_future.hpp>
 
 #include <boost/test/unit_test.hpp>
 
@@ -314,6 +324,106 @@ BOOST_AUTO_TEST_CASE(a_wait_bound_to_an_io_context_is_posted_when_cancelled_from
   });
   io.run();
   BOOST_TEST(order == (std::vector<std::string>{"cancel", "after cancel", "completion"}), boost::test_tools::per_element());
+}
+
+// Per-operation cancellation abandons the wait, never the task: the handler completes
+// with operation_aborted (posted), the task runs, other waits still get its value.
+namespace {
+bool is_aborted(const std::exception_ptr& e) {
+  try {
+    if (e) std::rethrow_exception(e);
+  } catch (const boost::system::system_error& se) {
+    return se.code() == boost::asio::error::operation_aborted;
+  } catch (...) {
+  }
+  return false;
+}
+} // namespace
+
+BOOST_AUTO_TEST_CASE(per_operation_cancellation_abandons_the_wait_not_the_task) {
+  manual_pool mp;
+  boost::asio::io_context io;
+  auto f = mp.pool.schedule([] { return 5; }, 1s);
+  boost::asio::cancellation_signal sig;
+  std::vector<std::string> order;
+  int other = 0;
+  f.async_wait(boost::asio::bind_cancellation_slot(
+      sig.slot(), boost::asio::bind_executor(io, [&](std::exception_ptr e, int v) {
+        order.push_back(is_aborted(e) && v == 0 ? "aborted" : "not aborted");
+      })));
+  f.async_wait(boost::asio::bind_executor(io, [&](std::exception_ptr e, int v) { other = e ? -1 : v; }));
+  boost::asio::post(io, [&] {
+    order.push_back("emit");
+    sig.emit(boost::asio::cancellation_type::terminal);
+    order.push_back("after emit"); // posted, never inside the emission
+  });
+  while (order.size() < 3) io.run_one(); // the other wait holds work on io: run() would not return
+  BOOST_TEST(order == (std::vector<std::string>{"emit", "after emit", "aborted"}), boost::test_tools::per_element());
+  BOOST_TEST(!f.is_done()); // the task goes on
+  sig.emit(boost::asio::cancellation_type::terminal); // a second emission: nothing left to do
+  mp.clock.advance(1s);
+  BOOST_TEST(f.get() == 5);
+  io.run();
+  BOOST_TEST(other == 5);
+}
+
+BOOST_AUTO_TEST_CASE(a_wait_races_its_cancellation_and_completes_exactly_once) {
+  metronome::scheduled_thread_pool pool(2);
+  boost::asio::io_context io;
+  constexpr int rounds = 3000;
+  int completions = 0, aborted = 0, valued = 0;
+  for (int i = 0; i < rounds; ++i) {
+    auto sig = std::make_shared<boost::asio::cancellation_signal>();
+    auto f = pool.submit([i] { return i; });
+    f.async_wait(boost::asio::bind_cancellation_slot(
+        sig->slot(), boost::asio::bind_executor(io, [&, i](std::exception_ptr e, int v) {
+          ++completions;
+          if (is_aborted(e))
+            ++aborted;
+          else if (!e && v == i)
+            ++valued;
+        })));
+    boost::asio::post(io, [sig] { sig->emit(boost::asio::cancellation_type::terminal); });
+    io.run();
+    io.restart();
+    BOOST_REQUIRE(completions == i + 1);
+  }
+  BOOST_TEST(aborted + valued == rounds);
+  BOOST_TEST_MESSAGE("aborted " << aborted << ", completed with the value " << valued);
+}
+
+BOOST_AUTO_TEST_CASE(a_wait_in_an_awaitable_or_and_under_cancel_after_ends_on_time) {
+  using namespace boost::asio::experimental::awaitable_operators;
+  manual_pool mp;
+  auto f = mp.pool.schedule([] { return 3; }, 1h);
+  auto raced = boost::asio::co_spawn(
+      mp.pool,
+      [&]() -> boost::asio::awaitable<std::size_t> {
+        auto r = co_await (f.async_wait(boost::asio::use_awaitable) ||
+                           metronome::async_delay(mp.pool, 10ms, boost::asio::use_awaitable));
+        co_return r.index();
+      },
+      boost::asio::use_future);
+  auto timed = boost::asio::co_spawn(
+      mp.pool,
+      [&]() -> boost::asio::awaitable<bool> {
+        try {
+          co_await f.async_wait(metronome::cancel_after(20ms, boost::asio::use_awaitable));
+        } catch (const boost::system::system_error& e) {
+          co_return e.code() == boost::asio::error::operation_aborted;
+        }
+        co_return false;
+      },
+      boost::asio::use_future);
+  // Both coroutines waiting: the task, the delay and cancel_after's timer in the queue.
+  BOOST_REQUIRE(metronome::test::poll_until([&] { return mp.pool.stats().delayed_queued == 3u; }));
+  mp.clock.advance(10ms);
+  BOOST_TEST(raced.get() == 1u); // the delay won; the abandoned wait let the || end
+  BOOST_TEST((timed.wait_for(20ms) == std::future_status::timeout));
+  mp.clock.advance(10ms);
+  BOOST_TEST(timed.get());
+  BOOST_TEST(!f.is_done()); // neither touched the task
+  BOOST_TEST(f.cancel());
 }
 
 BOOST_AUTO_TEST_SUITE_END()

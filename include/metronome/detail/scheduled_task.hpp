@@ -126,6 +126,8 @@ public:
   clock::duration delay() const noexcept;
   // false when the task already ended (the caller delivers the result itself).
   bool add_hook(completion_hook* h) noexcept;
+  // Takes h out of the list if the task has not ended (then the caller completes it).
+  bool remove_hook(completion_hook* h) noexcept;
   std::exception_ptr failure() const; // cancelled_error, the task's exception, or null
   void rethrow_if_failed() const;
 

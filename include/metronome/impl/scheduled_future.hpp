@@ -5,7 +5,10 @@
 #include <metronome/detail/handler_op.hpp>
 
 #include <boost/asio/async_result.hpp>
+#include <boost/asio/cancellation_type.hpp>
+#include <boost/asio/error.hpp>
 #include <boost/asio/system_executor.hpp>
+#include <boost/system/system_error.hpp>
 
 #include <exception>
 #include <tuple>
@@ -32,6 +35,12 @@ using wait_signature = typename wait_signature_of<R>::type;
 // other call (cancel(), dispose(), shutdown_now(), the pool's destruction), it never
 // runs inside that call: posted to the handler's executor, or, with none, run by the
 // process-wide timing pool (through `repost_`, a node inside this one: no allocation).
+// Per-operation cancellation (any type: abandoning a wait does nothing to the task)
+// takes the hook out of the task's list, if the task has not ended, and completes it
+// with operation_aborted, posted. Whoever takes the hook out of the list (the task's
+// ending, or the cancellation; under the task's stripe mutex) completes it, once.
+// The hook holds a reference on the task until it is destroyed, so the slot's handler,
+// which reaches the task, never meets a freed one.
 template <class R, class Handler>
 class wait_hook final : public completion_hook,
                         public handler_op<wait_hook<R, Handler>, Handler, boost::asio::system_executor> {
@@ -46,7 +55,9 @@ public:
       : handler_base(std::move(h), boost::asio::system_executor()), task_(task), repost_(this) {
     this->hold_work();
     task_->add_ref();
+    this->template connect_slot<canceller>(this);
   }
+  ~wait_hook() { task_->release(); }
 
   void on_complete(bool by_runner) noexcept override {
     if (by_runner)
@@ -62,11 +73,28 @@ public:
   void deliver(bool immediate) noexcept {
     std::exception_ptr e = task_->failure();
     auto args = std::tuple_cat(std::make_tuple(e), result(e));
-    std::exchange(task_, nullptr)->release();
     std::apply([&](auto&... a) { this->complete_with(!immediate, std::move(a)...); }, args);
   }
 
 private:
+  struct canceller {
+    explicit canceller(wait_hook* h) noexcept : self(h) {}
+    wait_hook* self;
+    void operator()(boost::asio::cancellation_type_t type) const noexcept {
+      if (type != boost::asio::cancellation_type::none && self->task_->remove_hook(self)) self->abort();
+    }
+  };
+
+  // Taken out of the task's list by a cancellation: the task goes on, the wait ends.
+  void abort() noexcept {
+    std::exception_ptr e =
+        std::make_exception_ptr(boost::system::system_error(boost::asio::error::operation_aborted));
+    if constexpr (std::is_void_v<R>)
+      this->complete_with(false, std::move(e));
+    else
+      this->complete_with(false, std::move(e), R{});
+  }
+
   // Runs the completion on the timing pool's thread (discarded - that pool stopped at
   // process exit - it still completes, on the discarding thread: never lost).
   struct repost_node final : task_base {
