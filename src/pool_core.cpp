@@ -193,6 +193,7 @@ void pool_core::worker_main(worker& w) {
   for (;;) {
     task_base* t = next_task(w);
     if (!t) break;
+    METRONOME_TEST_HOOK(hook_point::worker_after_take);
     run_task(w, t);
     if (this_thread_orphaned) {
       this_thread_orphaned = false;
@@ -217,7 +218,10 @@ void pool_core::worker_main(worker& w) {
 
 task_base* pool_core::next_task(worker& w) {
   for (;;) {
-    if (w.local_head && ((++w.tick % shared_look_every) != 0 || !ready_.maybe_nonempty())) return pop_local(w);
+    // After shutdown_now() nothing more starts: this thread's continuations (defer) stay
+    // behind and are dropped, and reported, when it exits.
+    const bool local = w.local_head && !stopped_.load(std::memory_order_acquire);
+    if (local && ((++w.tick % shared_look_every) != 0 || !ready_.maybe_nonempty())) return pop_local(w);
 
     clock::rep nd = next_due_.load(std::memory_order_relaxed);
     if (nd != no_due && !manual_) {
@@ -229,7 +233,7 @@ task_base* pool_core::next_task(worker& w) {
       if (ready_.maybe_nonempty()) maybe_wake_after_push(); // more queued: get help
       return t;
     }
-    if (w.local_head) return pop_local(w);
+    if (local) return pop_local(w);
 
     // Spin briefly: a producer that sees a spinning worker does not wake anybody.
     spinning_.fetch_add(1, std::memory_order_seq_cst);
@@ -402,11 +406,10 @@ void pool_core::maybe_wake_after_push() noexcept {
 
 // ---------------------------------------------------------------- running
 
+// A task this worker took runs, even when shutdown_now() came in between: it was taken
+// before shutdown_now() emptied the queue, so it is not among the tasks returned, and
+// dropping it here lost it (the README: a task a worker had already taken still runs).
 void pool_core::run_task(worker& w, task_base* t) noexcept {
-  if (stopped_.load(std::memory_order_acquire)) {
-    discard_task(t, "metronome: work dropped: the pool was shut down now");
-    return;
-  }
   w.busy.store(true, std::memory_order_relaxed);
   if (t->is_scheduled()) {
     auto* st = static_cast<scheduled_task_base*>(t);

@@ -89,6 +89,24 @@ BOOST_AUTO_TEST_CASE(a_push_between_the_last_spin_and_the_park_is_not_lost) {
   BOOST_CHECK(poll_until([&] { return ran.load(); }, 10s));
 }
 
+// shutdown_now() against a worker that already took a task: the task is not in the
+// queue shutdown_now() empties, so it is not returned; it must run (it was dropped).
+BOOST_AUTO_TEST_CASE(a_task_taken_before_shutdown_now_still_runs) {
+  scheduled_thread_pool pool(1);
+  hook_stop stop(hook_point::worker_after_take);
+  arm_workers(pool);
+  std::atomic<bool> ran{false};
+  auto f = pool.submit([&] { ran = true; });
+  BOOST_REQUIRE(stop.arrived()); // taken, not started
+  auto returned = pool.shutdown_now();
+  BOOST_TEST(returned.empty());
+  stop.release();
+  pool.join();
+  BOOST_TEST(ran.load());
+  BOOST_TEST(f.is_done());
+  BOOST_TEST(!f.is_cancelled());
+}
+
 // Push and wake: a producer stopped after its push, before it looks for sleepers, while
 // the worker parks; when it goes on it wakes the sleeper.
 BOOST_AUTO_TEST_CASE(a_producer_stopped_before_its_wake_up_still_wakes_the_parked_worker) {

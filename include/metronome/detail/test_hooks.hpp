@@ -32,6 +32,7 @@ enum class hook_point {
   wheel_handover_after_unlock, // a cancel()/reset() let go of the wheel's mutex; its due timeouts not yet handed over
   worker_after_idle_point,     // the last awake worker (auto-advancing manual clock) let the clock decide; mutex not re-taken
   delayed_submit_before_lock,  // a delayed task is about to be pushed into the heap; the pool mutex not yet taken
+  worker_after_take,           // a worker took a task from a queue and has not started it
 };
 
 using hook_function = void (*)(hook_point);
