@@ -410,6 +410,12 @@ void pool_core::maybe_wake_after_push() noexcept {
 // before shutdown_now() emptied the queue, so it is not among the tasks returned, and
 // dropping it here lost it (the README: a task a worker had already taken still runs).
 void pool_core::run_task(worker& w, task_base* t) noexcept {
+  // An async_delay wait after shutdown_now(): discarded here, on a pool thread (see
+  // shutdown_now()): nothing more starts, its handler included.
+  if (t->kind_ == task_kind::wait && stopped_.load(std::memory_order_acquire)) {
+    t->complete(false);
+    return;
+  }
   w.busy.store(true, std::memory_order_relaxed);
   if (t->is_scheduled()) {
     auto* st = static_cast<scheduled_task_base*>(t);

@@ -149,8 +149,18 @@ pool_core::taken_tasks pool_core::shutdown_now() {
     std::lock_guard lk(mtx_);
     shutdown_.store(true);
     stopped_.store(true);
+    // async_delay waits are not returned: they go back to the ready queue, aborted, and a
+    // worker discards them (their handlers destroyed unrun, on the pool's own threads).
+    // Completed here, on the caller's thread, a wait's node was freed while a task on the
+    // pool - the handler's context - could still be emitting on its cancellation slot.
+    task_chain waits;
     timed_node* delayed = nullptr;
     heap_.drain([&](timed_node* n) {
+      if (n->kind_ == task_kind::wait) {
+        static_cast<wait_node*>(n)->aborted_ = true;
+        waits.append(n);
+        return;
+      }
       link_front(delayed, n);
       ++count;
     });
@@ -159,6 +169,10 @@ pool_core::taken_tasks pool_core::shutdown_now() {
     ready_.consumer_lock().lock();
     for (;;) {
       if (task_base* t = ready_.pop_locked()) {
+        if (t->kind_ == task_kind::wait) {
+          waits.append(t);
+          continue;
+        }
         t->next_.store(ready, std::memory_order_relaxed);
         ready = t;
         ++count;
@@ -168,6 +182,7 @@ pool_core::taken_tasks pool_core::shutdown_now() {
       std::this_thread::yield(); // a producer between its exchange and its link
     }
     ready_.consumer_lock().unlock();
+    if (waits.count) ready_.push_chain(waits.first, waits.last, waits.count);
     // Both chains are newest first: `ready` reversed, then `delayed` reversed after it.
     taken = reversed(ready);
     task_base* tail = taken;

@@ -253,6 +253,41 @@ BOOST_AUTO_TEST_CASE(shutdown_aborts_pending_and_later_waits) {
   pool.join();
 }
 
+// shutdown_now() with a wait pending whose handler's context is the pool itself, and a
+// task on the pool (that context) emitting on the wait's slot after shutdown_now()
+// returned: the wait's node must still be alive then (it was freed, on the caller's
+// thread, by shutdown_now(): heap-use-after-free under ASan). Its handler is destroyed
+// unrun, on a pool thread, and the pool terminates.
+BOOST_AUTO_TEST_CASE(a_wait_dropped_by_shutdown_now_is_discarded_on_the_pool_not_under_an_emitter) {
+  metronome::test::exception_log log; // the dropped completion is reported as rejected
+  metronome::pool_options o = metronome::pool_options::single_thread();
+  o.exception_handler = log.handler();
+  scheduled_thread_pool pool(o);
+  asio::cancellation_signal sig;
+  std::atomic<int> called{0};
+  auto alive = std::make_shared<int>(0);
+  std::weak_ptr<int> handler_state = alive;
+  async_delay(pool, 1h, asio::bind_cancellation_slot(sig.slot(), [&called, alive](boost::system::error_code) {
+                ++called;
+              }));
+  alive.reset();
+  metronome::test::gate go;
+  metronome::test::counter started;
+  asio::post(pool, [&] {
+    started.add();
+    go.wait();
+    for (int i = 0; i < 3; ++i) sig.emit(asio::cancellation_type::terminal); // the handler's context
+  });
+  BOOST_REQUIRE(started.wait_for_at_least(1));
+  auto rest = pool.shutdown_now();
+  BOOST_TEST(rest.empty()); // a wait is not a task
+  BOOST_TEST(!handler_state.expired()); // not destroyed on this thread, under the emitter
+  go.open();
+  pool.join();
+  BOOST_TEST(called.load() == 0);          // nothing more starts
+  BOOST_TEST(handler_state.expired());     // destroyed unrun, on the pool
+}
+
 BOOST_AUTO_TEST_CASE(handles_are_awaitable) {
   scheduled_thread_pool pool(2);
   auto value = pool.schedule([] { return 21; }, 2ms);
