@@ -412,7 +412,8 @@ void pool_core::maybe_wake_after_push() noexcept {
 void pool_core::run_task(worker& w, task_base* t) noexcept {
   // An async_delay wait after shutdown_now(): discarded here, on a pool thread (see
   // shutdown_now()): nothing more starts, its handler included.
-  if (t->kind_ == task_kind::wait && stopped_.load(std::memory_order_acquire)) {
+  if ((t->kind_ == task_kind::wait || t->kind_ == task_kind::completion) &&
+      stopped_.load(std::memory_order_acquire)) {
     t->complete(false);
     return;
   }

@@ -169,7 +169,7 @@ pool_core::taken_tasks pool_core::shutdown_now() {
     ready_.consumer_lock().lock();
     for (;;) {
       if (task_base* t = ready_.pop_locked()) {
-        if (t->kind_ == task_kind::wait) {
+        if (t->kind_ == task_kind::wait || t->kind_ == task_kind::completion) {
           waits.append(t);
           continue;
         }
@@ -183,6 +183,7 @@ pool_core::taken_tasks pool_core::shutdown_now() {
     }
     ready_.consumer_lock().unlock();
     if (waits.count) ready_.push_chain(waits.first, waits.last, waits.count);
+    ++in_transit_; // until the wheels over this pool have queued their aborted waits
     // Both chains are newest first: `ready` reversed, then `delayed` reversed after it.
     taken = reversed(ready);
     task_base* tail = taken;
@@ -193,6 +194,17 @@ pool_core::taken_tasks pool_core::shutdown_now() {
     else
       taken = d;
     wake_all_locked();
+  }
+  // The wheels over this pool abort their pending waits, as for shutdown(): each goes to
+  // the ready queue, where a worker discards it (their handlers destroyed unrun). A wait
+  // left in a wheel kept the pool from terminating: join() never returned.
+  {
+    std::lock_guard lk(wheels_mtx_);
+    for (pool_shutdown_listener* w : wheels_) w->on_pool_shutdown();
+  }
+  {
+    std::lock_guard lk(mtx_);
+    leave_transit_locked();
   }
   return taken_tasks{taken, count};
 }

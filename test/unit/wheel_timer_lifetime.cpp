@@ -251,6 +251,43 @@ BOOST_AUTO_TEST_CASE(the_pool_s_shutdown_aborts_the_waits_of_a_wheel_over_it) {
 }
 
 
+// shutdown_now(): the waits of a wheel over the pool - pending in the wheel, or due and
+// queued on the pool - are neither returned nor run: their handlers are destroyed
+// unrun, and the pool terminates (a wait left in the wheel kept join() waiting for ever;
+// one queued on the pool came back as a pending_task that held the pool until run).
+BOOST_AUTO_TEST_CASE(shutdown_now_discards_the_waits_of_a_wheel_over_it_and_the_pool_terminates) {
+  metronome::manual_clock clock;
+  metronome::pool_options o = metronome::pool_options::single_thread();
+  o.time_source = &clock;
+  o.exception_handler = [](std::exception_ptr) {};
+  scheduled_thread_pool pool(o);
+  metronome::wheel_options wo;
+  wo.time_source = &clock;
+  wheel_timer wheel(pool, wo);
+  std::atomic<int> calls{0};
+  auto state = std::make_shared<int>(0);
+  std::weak_ptr<int> handlers_alive = state;
+  auto handler = [&calls, &state] { return [&calls, s = state](error_code) { calls.fetch_add(1); }; };
+  metronome::test::gate busy;
+  metronome::test::counter busy_started;
+  BOOST_REQUIRE(metronome::test::occupy_worker(pool, busy, busy_started));
+  wheel.async_wait(1h, handler());  // stays in the wheel
+  wheel.async_wait(1ms, handler()); // due: queued on the pool behind the busy task
+  state.reset();
+  std::atomic<int> timeout_runs{0};
+  wheel.schedule([&] { timeout_runs.fetch_add(1); }, 1ms); // a due timeout: a task, returned
+  clock.advance(1ms);
+  BOOST_REQUIRE(metronome::test::poll_until([&] { return pool.stats().ready_queued >= 2u; }));
+  auto rest = pool.shutdown_now();
+  BOOST_CHECK_EQUAL(rest.size(), 1u); // the timeout; no wait
+  busy.open();
+  BOOST_CHECK(pool.await_termination(10s)); // while `rest` is alive
+  BOOST_CHECK_EQUAL(calls.load(), 0);
+  BOOST_CHECK(handlers_alive.expired());
+  for (auto& t : rest) t();
+  BOOST_CHECK_EQUAL(timeout_runs.load(), 1);
+}
+
 // The pool must outlive a running wheel over it; a stopped one hands it nothing more,
 // so the pool may go first (its handles, and the wheel's destructor, stay safe).
 BOOST_AUTO_TEST_CASE(a_stopped_wheel_may_outlive_its_pool) {

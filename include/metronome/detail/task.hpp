@@ -21,7 +21,11 @@ class pool_core;
 
 // op: fire-and-forget executor work; one_shot/periodic: scheduled_task_base;
 // wait: an async_delay.
-enum class task_kind : std::uint8_t { op, one_shot, periodic, wait };
+// op: executor work; one_shot/periodic: the typed API's tasks; wait: an async_delay
+// wait (also in the delay queue); completion: another library completion queued on the
+// pool (a wheel's async_wait). Waits and completions are not tasks: shutdown_now() never
+// returns them, a worker discards them once the pool is stopped.
+enum class task_kind : std::uint8_t { op, one_shot, periodic, wait, completion };
 
 // A node in the ready queue. `complete(run=true)` invokes and frees it;
 // `complete(run=false)` frees it without invoking (shutdown_now, dispose).

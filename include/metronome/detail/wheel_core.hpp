@@ -40,7 +40,9 @@ public:
   // refs: 1 for the wheel, plus one per handle created with the node. `wait`: an
   // async_wait, aborted when the wheel's pool shuts down.
   wheel_entry(complete_fn fn, std::uint32_t refs, bool wait = false) noexcept
-      : task_base(fn), refs_(refs), wait_(wait) {}
+      : task_base(fn), refs_(refs), wait_(wait) {
+    if (wait) kind_ = task_kind::completion;
+  }
 
   void add_ref() noexcept { refs_.fetch_add(1, std::memory_order_relaxed); }
   void release() noexcept {
