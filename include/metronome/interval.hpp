@@ -212,7 +212,7 @@ public:
   basic_interval(Target&& target, std::chrono::time_point<clock, Duration> start,
                  std::chrono::duration<Rep, Ratio> period, missed_tick missed = missed_tick::burst)
       : ex_(detail::delay_target<std::remove_cvref_t<Target>>::get(target)) {
-    init(std::chrono::time_point_cast<clock::duration>(start), period, missed);
+    init(clock::time_point(detail::saturating_duration(start.time_since_epoch())), period, missed);
   }
 
   basic_interval(basic_interval&&) noexcept = default;

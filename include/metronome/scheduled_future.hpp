@@ -91,14 +91,14 @@ public:
   /// Blocks until done or `timeout` of real time passed.
   template <class Rep, class Period>
   std::future_status wait_for(std::chrono::duration<Rep, Period> timeout) const {
-    return wait_until(clock::now() + detail::saturating_duration(timeout));
+    return wait_until(detail::saturating_add(clock::now(), timeout));
   }
 
   /// Blocks until done or the real clock reaches `deadline`.
   template <class Duration>
   std::future_status wait_until(std::chrono::time_point<clock, Duration> deadline) const {
-    return checked().wait_until(std::chrono::time_point_cast<clock::duration>(deadline)) ? std::future_status::ready
-                                                                                         : std::future_status::timeout;
+    const clock::time_point d(detail::saturating_duration(deadline.time_since_epoch()));
+    return checked().wait_until(d) ? std::future_status::ready : std::future_status::timeout;
   }
 
   /// Waits, then returns the result.

@@ -2,6 +2,9 @@
 
 #include <boost/test/unit_test.hpp>
 
+#include <cmath>
+#include <limits>
+
 #include <algorithm>
 #include <memory>
 #include <random>
@@ -259,6 +262,27 @@ BOOST_AUTO_TEST_CASE(saturating_add_never_wraps) {
   BOOST_TEST((saturating_add(now, std::chrono::milliseconds(3)) == now + std::chrono::milliseconds(3)));
   BOOST_TEST((saturating_add(mclock::time_point::max() - std::chrono::nanoseconds(1), std::chrono::seconds(1)) ==
               mclock::time_point::max()));
+}
+
+// Any source duration converts without undefined behaviour: finer than a nanosecond,
+// narrow or unsigned counts, floating point (NaN is zero, infinities saturate).
+BOOST_AUTO_TEST_CASE(saturating_duration_takes_any_source_duration) {
+  using metronome::detail::saturating_duration;
+  using ns = std::chrono::nanoseconds;
+  BOOST_TEST((saturating_duration(std::chrono::duration<long long, std::pico>(2999)) == ns(2)));
+  BOOST_TEST((saturating_duration(std::chrono::duration<long long, std::pico>(-2999)) == ns(-2)));
+  BOOST_TEST((saturating_duration(std::chrono::duration<long long, std::atto>(std::numeric_limits<long long>::max())) ==
+              ns(9223372036LL)));
+  BOOST_TEST((saturating_duration(std::chrono::duration<int>(std::numeric_limits<int>::max())) ==
+              ns(std::numeric_limits<int>::max() * 1'000'000'000LL)));
+  BOOST_TEST((saturating_duration(std::chrono::duration<unsigned long long, std::milli>(~0ull)) == ns::max()));
+  BOOST_TEST((saturating_duration(std::chrono::hours::min()) == ns::min()));
+  BOOST_TEST((saturating_duration(std::chrono::duration<double>(std::nan(""))) == ns::zero()));
+  BOOST_TEST((saturating_duration(std::chrono::duration<double>(HUGE_VAL)) == ns::max()));
+  BOOST_TEST((saturating_duration(std::chrono::duration<double>(-HUGE_VAL)) == ns::min()));
+  BOOST_TEST((saturating_duration(std::chrono::duration<double, std::milli>(1.5)) == ns(1'500'000)));
+  BOOST_TEST((saturating_add(mclock::time_point(std::chrono::hours(1)), std::chrono::duration<double>(std::nan(""))) ==
+              mclock::time_point(std::chrono::hours(1))));
 }
 
 // shutdown_now() hands back delayed work in this order.

@@ -26,6 +26,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <atomic>
 #include <chrono>
 #include <functional>
@@ -146,6 +147,20 @@ BOOST_AUTO_TEST_CASE(wait_for_times_out_then_succeeds) {
   mp.clock.advance(1s);
   BOOST_TEST((f.wait_for(20s) == std::future_status::ready));
   BOOST_TEST(f.get() == 2);
+}
+
+// Timeouts beyond the clock's range saturate; NaN counts as zero (no overflow, no UB:
+// now + max overflowed before).
+BOOST_AUTO_TEST_CASE(wait_for_takes_any_timeout) {
+  metronome::scheduled_thread_pool pool(1);
+  auto f = pool.submit([] { return 1; });
+  BOOST_TEST((f.wait_for(std::chrono::nanoseconds::max()) == std::future_status::ready));
+  BOOST_TEST((f.wait_for(std::chrono::hours::max()) == std::future_status::ready));
+  manual_pool mp;
+  auto g = mp.pool.schedule([] { return 1; }, 1h);
+  BOOST_TEST((g.wait_for(std::chrono::duration<double>(std::nan(""))) == std::future_status::timeout));
+  BOOST_TEST((g.wait_until(metronome::clock::time_point::min()) == std::future_status::timeout));
+  BOOST_TEST(g.cancel());
 }
 
 BOOST_AUTO_TEST_CASE(delay_reports_time_left_on_the_pool_clock) {
