@@ -109,7 +109,7 @@ void wheel_core::run() {
     if (until == never)
       cv_.wait(lk);
     else
-      cv_.wait_until(lk, start_ + opts_.tick * static_cast<clock::rep>(until));
+      cv_.wait_until(lk, time_of_tick(until));
   }
   sleeping_until_.store(0, std::memory_order_relaxed);
 }

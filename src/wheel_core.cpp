@@ -48,6 +48,10 @@ wheel_core::wheel_core(wheel_options opts, boost::asio::any_io_executor ex, pool
         std::make_shared<const std::function<void(std::exception_ptr)>>(std::move(opts_.exception_handler));
   const auto slots = opts_.slots_per_level;
   if (opts_.tick <= clock::duration::zero()) throw std::invalid_argument("metronome: wheel tick must be positive");
+  // Netty's bound: a ring of level-0 slots must span a time the clock can count (a tick
+  // near nanoseconds::max() left the clock no second tick: every deadline was "now").
+  if (slots >= 1 && opts_.tick > clock::duration::max() / static_cast<clock::rep>(slots))
+    throw std::invalid_argument("metronome: wheel tick x slots_per_level must fit in nanoseconds");
   if (slots < 4 || slots > 4096 || (slots & (slots - 1)) != 0)
     throw std::invalid_argument("metronome: slots_per_level must be a power of two from 4 to 4096");
   const auto bits = static_cast<unsigned>(std::countr_zero(slots));

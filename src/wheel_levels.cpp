@@ -22,6 +22,13 @@ std::uint64_t wheel_core::tick_of(clock::time_point t) const noexcept {
   return divide_by_tick(static_cast<std::uint64_t>((t - start_).count()), rest);
 }
 
+clock::time_point wheel_core::time_of_tick(std::uint64_t n) const noexcept {
+  // Ticks past the one time_point::max() is in saturate (start_ + tick * n overflowed
+  // for a huge tick or a deadline at the end of time).
+  if (n >= tick_of(clock::time_point::max())) return clock::time_point::max();
+  return start_ + opts_.tick * static_cast<clock::rep>(n);
+}
+
 std::uint64_t wheel_core::deadline_tick(clock::time_point current, clock::duration delay) const noexcept {
   // Never early: round the deadline up to the next tick boundary.
   if (delay < clock::duration::zero()) delay = clock::duration::zero();

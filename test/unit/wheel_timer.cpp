@@ -170,6 +170,30 @@ BOOST_AUTO_TEST_CASE(a_deadline_at_the_end_of_time_fires_when_the_clock_gets_the
   for (auto& [id, at] : w.fired) BOOST_TEST((at == metronome::clock::time_point::max())); // never early
 }
 
+// A tick of any length: the timer thread's next wake-up saturates at time_point::max()
+// (start + tick * n overflowed: UBSan, in the ASan build of .ci/run).
+BOOST_AUTO_TEST_CASE(a_huge_tick_never_overflows_the_timer_s_wake_up) {
+  {
+    wheel_options o;
+    o.tick = metronome::clock::duration::max(); // no second tick the clock could reach
+    scheduled_thread_pool pool(1);
+    BOOST_CHECK_THROW((wheel_timer{pool, o}), std::invalid_argument);
+    o.tick = std::chrono::hours(24 * 365); // x 512 slots: 512 years
+    BOOST_CHECK_THROW((wheel_timer{pool, o}), std::invalid_argument);
+  }
+  for (auto tick : {metronome::clock::duration::max() / 512, metronome::clock::duration(std::chrono::hours(24 * 30))}) {
+    scheduled_thread_pool pool(1);
+    wheel_options o;
+    o.tick = tick;
+    wheel_timer wheel(pool, o);
+    auto a = wheel.schedule([] {}, 1ms);
+    auto b = wheel.schedule([] {}, std::chrono::nanoseconds::max());
+    BOOST_TEST(wheel.pending() == 2u);
+    BOOST_TEST(a.cancel());
+    BOOST_TEST(b.cancel());
+  }
+}
+
 BOOST_AUTO_TEST_CASE(fires_in_deadline_order) {
   manual_wheel w;
   std::mt19937 rng(5);

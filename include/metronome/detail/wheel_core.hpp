@@ -229,6 +229,7 @@ private:
 
   std::uint64_t divide_by_tick(std::uint64_t ns, std::uint64_t& rest) const noexcept;
   std::uint64_t tick_of(clock::time_point t) const noexcept;
+  clock::time_point time_of_tick(std::uint64_t n) const noexcept; // saturating
   std::uint64_t deadline_tick(clock::time_point now, clock::duration delay) const noexcept;
   void enter(wheel_entry* e, clock::duration delay);
   bool push_inbox(wheel_entry* e) noexcept;
