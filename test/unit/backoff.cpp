@@ -9,6 +9,9 @@
 #include <stdexcept>
 #include <vector>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 using namespace std::chrono_literals;
 using metronome::backoff;
 using metronome::backoff_options;
@@ -88,6 +91,35 @@ BOOST_AUTO_TEST_CASE(the_same_seed_gives_the_same_delays_and_reset_replays_them)
   std::vector<mclock::duration> again;
   for (int i = 0; i < 8; ++i) again.push_back(*a.next());
   BOOST_TEST((again == da));
+}
+
+// Unseeded, two processes (here a parent and its forked children, which share the
+// parent's memory image) draw different delays: a fleet of clients must not retry in
+// lockstep (the seed came from a counter with a fixed start).
+BOOST_AUTO_TEST_CASE(unseeded_delays_differ_between_processes) {
+  std::set<std::vector<long long>> seen;
+  for (int child = 0; child < 3; ++child) {
+    int fds[2];
+    BOOST_REQUIRE(::pipe(fds) == 0);
+    const pid_t pid = ::fork();
+    BOOST_REQUIRE(pid >= 0);
+    if (pid == 0) {
+      backoff b({.initial = 1s, .cap = 1s});
+      long long v[4];
+      for (auto& x : v) x = b.next()->count();
+      const ssize_t w = ::write(fds[1], v, sizeof v);
+      ::_exit(w == static_cast<ssize_t>(sizeof v) ? 0 : 1);
+    }
+    ::close(fds[1]);
+    std::vector<long long> v(4);
+    const ssize_t r = ::read(fds[0], v.data(), sizeof(long long) * 4);
+    ::close(fds[0]);
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    BOOST_REQUIRE(r == static_cast<ssize_t>(sizeof(long long) * 4));
+    seen.insert(v);
+  }
+  BOOST_TEST(seen.size() == 3u); // 4 delays uniform over a second: equal only by a bug
 }
 
 BOOST_AUTO_TEST_CASE(bad_options_throw) {
