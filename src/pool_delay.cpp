@@ -5,6 +5,7 @@
 #include <metronome/detail/pool_core.hpp>
 #include <metronome/detail/test_hooks.hpp>
 #include <metronome/errors.hpp>
+#include <metronome/manual_clock.hpp>
 
 #include "pool_internal.hpp"
 
@@ -57,6 +58,16 @@ void pool_core::submit_scheduled(scheduled_task_base* t, clock::time_point due, 
     t->release();
     throw;
   }
+  ask_clock_after_outside_push(lk);
+}
+
+// An auto-advancing manual clock decides when the last awake worker parks; with every
+// worker already parked (or letting the clock decide), timed work pushed from outside
+// would never make it jump: the push asks the clock itself, as a released hold does.
+void pool_core::ask_clock_after_outside_push(std::unique_lock<std::mutex>& lk) noexcept {
+  if (!manual_ || awake_ != 0 || !manual_->auto_advance()) return;
+  lk.unlock(); // the clock's mutex comes before ours
+  manual_->idle_point();
 }
 
 void pool_core::reject_scheduled(scheduled_task_base* t, bool timed) {
@@ -257,6 +268,7 @@ bool pool_core::add_wait(wait_node* n, clock::time_point due, clock::time_point 
     if (terminated_.load()) return false;
     if (!shutdown_.load()) {
       heap_push_locked(n); // may throw std::bad_alloc with nothing queued
+      ask_clock_after_outside_push(lk);
       return true;
     }
   }

@@ -230,6 +230,23 @@ BOOST_AUTO_TEST_CASE(a_shutdown_while_the_last_worker_lets_the_clock_decide_term
   BOOST_CHECK(pool.await_termination(20s));
 }
 
+// Auto-advance against an outside submission: the only worker went idle and let the
+// clock decide (no timed work: no jump); a delayed task submitted from outside now, with
+// no hold, must make the clock jump (the worker, having asked already, parks for good).
+BOOST_AUTO_TEST_CASE(delayed_work_submitted_while_the_last_worker_lets_the_clock_decide_makes_it_jump) {
+  manual_clock c;
+  scheduled_thread_pool pool(on_clock(c));
+  const auto t0 = c.now();
+  c.set_auto_advance(true);
+  hook_stop stop(hook_point::worker_after_idle_point);
+  pool.submit([] { hook_stop::arm_this_thread(); }).get();
+  BOOST_REQUIRE(stop.arrived());
+  auto f = pool.schedule([&] { return c.now(); }, 1h);
+  stop.release();
+  BOOST_REQUIRE((f.wait_for(20s) == std::future_status::ready));
+  BOOST_TEST((f.get() == t0 + 1h));
+}
+
 // Serial drain, settle: a drain about to lower the count after its tasks; a producer
 // pushes meanwhile (count not 0: it posts nothing). The drain's settle leaves the count
 // above 0, so it goes on and runs the new task.

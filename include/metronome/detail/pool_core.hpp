@@ -233,6 +233,7 @@ private:
   void promote_due(clock::time_point current);
   void update_next_due_locked() noexcept;
   void heap_push_locked(timed_node* n);
+  void ask_clock_after_outside_push(std::unique_lock<std::mutex>& lk) noexcept;
   // Caller holds the anchor's mutex (mtx_): takes n out of the heap if it is there
   // (keeping next_due_ and the heap's storage in step). True when it did.
   bool heap_remove_locked(timed_node* n) noexcept;

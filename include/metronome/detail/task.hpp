@@ -87,7 +87,7 @@ struct wait_node : timed_node {
 };
 
 // Saturating now + d: never wraps past time_point::max().
-__extension__ typedef __int128 wide_int; // g++ and clang, on 64-bit targets
+__extension__ using wide_int = __int128; // g++ and clang, on 64-bit targets
 
 // `d` in the clock's nanoseconds, clamped to the range they can count (any source
 // duration: coarser or finer than a nanosecond, integral or floating; NaN is zero).
