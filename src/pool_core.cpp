@@ -68,6 +68,11 @@ pool_core::pool_core(pool_options opts)
       max_threads_(std::max(opts_.threads, opts_.max_threads)), anchor_(acquire_pool_anchor(this)),
       generation_(generation_of(anchor_)), mtx_(anchor_->mtx) {
   next_due_.store(no_due);
+  // The node cache's process-wide depot (a function-local static) is made here, before
+  // any worker exists: made first inside an allocation that fails (bad_alloc out of its
+  // initializer) while an idle worker waited on its guard, it left that worker waiting
+  // for ever under ThreadSanitizer, whose __cxa_guard_abort wakes no waiter (GCC 12).
+  (void)node_cache_trim_pending();
   try {
     if (manual_) manual_->attach(this);
     std::lock_guard lk(mtx_);
