@@ -415,10 +415,9 @@ void pool_core::maybe_wake_after_push() noexcept {
 // before shutdown_now() emptied the queue, so it is not among the tasks returned, and
 // dropping it here lost it (the README: a task a worker had already taken still runs).
 void pool_core::run_task(worker& w, task_base* t) noexcept {
-  // An async_delay wait after shutdown_now(): discarded here, on a pool thread (see
-  // shutdown_now()): nothing more starts, its handler included.
-  if ((t->kind_ == task_kind::wait || t->kind_ == task_kind::completion) &&
-      stopped_.load(std::memory_order_acquire)) {
+  // A wait (async_delay, a wheel's) after shutdown_now(): discarded here, on a pool
+  // thread (see shutdown_now()): nothing more starts, its handler included.
+  if (t->is_completion() && stopped_.load(std::memory_order_acquire)) {
     t->complete(false);
     return;
   }

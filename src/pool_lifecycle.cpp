@@ -169,7 +169,7 @@ pool_core::taken_tasks pool_core::shutdown_now() {
     ready_.consumer_lock().lock();
     for (;;) {
       if (task_base* t = ready_.pop_locked()) {
-        if (t->kind_ == task_kind::wait || t->kind_ == task_kind::completion) {
+        if (t->is_completion()) {
           waits.append(t);
           continue;
         }

@@ -35,8 +35,8 @@ protected:
 class scheduled_task_base;
 
 // Runs `t` on the process-wide timing pool (the completion of a wait whose handler has no
-// executor of its own, ended by a call that must not run it inline). Never throws; if
-// that pool is stopped (process exit), `t` is discarded: complete(false).
+// executor of its own, ended by a call that must not run it inline). Never throws; once
+// that pool is destroyed (exit), `t` runs on the calling thread instead.
 void post_to_timing_pool(task_base* t) noexcept;
 
 // Where a due scheduled task goes instead of running on the pool that timed it: a

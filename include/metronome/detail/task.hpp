@@ -44,6 +44,8 @@ struct task_base {
   void complete(bool run) { complete_(this, run ? run_action : discard_action); }
 
   bool is_scheduled() const noexcept { return kind_ == task_kind::one_shot || kind_ == task_kind::periodic; }
+  // A library completion (an async_delay wait, a wheel's async_wait), not a task.
+  bool is_completion() const noexcept { return kind_ == task_kind::wait || kind_ == task_kind::completion; }
 
   std::atomic<task_base*> next_{nullptr};
   complete_fn complete_;
