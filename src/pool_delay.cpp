@@ -31,7 +31,10 @@ void pool_core::submit_scheduled(scheduled_task_base* t, clock::time_point due, 
       }
       rejected_.fetch_add(1); // the evicted task
     }
-    push_ready(t);
+    METRONOME_TEST_HOOK(hook_point::submit_before_push);
+    // Met a terminated pool (it terminated after the check above): the submission came
+    // too late after all, unless a worker ran the task before the pool went idle.
+    if (push_ready(t) && t->phase() == scheduled_task_base::pending) reject_scheduled(t, false);
     return;
   }
   t->set_due(due);

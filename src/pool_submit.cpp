@@ -24,7 +24,7 @@ bool internal_post_scope::active() noexcept { return posting_internal; }
 
 // ---------------------------------------------------------------- ready queue
 
-void pool_core::push_ready(task_base* t) noexcept { push_ready_chain(t, t, 1); }
+bool pool_core::push_ready(task_base* t) noexcept { return push_ready_chain(t, t, 1); }
 
 void pool_core::repost_from_worker(task_base* t) noexcept {
   if (!running_in_this_thread()) {
@@ -34,15 +34,20 @@ void pool_core::repost_from_worker(task_base* t) noexcept {
   ready_.push(t); // no termination race: this worker is awake, so the pool is not idle
 }
 
-void pool_core::push_ready_chain(task_base* first, task_base* last, std::size_t count) noexcept {
+bool pool_core::push_ready_chain(task_base* first, task_base* last, std::size_t count) noexcept {
   ready_.push_chain(first, last, count);
   METRONOME_TEST_HOOK(hook_point::producer_after_push);
   if (terminated_.load(std::memory_order_seq_cst) && terminated_for_good()) {
     // Lost the race with termination: nobody will run it. Drop and report, save an
-    // Asio strand's invoker posted from outside, which runs here (runs_if_terminated_).
+    // Asio strand's invoker posted from outside, which runs here (runs_if_terminated_),
+    // and a typed task still pending: its submission, which holds a reference, finds
+    // the termination too and applies the rejection policy (submit_scheduled). Decided
+    // under the consumer lock, which that submission takes before it looks: a pending
+    // task is not touched after the lock is released.
     ready_.consumer_lock().lock();
     task_base* left = nullptr;
     while (task_base* x = ready_.pop_locked()) {
+      if (x->is_scheduled() && static_cast<scheduled_task_base*>(x)->phase() == scheduled_task_base::pending) continue;
       x->next_.store(left, std::memory_order_relaxed);
       left = x;
     }
@@ -58,16 +63,21 @@ void pool_core::push_ready_chain(task_base* first, task_base* last, std::size_t 
         }
         continue;
       }
+      if (x->is_scheduled()) { // cancelled in place by discard_oldest, which counted it
+        static_cast<scheduled_task_base*>(x)->release();
+        continue;
+      }
       rejected_.fetch_add(1);
       discard_task(x, "metronome: work dropped: the pool has terminated");
     }
-    return;
+    return true;
   }
   maybe_wake_after_push();
   if (count > 1 && sleepers_.load(std::memory_order_seq_cst) > 0) {
     std::lock_guard lk(mtx_);
     wake_some_locked(count - 1);
   }
+  return false;
 }
 
 // terminate_locked() sets terminated_ and takes it back, under the mutex, when it finds

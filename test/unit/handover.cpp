@@ -146,6 +146,50 @@ BOOST_AUTO_TEST_CASE(a_push_racing_termination_runs_once_or_is_reported) {
   BOOST_CHECK_EQUAL(pool.stats().rejected, 0u);
 }
 
+// A typed submission due now passed the shutdown check and is held before its push
+// while shutdown() lets the idle pool terminate. Its push then meets a terminated pool:
+// the submission came too late after all, and the rejection policy applies to it as to
+// any submission after shutdown (it returned a handle, cancelled, and the count of
+// rejections was one more than the submissions refused: the stress test's accounting).
+BOOST_AUTO_TEST_CASE(a_typed_submission_whose_push_meets_a_terminated_pool_is_rejected_by_its_policy) {
+  for (auto policy : {metronome::rejection_policy::abort, metronome::rejection_policy::caller_runs,
+                      metronome::rejection_policy::discard}) {
+    metronome::pool_options o = metronome::pool_options::fixed(1);
+    o.rejection = policy;
+    scheduled_thread_pool pool(o);
+    pool.submit([] {}).wait();
+    hook_stop stop(hook_point::submit_before_push);
+    std::atomic<int> ran{0};
+    std::atomic<bool> on_caller{false}, threw{false}, cancelled{false};
+    std::thread producer([&] {
+      hook_stop::arm_this_thread();
+      const auto me = std::this_thread::get_id();
+      try {
+        auto h = pool.submit([&, me] {
+          ++ran;
+          on_caller = std::this_thread::get_id() == me;
+        });
+        cancelled = h.is_cancelled();
+      } catch (const metronome::rejected_execution&) {
+        threw = true;
+      }
+    });
+    BOOST_REQUIRE(stop.arrived());
+    pool.shutdown();
+    pool.join(); // nothing queued: the pool terminates with the submission held
+    BOOST_REQUIRE(pool.is_terminated());
+    stop.release();
+    producer.join();
+    BOOST_TEST_CONTEXT("policy " << static_cast<int>(policy)) {
+      BOOST_CHECK_EQUAL(pool.stats().rejected, 1u);
+      BOOST_CHECK_EQUAL(threw.load(), policy == metronome::rejection_policy::abort);
+      BOOST_CHECK_EQUAL(ran.load(), policy == metronome::rejection_policy::caller_runs ? 1 : 0);
+      BOOST_CHECK_EQUAL(on_caller.load(), policy == metronome::rejection_policy::caller_runs);
+      BOOST_CHECK_EQUAL(cancelled.load(), policy == metronome::rejection_policy::discard);
+    }
+  }
+}
+
 // Termination backing off: a worker has set terminated_ and not yet re-checked the
 // ready queue when a producer pushes and reads terminated_. The worker will find the task
 // and back off, so the producer must not drop it: it looks again under the mutex (which

@@ -145,14 +145,20 @@ public:
   // behind every heap task already due at `current`: promotes them first, so due work
   // keeps (due time, submission) order. One load when nothing is due.
   void promote_due_before(clock::time_point current) noexcept;
-  // Queues ready work on this pool (internal: also after shutdown).
-  void push_ready(task_base* t) noexcept;
+  // Queues ready work on this pool (internal: also after shutdown). True when the push
+  // met a terminated pool: the work was dropped and reported, except a typed task not
+  // yet run, which is left to its producer (see push_ready_chain).
+  bool push_ready(task_base* t) noexcept;
   // A serial executor's drain re-posting itself from the worker running it: queues t
   // without waking anybody, because this worker goes back to the queue as soon as the
   // drain returns. From any other thread it is push_ready().
   void repost_from_worker(task_base* t) noexcept;
-  // Queues a linked chain (first..last through next_, count nodes) with one push.
-  void push_ready_chain(task_base* first, task_base* last, std::size_t count) noexcept;
+  // Queues a linked chain (first..last through next_, count nodes) with one push. True
+  // when it met a terminated pool: everything then in the ready queue is dropped and
+  // reported, save a strand's invoker (run here) and a typed task still pending, which
+  // the drainer leaves untouched: such a task was pushed from outside by a submission
+  // that will find the termination too and apply the rejection policy to it.
+  bool push_ready_chain(task_base* first, task_base* last, std::size_t count) noexcept;
   // Whether the pool has terminated, read under the mutex (not a termination backing off).
   bool terminated_for_good() noexcept;
 

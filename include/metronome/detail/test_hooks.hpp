@@ -33,6 +33,7 @@ enum class hook_point {
   worker_after_idle_point,     // the last awake worker (auto-advancing manual clock) let the clock decide; mutex not re-taken
   delayed_submit_before_lock,  // a delayed task is about to be pushed into the heap; the pool mutex not yet taken
   worker_after_take,           // a worker took a task from a queue and has not started it
+  submit_before_push,          // a typed task due now passed the shutdown check; not in the ready queue yet
 };
 
 using hook_function = void (*)(hook_point);
