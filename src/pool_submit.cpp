@@ -67,7 +67,7 @@ bool pool_core::push_ready_chain(task_base* first, task_base* last, std::size_t 
         static_cast<scheduled_task_base*>(x)->release();
         continue;
       }
-      rejected_.fetch_add(1);
+      if (!x->is_completion()) rejected_.fetch_add(1); // a wait aborted is not refused work
       discard_task(x, "metronome: work dropped: the pool has terminated");
     }
     return true;
