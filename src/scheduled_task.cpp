@@ -133,6 +133,7 @@ void scheduled_task_base::notify_terminal(std::uint32_t old_state, bool by_runne
     { std::lock_guard lk(st.mtx); }
     st.cv.notify_all();
   }
+  METRONOME_TEST_HOOK(hook_point::task_before_closing_waits);
   // No waits (the common case): closed without a lock. Else under the stripe mutex, which
   // every change of a non-empty list holds: the list is ours once closed.
   completion_hook* h = nullptr;

@@ -13,7 +13,9 @@
 #include "common/manual_pool.hpp"
 #include "common/poll_until.hpp"
 
+#include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/bind_executor.hpp>
+#include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/test/unit_test.hpp>
 
@@ -496,6 +498,94 @@ BOOST_AUTO_TEST_CASE(a_shut_down_pool_does_not_terminate_before_a_cancel_deliver
   BOOST_CHECK(poll_until([&] { return completed.load() == 1; }, 10s));
   BOOST_CHECK(pool.await_termination(10s));
   BOOST_CHECK_EQUAL(pool.stats().rejected, 0u);
+}
+
+// A handle's list of async_waits, between a task's ending and a cancellation. Whoever
+// takes a wait out of the list completes it, once: the thread ending the task (with the
+// task's result) or the cancellation (operation_aborted); the other finds it gone.
+namespace {
+struct wait_record {
+  std::atomic<int> calls{0}, aborted{0}, values{0};
+  auto handler() {
+    return [this](std::exception_ptr e, int v) {
+      if (e) {
+        try {
+          std::rethrow_exception(e);
+        } catch (const boost::system::system_error& se) {
+          if (se.code() == boost::asio::error::operation_aborted) aborted.fetch_add(1);
+        } catch (...) {
+        }
+      } else if (v == 5) {
+        values.fetch_add(1);
+      }
+      calls.fetch_add(1);
+    };
+  }
+};
+} // namespace
+
+// The task has ended and the thread that ran it is held before it takes the list; a
+// cancellation on another thread takes one of two waits out: that one ends aborted,
+// the other with the value, each once.
+BOOST_AUTO_TEST_CASE(a_wait_cancelled_while_its_task_is_ending_completes_once_aborted) {
+  scheduled_thread_pool pool(1);
+  gate go;
+  hook_stop stop(hook_point::task_before_closing_waits);
+  auto h = pool.submit([&] {
+    hook_stop::arm_this_thread();
+    go.wait();
+    return 5;
+  });
+  wait_record cancelled, kept;
+  boost::asio::cancellation_signal sig;
+  h.async_wait(boost::asio::bind_cancellation_slot(sig.slot(), cancelled.handler()));
+  h.async_wait(kept.handler());
+  go.open();
+  BOOST_REQUIRE(stop.arrived()); // terminal, both waits still listed
+  BOOST_CHECK(h.is_done());
+  sig.emit(boost::asio::cancellation_type::terminal);
+  BOOST_CHECK(poll_until([&] { return cancelled.calls.load() == 1; }, 10s));
+  BOOST_CHECK_EQUAL(kept.calls.load(), 0);
+  stop.release();
+  BOOST_CHECK(poll_until([&] { return kept.calls.load() == 1; }, 10s));
+  pool.shutdown();
+  pool.join(); // the runner has left the task's ending
+  BOOST_CHECK_EQUAL(cancelled.calls.load(), 1);
+  BOOST_CHECK_EQUAL(cancelled.aborted.load(), 1);
+  BOOST_CHECK_EQUAL(kept.calls.load(), 1);
+  BOOST_CHECK_EQUAL(kept.values.load(), 1);
+  BOOST_CHECK_EQUAL(h.get(), 5);
+}
+
+// The cancellation has taken the wait out and is held before it completes it; the task
+// runs and ends meanwhile: its ending finds the list empty and leaves the wait to the
+// cancellation, which completes it aborted once released.
+BOOST_AUTO_TEST_CASE(a_wait_taken_out_by_a_cancellation_is_not_completed_by_the_task_s_ending) {
+  scheduled_thread_pool pool(1);
+  gate go;
+  auto h = pool.submit([&] {
+    go.wait();
+    return 5;
+  });
+  wait_record w;
+  boost::asio::cancellation_signal sig;
+  h.async_wait(boost::asio::bind_cancellation_slot(sig.slot(), w.handler()));
+  hook_stop stop(hook_point::wait_removed_before_abort);
+  std::thread canceller([&] {
+    hook_stop::arm_this_thread();
+    sig.emit(boost::asio::cancellation_type::terminal);
+  });
+  BOOST_REQUIRE(stop.arrived());
+  go.open();
+  h.wait();
+  pool.shutdown();
+  pool.join(); // the task's ending is over
+  BOOST_CHECK_EQUAL(w.calls.load(), 0);
+  stop.release();
+  canceller.join();
+  BOOST_CHECK(poll_until([&] { return w.calls.load() == 1; }, 10s));
+  BOOST_CHECK_EQUAL(w.aborted.load(), 1);
+  BOOST_CHECK_EQUAL(h.get(), 5);
 }
 
 // The same for delay(): stopped before the anchor while the pool goes, it answers 0.

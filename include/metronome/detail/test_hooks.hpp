@@ -34,6 +34,8 @@ enum class hook_point {
   delayed_submit_before_lock,  // a delayed task is about to be pushed into the heap; the pool mutex not yet taken
   worker_after_take,           // a worker took a task from a queue and has not started it
   submit_before_push,          // a typed task due now passed the shutdown check; not in the ready queue yet
+  task_before_closing_waits,   // a task ended (terminal); its list of async_waits not yet taken
+  wait_removed_before_abort,   // a cancellation took an async_wait out of its task's list; not completed yet
 };
 
 using hook_function = void (*)(hook_point);

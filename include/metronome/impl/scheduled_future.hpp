@@ -3,6 +3,7 @@
 #define METRONOME_IMPL_SCHEDULED_FUTURE_HPP
 
 #include <metronome/detail/handler_op.hpp>
+#include <metronome/detail/test_hooks.hpp>
 
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/cancellation_type.hpp>
@@ -81,7 +82,9 @@ private:
     explicit canceller(wait_hook* h) noexcept : self(h) {}
     wait_hook* self;
     void operator()(boost::asio::cancellation_type_t type) const noexcept {
-      if (type != boost::asio::cancellation_type::none && self->task_->remove_hook(self)) self->abort();
+      if (type == boost::asio::cancellation_type::none || !self->task_->remove_hook(self)) return;
+      METRONOME_TEST_HOOK(hook_point::wait_removed_before_abort);
+      self->abort();
     }
   };
 
