@@ -134,6 +134,15 @@ timed_node* pool_core::queue_aborted_waits_locked(timed_node* gone) noexcept {
   return static_cast<timed_node*>(keep.first);
 }
 
+// Caller holds mtx_. Empties the heap: its waits are queued aborted (above), the tasks
+// returned in due order.
+timed_node* pool_core::drain_heap_locked() noexcept {
+  timed_node* gone = nullptr;
+  heap_.drain([&](timed_node* n) { link_front(gone, n); });
+  update_next_due_locked();
+  return queue_aborted_waits_locked(reversed(gone));
+}
+
 void pool_core::discard_chain(timed_node* first) noexcept {
   while (first) {
     auto* next = static_cast<timed_node*>(first->next_.load(std::memory_order_relaxed));
@@ -154,17 +163,6 @@ pool_core::taken_tasks pool_core::shutdown_now() {
     // Completed here, on the caller's thread, a wait's node was freed while a task on the
     // pool - the handler's context - could still be emitting on its cancellation slot.
     task_chain waits;
-    timed_node* delayed = nullptr;
-    heap_.drain([&](timed_node* n) {
-      if (n->kind_ == task_kind::wait) {
-        static_cast<wait_node*>(n)->aborted_ = true;
-        waits.append(n);
-        return;
-      }
-      link_front(delayed, n);
-      ++count;
-    });
-    update_next_due_locked();
     task_base* ready = nullptr;
     ready_.consumer_lock().lock();
     for (;;) {
@@ -183,16 +181,17 @@ pool_core::taken_tasks pool_core::shutdown_now() {
     }
     ready_.consumer_lock().unlock();
     if (waits.count) ready_.push_chain(waits.first, waits.last, waits.count);
+    timed_node* delayed = drain_heap_locked(); // its waits go the same way
+    for (timed_node* n = delayed; n; n = static_cast<timed_node*>(n->next_.load(std::memory_order_relaxed))) ++count;
     ++in_transit_; // until the wheels over this pool have queued their aborted waits
-    // Both chains are newest first: `ready` reversed, then `delayed` reversed after it.
+    // `ready` is newest first: reversed, then `delayed` (in due order) after it.
     taken = reversed(ready);
     task_base* tail = taken;
     while (tail && tail->next_.load(std::memory_order_relaxed)) tail = tail->next_.load(std::memory_order_relaxed);
-    task_base* d = reversed(delayed);
     if (tail)
-      tail->next_.store(d, std::memory_order_relaxed);
+      tail->next_.store(delayed, std::memory_order_relaxed);
     else
-      taken = d;
+      taken = delayed;
     wake_all_locked();
   }
   // The wheels over this pool abort their pending waits, as for shutdown(): each goes to
@@ -242,9 +241,7 @@ void pool_core::close() noexcept {
       shutdown_.store(true);
       closing_ = true;
       promote_due_locked(now(), owed);
-      heap_.drain([&](timed_node* n) { link_front(gone, n); });
-      update_next_due_locked();
-      gone = queue_aborted_waits_locked(reversed(gone));
+      gone = drain_heap_locked();
       wake_all_locked();
     }
     post_owed_drains(owed);

@@ -253,6 +253,7 @@ private:
   void discard_task(task_base* t, const char* why) noexcept;
   bool discard_oldest_user_task() noexcept;
   timed_node* queue_aborted_waits_locked(timed_node* gone) noexcept;
+  timed_node* drain_heap_locked() noexcept;
   void discard_chain(timed_node* first) noexcept;
   void sweep_for_shutdown_locked(timed_node*& gone) noexcept;
   bool idle_for_termination_locked(int awake_expected) const noexcept;
