@@ -173,19 +173,29 @@ void wheel_core::enter(wheel_entry* e, clock::duration delay) {
   }
   // Uncontended: link it here, while the node is hot in this core's cache. Contended
   // (the timer thread is moving a tick's timeouts): never wait, leave it in the inbox.
-  if (mtx_.try_lock()) {
+  // On a manual clock always here: no timer thread drains the inbox, and a deadline the
+  // clock passed meanwhile (or the clock's last tick, when it stands at its end) would
+  // wait there for the next advance.
+  METRONOME_TEST_HOOK(hook_point::wheel_producer_before_lock);
+  if (manual_ ? (mtx_.lock(), true) : mtx_.try_lock()) {
     std::unique_lock lk(mtx_, std::adopt_lock);
     if (e->is_wait() && pool_shut_down_.load(std::memory_order_relaxed)) {
       if (bounded) inserted_.fetch_sub(1, std::memory_order_relaxed);
       refuse_wait_of_shut_down_pool(); // lk unlocks
     }
-    if (!stopped_ && e->when_ > elapsed_) {
-      if (!bounded) linked_.store(linked_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    if (!stopped_) {
       chain fired;
       // Earlier timeouts still in the inbox go first: ties keep scheduling order.
       if (inbox_.load(std::memory_order_relaxed) != nullptr) drain_inbox_locked(fired);
-      link_locked(e, no_level);
-      const bool earlier = e->when_ < sleeping_until_.load(std::memory_order_relaxed);
+      bool earlier = false;
+      if (e->when_ > elapsed_) {
+        if (!bounded) linked_.store(linked_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+        link_locked(e, no_level);
+        earlier = e->when_ < sleeping_until_.load(std::memory_order_relaxed);
+      } else { // its tick has come already: to the executor
+        fire_locked(e, fired);
+        if (bounded) count_removed_locked(1);
+      }
       lk.unlock();
       dispatch(fired);
       if (earlier) cv_.notify_one(); // we held the mutex: the timer thread is waiting or will see the slot

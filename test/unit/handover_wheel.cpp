@@ -34,6 +34,30 @@ using metronome::test::poll_until;
 
 BOOST_AUTO_TEST_SUITE(handover_suite)
 
+// A manual clock has no timer thread. A producer computed its deadline and is held before
+// the wheel's mutex while another thread moves the clock past that deadline: the
+// timeout's tick has come when it arrives, so it fires at once (it went to the inbox,
+// which nobody drains until the clock moves again: it never fired).
+BOOST_AUTO_TEST_CASE(a_timeout_whose_deadline_the_manual_clock_passes_before_it_is_linked_fires_without_another_advance) {
+  manual_clock clock;
+  scheduled_thread_pool pool(1);
+  metronome::wheel_options o;
+  o.time_source = &clock;
+  metronome::wheel_timer wheel(pool, o);
+  hook_stop stop(hook_point::wheel_producer_before_lock);
+  std::atomic<int> fired{0};
+  std::thread producer([&] {
+    hook_stop::arm_this_thread();
+    wheel.schedule([&] { ++fired; }, 5ms);
+  });
+  BOOST_REQUIRE(stop.arrived());
+  clock.advance(10ms);
+  stop.release();
+  producer.join();
+  BOOST_CHECK(poll_until([&] { return fired.load() == 1; }, 10s));
+  BOOST_CHECK_EQUAL(wheel.pending(), 0u);
+}
+
 // Wheel inbox and the timer's sleep, timer second: the timer thread is held (with the
 // wheel's mutex) just before it publishes how long it will sleep; a producer, finding
 // the mutex taken, pushes its timeout onto the inbox and sees no sleeper to wake. The

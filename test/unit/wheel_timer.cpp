@@ -579,4 +579,20 @@ BOOST_AUTO_TEST_CASE(async_wait_completes_and_cancels) {
   BOOST_CHECK_THROW(g.get(), boost::system::system_error); // aborted by stop()
 }
 
+// A manual clock standing at its end (time_point::max()): every deadline rounds to its
+// last tick, which has come; new timeouts fire at once (they waited in the inbox for an
+// advance that cannot move the clock further).
+BOOST_AUTO_TEST_CASE(timeouts_scheduled_when_the_manual_clock_stands_at_its_end_fire) {
+  manual_wheel w;
+  w.add(0, std::chrono::milliseconds(5));
+  w.clock.advance_to(metronome::clock::time_point::max());
+  BOOST_REQUIRE(w.count.wait_for_at_least(1));
+  w.add(1, std::chrono::milliseconds(5));
+  w.add(2, std::chrono::hours(5));
+  w.add(3, metronome::clock::duration::max());
+  BOOST_CHECK(w.count.wait_for_at_least(4));
+  BOOST_CHECK_EQUAL(w.wheel.pending(), 0u);
+  w.check_fired_in_id_order();
+}
+
 BOOST_AUTO_TEST_SUITE_END()

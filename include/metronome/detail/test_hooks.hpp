@@ -23,6 +23,7 @@ enum class hook_point {
   worker_after_unpark,    // a worker left park() with work (a leader: after promoting), mutex released
   handle_before_anchor,   // a handle's cancel()/delay() is about to lock its pool's anchor
   handle_before_completions, // a cancel() took its task out of the heap; its completions not yet delivered
+  wheel_producer_before_lock, // a wheel producer computed its deadline tick; the mutex not yet tried
   wheel_producer_before_push, // a wheel producer found the mutex taken; its timeout is not in the inbox yet
   wheel_producer_after_push,  // ... it is in the inbox; the producer has not read the timer's deadline
   wheel_timer_before_sleep,   // the timer thread (holding the mutex) chose its deadline, not yet published
