@@ -10,6 +10,7 @@
 #include "pool_internal.hpp"
 
 #include <new>
+#include <thread>
 
 namespace metronome::detail {
 
@@ -32,9 +33,17 @@ void pool_core::submit_scheduled(scheduled_task_base* t, clock::time_point due, 
       rejected_.fetch_add(1); // the evicted task
     }
     METRONOME_TEST_HOOK(hook_point::submit_before_push);
-    // Met a terminated pool (it terminated after the check above): the submission came
-    // too late after all, unless a worker ran the task before the pool went idle.
-    if (push_ready(t) && t->phase() == scheduled_task_base::pending) reject_scheduled(t, false);
+    if (push_ready(t)) {
+      // Met a terminated pool (it terminated after the check above). The task may still
+      // be in the queue behind a node another producer has not linked yet: clear again
+      // until it has left. Handed back: the submission came too late after all. (Else a
+      // worker ran it before the pool went idle, or shutdown_now() returns it.)
+      while (!t->has_left_queue()) {
+        std::this_thread::yield();
+        clear_after_termination();
+      }
+      if (t->is_handed_back()) reject_scheduled(t, false);
+    }
     return;
   }
   t->set_due(due);

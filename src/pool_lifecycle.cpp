@@ -171,6 +171,8 @@ pool_core::taken_tasks pool_core::shutdown_now() {
           waits.append(t);
           continue;
         }
+        if (t->is_scheduled()) // its submission may be waiting to see it leave (submit_scheduled)
+          static_cast<scheduled_task_base*>(t)->mark_left_queue(scheduled_task_base::returned);
         t->next_.store(ready, std::memory_order_relaxed);
         ready = t;
         ++count;

@@ -11,6 +11,7 @@
 
 #include <exception>
 #include <mutex>
+#include <thread>
 
 namespace metronome::detail {
 
@@ -38,38 +39,7 @@ bool pool_core::push_ready_chain(task_base* first, task_base* last, std::size_t 
   ready_.push_chain(first, last, count);
   METRONOME_TEST_HOOK(hook_point::producer_after_push);
   if (terminated_.load(std::memory_order_seq_cst) && terminated_for_good()) {
-    // Lost the race with termination: nobody will run it. Drop and report, save an
-    // Asio strand's invoker posted from outside, which runs here (runs_if_terminated_),
-    // and a typed task still pending: its submission, which holds a reference, finds
-    // the termination too and applies the rejection policy (submit_scheduled). Decided
-    // under the consumer lock, which that submission takes before it looks: a pending
-    // task is not touched after the lock is released.
-    ready_.consumer_lock().lock();
-    task_base* left = nullptr;
-    while (task_base* x = ready_.pop_locked()) {
-      if (x->is_scheduled() && static_cast<scheduled_task_base*>(x)->phase() == scheduled_task_base::pending) continue;
-      x->next_.store(left, std::memory_order_relaxed);
-      left = x;
-    }
-    ready_.consumer_lock().unlock();
-    while (left) {
-      task_base* x = left;
-      left = x->next_.load(std::memory_order_relaxed);
-      if (x->runs_if_terminated_) {
-        try {
-          x->complete(true);
-        } catch (...) {
-          report(std::current_exception());
-        }
-        continue;
-      }
-      if (x->is_scheduled()) { // cancelled in place by discard_oldest, which counted it
-        static_cast<scheduled_task_base*>(x)->release();
-        continue;
-      }
-      if (!x->is_completion()) rejected_.fetch_add(1); // a wait aborted is not refused work
-      discard_task(x, "metronome: work dropped: the pool has terminated");
-    }
+    clear_after_termination();
     return true;
   }
   maybe_wake_after_push();
@@ -78,6 +48,43 @@ bool pool_core::push_ready_chain(task_base* first, task_base* last, std::size_t 
     wake_some_locked(count - 1);
   }
   return false;
+}
+
+// A push lost the race with termination: nobody will run what is in the ready queue.
+// Drops and reports it, save an Asio strand's invoker posted from outside, which runs
+// here (runs_if_terminated_), and a typed task still pending: marked handed back and
+// not touched again - its submission, which holds a reference, rejects it by its policy
+// (submit_scheduled).
+void pool_core::clear_after_termination() noexcept {
+  ready_.consumer_lock().lock();
+  task_base* left = nullptr;
+  while (task_base* x = ready_.pop_locked()) {
+    if (x->is_scheduled() && static_cast<scheduled_task_base*>(x)->phase() == scheduled_task_base::pending) {
+      static_cast<scheduled_task_base*>(x)->mark_left_queue(scheduled_task_base::handed_back);
+      continue;
+    }
+    x->next_.store(left, std::memory_order_relaxed);
+    left = x;
+  }
+  ready_.consumer_lock().unlock();
+  while (left) {
+    task_base* x = left;
+    left = x->next_.load(std::memory_order_relaxed);
+    if (x->runs_if_terminated_) {
+      try {
+        x->complete(true);
+      } catch (...) {
+        report(std::current_exception());
+      }
+      continue;
+    }
+    if (x->is_scheduled()) { // cancelled in place by discard_oldest, which counted it
+      static_cast<scheduled_task_base*>(x)->release();
+      continue;
+    }
+    if (!x->is_completion()) rejected_.fetch_add(1); // a wait aborted is not refused work
+    discard_task(x, "metronome: work dropped: the pool has terminated");
+  }
 }
 
 // terminate_locked() sets terminated_ and takes it back, under the mutex, when it finds

@@ -192,6 +192,46 @@ BOOST_AUTO_TEST_CASE(a_typed_submission_whose_push_meets_a_terminated_pool_is_re
   }
 }
 
+// The same submission held after its push, while shutdown_now() takes its task out of
+// the ready queue (returned) and the pool terminates: when it finds the termination, its
+// task is the pending_task's now - not handed back, not rejected (rejecting it freed the
+// node the pending_task holds: ASan, stress_pool).
+BOOST_AUTO_TEST_CASE(a_typed_submission_whose_task_shutdown_now_returned_is_not_rejected_after_termination) {
+  scheduled_thread_pool pool(1);
+  gate busy;
+  counter started;
+  BOOST_REQUIRE(metronome::test::occupy_worker(pool, busy, started));
+  hook_stop stop(hook_point::producer_after_push);
+  std::atomic<int> ran{0};
+  std::atomic<bool> threw{false};
+  metronome::scheduled_future<int> h;
+  std::thread producer([&] {
+    hook_stop::arm_this_thread();
+    try {
+      h = pool.submit([&] {
+        ++ran;
+        return 7;
+      });
+    } catch (const metronome::rejected_execution&) {
+      threw = true;
+    }
+  });
+  BOOST_REQUIRE(stop.arrived()); // its task is queued behind the busy worker
+  auto rest = pool.shutdown_now();
+  BOOST_REQUIRE_EQUAL(rest.size(), 1u);
+  busy.open();
+  pool.join();
+  stop.release();
+  producer.join();
+  BOOST_CHECK(!threw.load());
+  BOOST_CHECK_EQUAL(ran.load(), 0);
+  rest.front()();
+  BOOST_CHECK_EQUAL(ran.load(), 1);
+  BOOST_REQUIRE(h.valid());
+  BOOST_CHECK_EQUAL(h.get(), 7);
+  BOOST_CHECK_EQUAL(pool.stats().rejected, 0u);
+}
+
 // Termination backing off: a worker has set terminated_ and not yet re-checked the
 // ready queue when a producer pushes and reads terminated_. The worker will find the task
 // and back off, so the producer must not drop it: it looks again under the mutex (which

@@ -155,12 +155,14 @@ public:
   void repost_from_worker(task_base* t) noexcept;
   // Queues a linked chain (first..last through next_, count nodes) with one push. True
   // when it met a terminated pool: everything then in the ready queue is dropped and
-  // reported, save a strand's invoker (run here) and a typed task still pending, which
-  // the drainer leaves untouched: such a task was pushed from outside by a submission
-  // that will find the termination too and apply the rejection policy to it.
+  // reported, save a strand's invoker (run here) and a typed task still pending, marked
+  // handed back and left untouched: such a task was pushed from outside by a submission
+  // that finds the termination too and applies the rejection policy to it.
   bool push_ready_chain(task_base* first, task_base* last, std::size_t count) noexcept;
   // Whether the pool has terminated, read under the mutex (not a termination backing off).
   bool terminated_for_good() noexcept;
+  // Empties the ready queue of a terminated pool (after a push that met the termination).
+  void clear_after_termination() noexcept;
 
   // ---- Lifecycle.
   void shutdown();

@@ -87,6 +87,11 @@ public:
   static constexpr std::uint32_t phase_mask = 0x7;
   static constexpr std::uint32_t cancel_requested = 0x8; // periodic run in progress
   static constexpr std::uint32_t has_waiters = 0x10;
+  // How a task pushed from outside left the ready queue of a pool that terminated
+  // (pool_core::submit_scheduled): found pending by a producer clearing the queue (its
+  // submission rejects it), or taken by shutdown_now() (returned as a pending_task).
+  static constexpr std::uint32_t handed_back = 0x20;
+  static constexpr std::uint32_t returned = 0x40;
 
   explicit scheduled_task_base(pool_core* pool) noexcept;
 
@@ -117,6 +122,13 @@ public:
   std::uint32_t phase() const noexcept { return state_.load(std::memory_order_acquire) & phase_mask; }
   bool is_terminal() const noexcept { return phase() >= done; }
   bool is_periodic() const noexcept { return kind_ == task_kind::periodic; }
+  void mark_left_queue(std::uint32_t how) noexcept { state_.fetch_or(how, std::memory_order_acq_rel); }
+  bool is_handed_back() const noexcept { return (state_.load(std::memory_order_acquire) & handed_back) != 0; }
+  // Out of the ready queue for good: handed back, returned, run or cancelled.
+  bool has_left_queue() const noexcept {
+    const std::uint32_t s = state_.load(std::memory_order_acquire);
+    return (s & (handed_back | returned)) != 0 || (s & phase_mask) != pending;
+  }
 
   // Handle-side operations (src/scheduled_task.cpp).
   bool cancel() noexcept;
