@@ -243,4 +243,50 @@ BOOST_AUTO_TEST_CASE(an_io_context_operation_with_the_shared_timing_pool) {
   BOOST_TEST((got == asio::error::operation_aborted));
 }
 
+// A plain callback has no executor: the operation (a handle's async_wait, completed by
+// the worker that ran the task) and the timeout's emission (another thread) raced, and
+// the emission ran a slot handler the completion had just destroyed (ASan: use-after-
+// free in cancellation_signal::emit; release builds crashed). Both now go through one
+// strand. Every handler runs once, with the value or operation_aborted.
+BOOST_AUTO_TEST_CASE(a_plain_callback_s_timeout_racing_the_operation_s_completion_is_safe) {
+  for (int mode = 0; mode < 2; ++mode) {
+    scheduled_thread_pool pool(2);
+    constexpr int n = 3000;
+    std::atomic<int> done{0}, aborted{0}, values{0}, wrong{0};
+    for (int i = 0; i < n; ++i) {
+      auto h = pool.schedule([i] { return i; }, std::chrono::microseconds(i % 100));
+      auto cb = [&, i](std::exception_ptr e, int v) {
+        if (e) {
+          try {
+            std::rethrow_exception(e);
+          } catch (const boost::system::system_error& se) {
+            if (se.code() == boost::asio::error::operation_aborted) ++aborted;
+            else ++wrong;
+          } catch (...) {
+            ++wrong;
+          }
+        } else if (v == i) {
+          ++values;
+        } else {
+          ++wrong;
+        }
+        ++done;
+      };
+      const auto d = std::chrono::microseconds((i * 7) % 100);
+      if (mode == 0)
+        h.async_wait(metronome::cancel_after(pool, d, cb));
+      else
+        h.async_wait(metronome::cancel_after(d, cb));
+      if (i % 64 == 0) metronome::test::poll_until([&] { return done.load() >= i - 200; }, 20s);
+    }
+    BOOST_TEST_CONTEXT("mode " << mode) {
+      BOOST_CHECK(metronome::test::poll_until([&] { return done.load() == n; }, 30s));
+      BOOST_CHECK_EQUAL(wrong.load(), 0);
+      BOOST_CHECK_EQUAL(values.load() + aborted.load(), n);
+    }
+    pool.join();
+    BOOST_CHECK_EQUAL(done.load(), n); // none twice
+  }
+}
+
 BOOST_AUTO_TEST_SUITE_END()

@@ -11,8 +11,10 @@
 #include <boost/asio/associated_allocator.hpp>
 #include <boost/asio/associated_cancellation_slot.hpp>
 #include <boost/asio/associated_executor.hpp>
+#include <boost/asio/bind_executor.hpp>
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/strand.hpp>
 #include <boost/asio/system_executor.hpp>
 
 #include <atomic>
@@ -216,6 +218,29 @@ public:
   void operator()(Handler&& handler, Args&&... args) const {
     using H = std::decay_t<Handler>;
     const auto io_ex = io_executor();
+    if constexpr (std::is_same_v<boost::asio::associated_executor_t<H, no_executor>, no_executor>) {
+      // A handler with no executor of its own (a plain callback, a parallel_group's
+      // operation handler) would complete on whatever thread ends the operation while
+      // the emission runs on another: an emission racing the operation's completion
+      // (which clears the slot) is undefined behaviour (a use-after-free in the slot's
+      // handler). Both go through one strand over the operation's I/O executor (the
+      // system executor without one), so they never overlap; the handler still runs in
+      // that executor's context.
+      (*this)(boost::asio::bind_executor(boost::asio::make_strand(io_ex), std::forward<Handler>(handler)),
+              std::forward<Args>(args)...);
+      return;
+    } else {
+      start(std::forward<Handler>(handler), io_ex, std::forward<Args>(args)...);
+    }
+  }
+
+private:
+  // The default of the associated-executor query: tells a handler with no executor.
+  struct no_executor : boost::asio::system_executor {};
+
+  template <class Handler, class IoExecutor, class... Args>
+  void start(Handler&& handler, const IoExecutor& io_ex, Args&&... args) const {
+    using H = std::decay_t<Handler>;
     using handler_executor = boost::asio::associated_executor_t<H, std::decay_t<decltype(io_ex)>>;
     using node = cancel_after_op<handler_executor, boost::asio::associated_allocator_t<H>>;
 
@@ -242,7 +267,6 @@ public:
     n->arm(core, due, current);
   }
 
-private:
   auto io_executor() const noexcept {
     if constexpr (requires { init_.get_executor(); })
       return init_.get_executor();
