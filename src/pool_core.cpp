@@ -73,6 +73,7 @@ pool_core::pool_core(pool_options opts)
   // initializer) while an idle worker waited on its guard, it left that worker waiting
   // for ever under ThreadSanitizer, whose __cxa_guard_abort wakes no waiter (GCC 12).
   (void)node_cache_trim_pending();
+  enroll_for_fork();
   try {
     if (manual_) manual_->attach(this);
     std::lock_guard lk(mtx_);
@@ -90,6 +91,7 @@ pool_core::pool_core(pool_options opts)
     for (auto& w : workers_)
       if (w->thread.joinable()) w->thread.join();
     if (manual_) manual_->detach(this);
+    leave_fork_registry();
     retire_pool_anchor(anchor_);
     throw;
   }
@@ -103,6 +105,7 @@ pool_core::~pool_core() {
          "schedule, async_delay); the pool must outlive every call into it");
   assert(wheels_.empty() &&
          "metronome: a pool is destroyed before a running wheel_timer built over it; stop or destroy the wheel first");
+  leave_fork_registry();
   if (manual_) manual_->detach(this);
   for (auto& w : workers_)
     if (w->thread.joinable()) w->thread.detach();

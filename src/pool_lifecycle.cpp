@@ -8,6 +8,8 @@
 #include <cassert>
 #include <new>
 
+#include <pthread.h>
+
 namespace metronome::detail {
 
 namespace {
@@ -235,6 +237,10 @@ task_base* pool_core::next_taken(taken_tasks& taken) noexcept {
 }
 
 void pool_core::close() noexcept {
+  if (forked_child_) {
+    discard_left_in_child();
+    return;
+  }
   if (!terminated_.load()) {
     timed_node* gone = nullptr;
     task_sink* owed = nullptr;
@@ -331,6 +337,62 @@ pool_stats pool_core::stats() const {
 
 // ---------------------------------------------------------------- fork
 
+// Every live pool, for the process's fork hooks (registered once, with the first pool).
+// No pool's mutex is taken while this list's mutex is held, except by the hooks.
+struct fork_registry {
+  std::mutex m;
+  pool_core* head = nullptr;
+
+  static fork_registry& get() {
+    static fork_registry* r = [] {
+      auto* reg = new fork_registry; // never destroyed: pools may outlive static destruction order
+      ::pthread_atfork(&prepare, &parent, &child);
+      return reg;
+    }();
+    return *r;
+  }
+  static void prepare() {
+    fork_registry& r = get();
+    r.m.lock();
+    for (pool_core* p = r.head; p; p = p->fork_next_) p->lock_for_fork();
+  }
+  static void parent() {
+    fork_registry& r = get();
+    for (pool_core* p = r.head; p; p = p->fork_next_) p->unlock_after_fork();
+    r.m.unlock();
+  }
+  static void child() {
+    fork_registry& r = get();
+    for (pool_core* p = r.head; p; p = p->fork_next_) {
+      p->unlock_after_fork();
+      if (p->restart_after_fork_.load(std::memory_order_relaxed))
+        p->restart_in_child();
+      else
+        p->terminate_in_child();
+    }
+    r.m.unlock();
+  }
+};
+
+void pool_core::enroll_for_fork() noexcept {
+  fork_registry& r = fork_registry::get();
+  std::lock_guard lk(r.m);
+  fork_next_ = r.head;
+  if (r.head) r.head->fork_prev_ = this;
+  r.head = this;
+}
+
+void pool_core::leave_fork_registry() noexcept {
+  fork_registry& r = fork_registry::get();
+  std::lock_guard lk(r.m);
+  if (fork_prev_)
+    fork_prev_->fork_next_ = fork_next_;
+  else
+    r.head = fork_next_;
+  if (fork_next_) fork_next_->fork_prev_ = fork_prev_;
+  fork_prev_ = fork_next_ = nullptr;
+}
+
 // Before fork(): no thread of this pool is inside the mutex or a pop when the child's
 // copy is made (the child then finds both free).
 void pool_core::lock_for_fork() noexcept {
@@ -345,16 +407,14 @@ void pool_core::unlock_after_fork() noexcept {
 
 // In the child, after unlock_after_fork(): none of the workers exist. Their records
 // describe threads of the parent (neither joinable nor detachable here), and the
-// condition variables may count waiters that are gone. Forget the former, make the
-// latter anew, and start the core workers again; queued and delayed work carries over.
-// A task that a worker was running at the fork runs only in the parent.
-void pool_core::restart_in_child() noexcept {
-  std::lock_guard lk(mtx_);
+// condition variables and the join mutex may count waiters or an owner that are gone.
+void pool_core::forget_threads_in_child() noexcept {
   for (auto& w : workers_) ::new (&w->thread) std::thread(); // the parent's handle, never joined here
   workers_.clear();
   ::new (&follower_cv_) std::condition_variable();
   ::new (&leader_cv_) std::condition_variable();
   ::new (&terminated_cv_) std::condition_variable();
+  ::new (&join_mtx_) std::mutex();
   spinning_.store(0);
   sleepers_.store(0);
   leader_ = nullptr;
@@ -362,11 +422,64 @@ void pool_core::restart_in_child() noexcept {
   wake_tokens_ = 0;
   awake_ = 0;
   threads_.store(0);
+}
+
+// The timing pool: its core workers start again; queued and delayed work carries over.
+// A task that a worker was running at the fork runs only in the parent.
+void pool_core::restart_in_child() noexcept {
+  std::lock_guard lk(mtx_);
+  forget_threads_in_child();
   if (terminated_.load()) return;
   try {
     for (std::size_t i = 0; i < core_threads_; ++i) start_worker(true);
   } catch (...) {
     // No thread in the child: the work waits, as it would in a pool whose threads died.
+  }
+}
+
+// Any other pool of the parent: terminated in the child (its work is the parent's, and
+// runs there). Submissions are refused as by a terminated pool; join(), await_termination()
+// and the destructor return at once (they waited for workers that do not exist here).
+void pool_core::terminate_in_child() noexcept {
+  std::lock_guard lk(mtx_);
+  forget_threads_in_child();
+  forked_child_ = true;
+  shutdown_.store(true);
+  terminated_.store(true);
+}
+
+// The destructor, in the child: what the parent's pool had queued is destroyed unrun
+// (handles cancelled, waits aborted, executor work destroyed without a report), not
+// left for ever.
+void pool_core::discard_left_in_child() noexcept {
+  timed_node* gone = nullptr;
+  task_base* ready = nullptr;
+  {
+    std::lock_guard lk(mtx_);
+    heap_.drain([&](timed_node* n) { n->next_.store(gone, std::memory_order_relaxed); gone = n; });
+    update_next_due_locked();
+    ready_.consumer_lock().lock();
+    while (task_base* t = ready_.pop_locked()) {
+      t->next_.store(ready, std::memory_order_relaxed);
+      ready = t;
+    }
+    ready_.consumer_lock().unlock();
+  }
+  for (task_base* lists[2] = {ready, gone}; task_base* t : lists) {
+    while (t) {
+      task_base* next = t->next_.load(std::memory_order_relaxed);
+      if (t->is_scheduled()) {
+        auto* st = static_cast<scheduled_task_base*>(t);
+        st->finish_cancelled(); // no-op if cancelled while it waited
+        st->release();
+      } else {
+        try {
+          t->complete(false); // destroyed unrun, not reported: as Asio's destroyed io_context does
+        } catch (...) {
+        }
+      }
+      t = next;
+    }
   }
 }
 

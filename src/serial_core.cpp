@@ -8,7 +8,6 @@
 
 #include <vector>
 
-#include <pthread.h>
 
 namespace metronome::detail {
 
@@ -49,15 +48,8 @@ pool_core& default_timer_pool() {
   static timer_pool pool;
   // fork(): the child gets the pool with its mutex free and its thread started anew, so
   // serial executors made before the fork keep timing their delayed work in the child.
-  static const bool fork_hooks = [] {
-    ::pthread_atfork([] { pool.core.lock_for_fork(); }, [] { pool.core.unlock_after_fork(); },
-                     [] {
-                       pool.core.unlock_after_fork();
-                       pool.core.restart_in_child();
-                     });
-    return true;
-  }();
-  (void)fork_hooks;
+  static const bool restarts = (pool.core.restart_after_fork(), true);
+  (void)restarts;
   return pool.core;
 }
 

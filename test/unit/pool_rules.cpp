@@ -17,6 +17,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <csignal>
 #include <future>
 #include <malloc.h>
 #include <stdexcept>
@@ -229,6 +230,54 @@ BOOST_AUTO_TEST_CASE(after_fork_the_shared_timing_pool_runs_delayed_serial_work_
   const int ticks = parent_ticks.load();
   BOOST_CHECK(poll_until([&] { return parent_ticks.load() > ticks; })); // the parent's pool goes on
   BOOST_CHECK(ticking.cancel());
+}
+
+// A pool of the parent, in the child: terminated (no threads; its work is the parent's).
+// Its destructor, join() and await_termination() return at once - they waited for ever
+// for workers that do not exist in the child, so a child returning from main() with a
+// global pool hung (adversary pass) - what it had queued is destroyed unrun, and new
+// submissions are refused as by a terminated pool. The parent's pool goes on.
+BOOST_AUTO_TEST_CASE(a_pool_of_the_parent_is_terminated_in_the_child_and_destroyed_there_at_once) {
+  auto pool = std::make_unique<scheduled_thread_pool>(1);
+  metronome::test::gate busy;
+  metronome::test::counter started;
+  BOOST_REQUIRE(metronome::test::occupy_worker(*pool, busy, started));
+  auto queued = pool->submit([] { return 1; });   // behind the busy worker
+  auto delayed = pool->schedule([] { return 2; }, 1h);
+  const pid_t pid = ::fork();
+  BOOST_REQUIRE(pid >= 0);
+  if (pid == 0) {
+    int code = 0;
+    try {
+      if (!pool->is_terminated()) code = 2;
+      if (!pool->await_termination(0ms)) code = 3;
+      bool refused = false;
+      try {
+        (void)pool->submit([] { return 3; });
+      } catch (const metronome::rejected_execution&) {
+        refused = true;
+      }
+      if (!refused) code = 4;
+      pool->join();
+      pool.reset();
+      if (!queued.is_cancelled() || !delayed.is_cancelled()) code = 5;
+    } catch (...) {
+      code = 6;
+    }
+    ::_exit(code);
+  }
+  int status = 0;
+  bool exited = poll_until([&] { return ::waitpid(pid, &status, WNOHANG) == pid; }, 20s);
+  if (!exited) {
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, &status, 0);
+  }
+  BOOST_CHECK(exited);
+  BOOST_CHECK(WIFEXITED(status));
+  BOOST_CHECK_EQUAL(WEXITSTATUS(status), 0);
+  busy.open();
+  BOOST_CHECK_EQUAL(queued.get(), 1); // the parent's pool runs its work
+  BOOST_CHECK(delayed.cancel());
 }
 #endif
 

@@ -207,11 +207,16 @@ public:
   void on_time_advanced() override;
   bool quiescent(clock::time_point& next_due) noexcept override;
 
-  // fork(): the child has none of this pool's threads. The prepare/parent/child hooks
-  // of the process-wide timing pool (default_timer_pool()) call these.
+  // fork(): the child has none of this pool's threads. Every live pool is enrolled; the
+  // process's fork hooks (pool_lifecycle.cpp) lock each before the fork and, in the
+  // child, restart this one's threads (the timing pool: restart_after_fork()) or leave it
+  // terminated (any other pool: its work stays the parent's; it is dropped unrun when the
+  // child destroys the pool).
+  void restart_after_fork() noexcept { restart_after_fork_.store(true, std::memory_order_relaxed); }
   void lock_for_fork() noexcept;
   void unlock_after_fork() noexcept;
   void restart_in_child() noexcept;
+  void terminate_in_child() noexcept;
 
 private:
   friend struct worker;
@@ -291,6 +296,15 @@ private:
   bool joining_ = false;
   bool closing_ = false;        // destructor: ignore tracked work
   bool closer_in_pool_ = false; // the destructor runs on one of our workers
+  bool forked_child_ = false;   // a pool of the parent, in a forked child (terminate_in_child)
+  std::atomic<bool> restart_after_fork_{false};
+  pool_core* fork_prev_ = nullptr; // the fork registry's list (pool_lifecycle.cpp)
+  pool_core* fork_next_ = nullptr;
+  void forget_threads_in_child() noexcept;
+  void discard_left_in_child() noexcept;
+  void enroll_for_fork() noexcept;
+  void leave_fork_registry() noexcept;
+  friend struct fork_registry;
   std::size_t next_worker_id_ = 1;
   std::vector<std::unique_ptr<worker>> workers_;
   std::mutex join_mtx_;
