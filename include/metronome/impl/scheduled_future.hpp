@@ -139,11 +139,17 @@ private:
  * outstanding work on that executor is held until the completion has been handed to
  * it (Asio's rule). A handler that throws is reported to the exception handler of the
  * pool whose thread runs it (else printed to stderr). Any number of waits may be
- * pending. For a periodic task it completes when the task stops.
+ * pending. For a periodic task it completes when the task stops. `R` must be default-
+ * constructible (errors complete with `R{}`). A move-only `R` is moved into the first
+ * completion (or `get()`) that takes it, as `get()` moves it: the others see a moved-from
+ * value - await such a handle once.
  */
 template <class R>
 template <class CompletionToken>
 auto scheduled_future<R>::async_wait(CompletionToken&& token) {
+  static_assert(std::is_void_v<R> || std::is_default_constructible_v<R>,
+                "metronome: async_wait needs a default-constructible R (an error completes with R{}, as co_spawn's "
+                "void(std::exception_ptr, T) does); wait on a scheduled_future<std::optional<R>> instead");
   checked();
   // The initiation holds its own handle: with `deferred` it may launch later.
   return boost::asio::async_initiate<CompletionToken, detail::wait_signature<R>>(
