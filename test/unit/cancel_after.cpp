@@ -277,16 +277,43 @@ BOOST_AUTO_TEST_CASE(a_plain_callback_s_timeout_racing_the_operation_s_completio
         h.async_wait(metronome::cancel_after(pool, d, cb));
       else
         h.async_wait(metronome::cancel_after(d, cb));
-      if (i % 64 == 0) metronome::test::poll_until([&] { return done.load() >= i - 200; }, 20s);
+      if (i % 64 == 0) poll_until([&] { return done.load() >= i - 200; }, 20s);
     }
     BOOST_TEST_CONTEXT("mode " << mode) {
-      BOOST_CHECK(metronome::test::poll_until([&] { return done.load() == n; }, 30s));
+      BOOST_CHECK(poll_until([&] { return done.load() == n; }, 30s));
       BOOST_CHECK_EQUAL(wrong.load(), 0);
       BOOST_CHECK_EQUAL(values.load() + aborted.load(), n);
     }
     pool.join();
     BOOST_CHECK_EQUAL(done.load(), n); // none twice
   }
+}
+
+// The same race on async_delay, on a two-thread pool: the delay completes on one worker
+// (its handler has no executor: the pool's, dispatched inline) while the timeout's
+// emission runs on the other.
+BOOST_AUTO_TEST_CASE(a_delay_s_timeout_racing_its_completion_on_a_two_thread_pool_is_safe) {
+  scheduled_thread_pool pool(2);
+  constexpr int n = 3000;
+  std::atomic<int> done{0}, ok{0}, aborted{0}, wrong{0};
+  for (int i = 0; i < n; ++i) {
+    async_delay(pool, std::chrono::microseconds(i % 100),
+                cancel_after(pool, std::chrono::microseconds((i * 7) % 100), [&](error_code ec) {
+                  if (!ec)
+                    ++ok;
+                  else if (ec == boost::asio::error::operation_aborted)
+                    ++aborted;
+                  else
+                    ++wrong;
+                  ++done;
+                }));
+    if (i % 64 == 0) poll_until([&] { return done.load() >= i - 200; }, 20s);
+  }
+  BOOST_CHECK(poll_until([&] { return done.load() == n; }, 30s));
+  BOOST_CHECK_EQUAL(wrong.load(), 0);
+  BOOST_CHECK_EQUAL(ok.load() + aborted.load(), n);
+  pool.join();
+  BOOST_CHECK_EQUAL(done.load(), n);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

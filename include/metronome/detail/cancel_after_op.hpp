@@ -11,15 +11,14 @@
 #include <boost/asio/associated_allocator.hpp>
 #include <boost/asio/associated_cancellation_slot.hpp>
 #include <boost/asio/associated_executor.hpp>
-#include <boost/asio/bind_executor.hpp>
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/post.hpp>
-#include <boost/asio/strand.hpp>
 #include <boost/asio/system_executor.hpp>
 
 #include <atomic>
 #include <exception>
 #include <memory>
+#include <mutex>
 #include <new>
 #include <type_traits>
 #include <utility>
@@ -62,10 +61,7 @@ class cancel_after_op final : public wait_node {
     }
     void operator()() {
       cancel_after_op* n = std::exchange(n_, nullptr);
-      if (!n->op_done_.load()) {
-        internal_post_scope user(false); // the operation's cancel handler is not library work
-        n->signal_.emit(n->type_);
-      }
+      n->emit_unless_done();
       n->release();
     }
 
@@ -105,7 +101,7 @@ public:
       queued = core.add_wait(this, due, current);
     } catch (...) {
       // No memory for the queue slot: the timeout cannot be kept, so it is up now.
-      if (!op_done_.load()) signal_.emit(type_);
+      emit_unless_done();
     }
     if (!queued) release(); // the pool's reference: never queued
     // seq_cst with op_finished(): either it saw the node queued, or this sees it done.
@@ -119,6 +115,16 @@ public:
   void abandon() noexcept {
     release();
     release();
+  }
+
+  // A metronome operation is about to clear its cancellation slot (its completion, or
+  // its handler destroyed unrun): from here on nothing emits. An emission in progress
+  // holds the mutex, so the slot's handler is not destroyed under it - the completion
+  // may run on any thread (a handler with no executor runs on the worker that ended
+  // the task) while the emission runs in the handler's executor (a system thread).
+  void before_slot_clear() noexcept {
+    std::lock_guard lk(emit_mtx_);
+    op_done_.store(true);
   }
 
   // The operation completed, or its handler was destroyed unrun: in the handler's
@@ -146,6 +152,13 @@ private:
     alloc_traits::deallocate(a, this, 1);
   }
 
+  void emit_unless_done() noexcept {
+    std::lock_guard lk(emit_mtx_);
+    if (op_done_.load()) return;
+    internal_post_scope user(false); // the operation's cancel handler is not library work
+    signal_.emit(type_);
+  }
+
   // The pool is done with the node: fired (run), aborted (shutdown) or discarded.
   static void do_complete(task_base* b, unsigned action) {
     auto* n = static_cast<cancel_after_op*>(b);
@@ -170,6 +183,7 @@ private:
   std::uint32_t generation_;
   std::atomic<int> refs_{3};
   std::atomic<bool> op_done_{false};
+  std::mutex emit_mtx_; // an emission against before_slot_clear()
   bool user_slot_connected_ = false;
   boost::asio::cancellation_slot user_slot_;
 };
@@ -188,6 +202,9 @@ public:
   }
 
   boost::asio::cancellation_slot slot() const noexcept { return node_->slot(); }
+  void before_slot_clear() noexcept {
+    if (node_) node_->before_slot_clear();
+  }
 
   template <class Wrapper, class... Args>
   static void complete(Wrapper& w, Args&&... args) {
@@ -216,28 +233,11 @@ public:
 
   template <class Handler, class... Args>
   void operator()(Handler&& handler, Args&&... args) const {
-    using H = std::decay_t<Handler>;
     const auto io_ex = io_executor();
-    if constexpr (std::is_same_v<boost::asio::associated_executor_t<H, no_executor>, no_executor>) {
-      // A handler with no executor of its own (a plain callback, a parallel_group's
-      // operation handler) would complete on whatever thread ends the operation while
-      // the emission runs on another: an emission racing the operation's completion
-      // (which clears the slot) is undefined behaviour (a use-after-free in the slot's
-      // handler). Both go through one strand over the operation's I/O executor (the
-      // system executor without one), so they never overlap; the handler still runs in
-      // that executor's context.
-      (*this)(boost::asio::bind_executor(boost::asio::make_strand(io_ex), std::forward<Handler>(handler)),
-              std::forward<Args>(args)...);
-      return;
-    } else {
-      start(std::forward<Handler>(handler), io_ex, std::forward<Args>(args)...);
-    }
+    start(std::forward<Handler>(handler), io_ex, std::forward<Args>(args)...);
   }
 
 private:
-  // The default of the associated-executor query: tells a handler with no executor.
-  struct no_executor : boost::asio::system_executor {};
-
   template <class Handler, class IoExecutor, class... Args>
   void start(Handler&& handler, const IoExecutor& io_ex, Args&&... args) const {
     using H = std::decay_t<Handler>;

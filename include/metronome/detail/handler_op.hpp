@@ -7,6 +7,8 @@
 #include <metronome/detail/node_cache.hpp>
 #include <metronome/detail/report.hpp>
 
+#include <metronome/detail/slot_handler.hpp>
+
 #include <boost/asio/associated_allocator.hpp>
 #include <boost/asio/associated_cancellation_slot.hpp>
 #include <boost/asio/associated_executor.hpp>
@@ -188,6 +190,7 @@ private:
   };
 
   void disconnect_slot() noexcept {
+    before_slot_clear(handler_); // cancel_after's emission is over, and none starts
     boost::asio::get_associated_cancellation_slot(handler_).clear();
     slot_connected_ = false;
   }

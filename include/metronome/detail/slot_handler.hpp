@@ -42,6 +42,16 @@ private:
   Link link_;
 };
 
+// Called by a metronome operation just before it clears the cancellation slot it took
+// from the handler (handler_op): a slot_handler whose link owns that slot's signal
+// (cancel_after) stops emitting first. Nothing for any other handler.
+template <class Handler>
+void before_slot_clear(Handler&) noexcept {}
+template <class Handler, class Link>
+void before_slot_clear(slot_handler<Handler, Link>& h) noexcept {
+  if constexpr (requires(Link& l) { l.before_slot_clear(); }) h.link().before_slot_clear();
+}
+
 } // namespace metronome::detail
 
 namespace boost::asio {
