@@ -3,6 +3,7 @@
 #include <metronome/detail/pool_core.hpp>
 #include <metronome/detail/test_hooks.hpp>
 
+#include "fork_hooks.hpp"
 #include "pool_internal.hpp"
 
 #include <cassert>
@@ -337,17 +338,39 @@ pool_stats pool_core::stats() const {
 
 // ---------------------------------------------------------------- fork
 
-// Every live pool, for the process's fork hooks (registered once, with the first pool).
-// No pool's mutex is taken while this list's mutex is held, except by the hooks.
+void ensure_fork_hooks() noexcept {
+  static const bool registered = [] {
+    ::pthread_atfork(
+        [] {
+          wheels_prepare_fork();
+          pools_prepare_fork();
+          stripes_prepare_fork();
+        },
+        [] {
+          stripes_parent_after_fork();
+          pools_parent_after_fork();
+          wheels_parent_after_fork();
+        },
+        [] {
+          stripes_child_after_fork();
+          pools_child_after_fork();
+          wheels_child_after_fork();
+        });
+    return true;
+  }();
+  (void)registered;
+}
+
+// Every live pool, for the fork hooks. No pool's mutex is taken while this list's mutex
+// is held, except by the hooks.
 struct fork_registry {
   std::mutex m;
   pool_core* head = nullptr;
 
   static fork_registry& get() {
     static fork_registry* r = [] {
-      auto* reg = new fork_registry; // never destroyed: pools may outlive static destruction order
-      ::pthread_atfork(&prepare, &parent, &child);
-      return reg;
+      ensure_fork_hooks();
+      return new fork_registry; // never destroyed: pools may outlive static destruction order
     }();
     return *r;
   }
@@ -373,6 +396,10 @@ struct fork_registry {
     r.m.unlock();
   }
 };
+
+void pools_prepare_fork() noexcept { fork_registry::prepare(); }
+void pools_parent_after_fork() noexcept { fork_registry::parent(); }
+void pools_child_after_fork() noexcept { fork_registry::child(); }
 
 void pool_core::enroll_for_fork() noexcept {
   fork_registry& r = fork_registry::get();
@@ -409,8 +436,17 @@ void pool_core::unlock_after_fork() noexcept {
 // describe threads of the parent (neither joinable nor detachable here), and the
 // condition variables and the join mutex may count waiters or an owner that are gone.
 void pool_core::forget_threads_in_child() noexcept {
-  for (auto& w : workers_) ::new (&w->thread) std::thread(); // the parent's handle, never joined here
+  for (auto& w : workers_) {
+    ::new (&w->thread) std::thread(); // the parent's handle, never joined here
+    // Not freed: the forking thread may be one of these workers, inside a task, with its
+    // record in use until the task returns (its thread then ends: orphaned below).
+    (void)w.release();
+  }
   workers_.clear();
+  if (this_worker != nullptr && this_worker->pool == this) this_thread_orphaned = true;
+  // Hand-overs and calls of the parent's other threads never finish here.
+  in_transit_ = 0;
+  calls_.store(0);
   ::new (&follower_cv_) std::condition_variable();
   ::new (&leader_cv_) std::condition_variable();
   ::new (&terminated_cv_) std::condition_variable();

@@ -5,6 +5,8 @@
 #include <metronome/detail/test_hooks.hpp>
 #include <metronome/errors.hpp>
 
+#include "fork_hooks.hpp"
+
 #include <array>
 #include <condition_variable>
 #include <cstdint>
@@ -23,8 +25,13 @@ struct parking_stripe {
   std::condition_variable cv;
 };
 
-parking_stripe& stripe_for(const void* p) noexcept {
+std::array<parking_stripe, 64>& all_stripes() noexcept {
   static std::array<parking_stripe, 64> stripes;
+  return stripes;
+}
+
+parking_stripe& stripe_for(const void* p) noexcept {
+  auto& stripes = all_stripes();
   auto h = reinterpret_cast<std::uintptr_t>(p);
   h ^= h >> 17;
   h *= 0x9E3779B97F4A7C15ull;
@@ -34,6 +41,22 @@ parking_stripe& stripe_for(const void* p) noexcept {
 completion_hook* const hooks_closed = reinterpret_cast<completion_hook*>(alignof(completion_hook));
 
 } // namespace
+
+// fork(): no stripe is held across it; in the child the condition variables are made
+// anew (one that a parent's thread was parked on blocked the child's exit for ever: its
+// destructor waited for that waiter).
+void stripes_prepare_fork() noexcept {
+  for (auto& st : all_stripes()) st.mtx.lock();
+}
+void stripes_parent_after_fork() noexcept {
+  for (auto& st : all_stripes()) st.mtx.unlock();
+}
+void stripes_child_after_fork() noexcept {
+  for (auto& st : all_stripes()) {
+    ::new (&st.cv) std::condition_variable();
+    st.mtx.unlock();
+  }
+}
 
 scheduled_task_base::scheduled_task_base(pool_core* pool) noexcept
     : timed_node(&complete_thunk), anchor_(pool->anchor()), generation_(pool->anchor_generation()) {}

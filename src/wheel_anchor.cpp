@@ -4,7 +4,7 @@
 #include <metronome/detail/test_hooks.hpp>
 #include <metronome/detail/wheel_core.hpp>
 
-#include <pthread.h>
+#include "fork_hooks.hpp"
 
 #include <atomic>
 #include <bit>
@@ -32,11 +32,29 @@ class anchor_registry {
 public:
   static anchor_registry& get() {
     static anchor_registry* r = [] {
-      auto* reg = new anchor_registry; // never destroyed: handles may outlive everything
-      ::pthread_atfork([] { get().m_.lock(); }, [] { get().m_.unlock(); }, [] { get().m_.unlock(); });
-      return reg;
+      ensure_fork_hooks();
+      return new anchor_registry; // never destroyed: handles may outlive everything
     }();
     return *r;
+  }
+
+  // fork(): the registry's mutex, then every anchor's (the wheels' mutexes), are held
+  // across it; in the child each live wheel forgets its timer thread (wheel_core).
+  void prepare_fork() noexcept {
+    m_.lock();
+    for (std::uint64_t i = 0; i < used_; ++i) at(i).mtx.lock();
+  }
+  void parent_after_fork() noexcept {
+    for (std::uint64_t i = 0; i < used_; ++i) at(i).mtx.unlock();
+    m_.unlock();
+  }
+  void child_after_fork() noexcept {
+    for (std::uint64_t i = 0; i < used_; ++i) {
+      wheel_anchor& a = at(i);
+      if (a.core) a.core->terminate_in_child(a);
+      a.mtx.unlock();
+    }
+    m_.unlock();
   }
 
   wheel_anchor& at(std::uint64_t id) noexcept {
@@ -96,6 +114,10 @@ private:
 
 } // namespace
 
+void wheels_prepare_fork() noexcept { anchor_registry::get().prepare_fork(); }
+void wheels_parent_after_fork() noexcept { anchor_registry::get().parent_after_fork(); }
+void wheels_child_after_fork() noexcept { anchor_registry::get().child_after_fork(); }
+
 wheel_core::enrollment::enrollment(wheel_core* w)
     : id(anchor_registry::get().enroll(w)), anchor(&anchor_registry::get().at(id)) {}
 
@@ -151,6 +173,19 @@ struct hand_over_frame {
   hand_over_frame* outer;
 };
 thread_local hand_over_frame* hand_overs = nullptr;
+
+// In the child (the wheel's mutex held): the timer thread does not exist here. Forget it
+// (the destructor would join it, or wait on a condition variable it was parked on) and
+// refuse new timeouts, as a stopped wheel does; the destructor stops it as usual.
+// Hand-overs of the parent's other threads never finish here.
+void wheel_core::terminate_in_child(wheel_anchor& a) noexcept {
+  ::new (&thread_) std::thread();
+  ::new (&cv_) std::condition_variable();
+  forked_child_.store(true, std::memory_order_relaxed);
+  std::uint32_t own = 0;
+  for (const hand_over_frame* f = hand_overs; f; f = f->outer) own += f->anchor == &a ? 1 : 0;
+  a.handing_over.store(own, std::memory_order_relaxed);
+}
 
 void wheel_core::hand_over_unlocked(wheel_anchor& a, std::unique_lock<std::mutex>& lk, chain& fired) noexcept {
   if (!fired.head) {

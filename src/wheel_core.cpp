@@ -148,6 +148,8 @@ namespace {
 
 void wheel_core::enter(wheel_entry* e, clock::duration delay) {
   e->wheel_id_ = enrolled_.id;
+  if (forked_child_.load(std::memory_order_relaxed))
+    throw rejected_execution("metronome: a wheel_timer of the parent process, in a forked child");
   if (e->is_wait() && pool_shut_down_.load(std::memory_order_seq_cst)) refuse_wait_of_shut_down_pool();
   if (delay <= clock::duration::zero()) {
     // Due now: straight to the executor, never into the wheel.

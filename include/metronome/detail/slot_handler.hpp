@@ -24,7 +24,8 @@ public:
   slot_handler(Handler&& h, Link&& link) noexcept(std::is_nothrow_move_constructible_v<Handler> &&
                                                   std::is_nothrow_move_constructible_v<Link>)
       : handler_(std::move(h)), link_(std::move(link)) {}
-  slot_handler(slot_handler&&) = default;
+  slot_handler(slot_handler&&) noexcept(std::is_nothrow_move_constructible_v<Handler> &&
+                                         std::is_nothrow_move_constructible_v<Link>) = default;
   slot_handler& operator=(slot_handler&&) = delete;
 
   template <class... Args>

@@ -272,6 +272,12 @@ private:
   // After the wheel retired its anchor: waits for handles' hand-overs in flight, save
   // those of the calling thread (it may be destroying the wheel from inside one).
   static void wait_for_hand_overs(wheel_anchor& a) noexcept;
+
+public:
+  // fork(): in the child, this wheel of the parent has no timer thread (wheel_anchor.cpp).
+  void terminate_in_child(wheel_anchor& a) noexcept;
+
+private:
   // Whether the wheel enrolled as `id` is still there (its generation unchanged).
   static bool enrolled(const wheel_anchor& a, std::uint64_t id) noexcept;
   void wake() noexcept;
@@ -314,6 +320,7 @@ private:
   std::size_t words_per_level_ = 1;
   std::uint64_t elapsed_ = 0;
   bool stopped_ = false;
+  std::atomic<bool> forked_child_{false}; // a wheel of the parent, in a forked child: refuses timeouts
   // The pool shut down: waits are refused (written under mtx_, read by producers too).
   std::atomic<bool> pool_shut_down_{false};
   std::atomic<bool> detached_{false}; // stopped: detached from its pool

@@ -1,0 +1,107 @@
+// fork() with the library busy in the parent: the child must be able to use, destroy and
+// exit past everything the parent made, promptly. A plain program (the child runs the
+// static destructors of a normal exit); each case forks a child bounded by alarm(), and
+// the program fails unless every child exits 0 within it.
+//  - a thread of the parent blocked in get(): the parking stripe's condition variable it
+//    waited on blocked the child's exit for ever;
+//  - a wheel of the parent whose timer thread sleeps: its destruction in the child
+//    waited for that thread for ever; new timeouts on it must be refused;
+//  - a pool of the parent, busy: destroyed at once, queued work cancelled;
+//  - fork() from inside a pool task, the child carrying on in that task: the worker
+//    record it runs on was freed in the child (ASan).
+#include <metronome/errors.hpp>
+#include <metronome/scheduled_thread_pool.hpp>
+#include <metronome/wheel_timer.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <sys/wait.h>
+#include <thread>
+#include <unistd.h>
+
+using namespace std::chrono_literals;
+
+namespace {
+
+// Waits for the child: 0 when it exited 0.
+int reap(pid_t pid, const char* what) {
+  int status = 0;
+  if (::waitpid(pid, &status, 0) != pid) return 1;
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return 0;
+  std::fprintf(stderr, "fork_child: %s: child %s %d\n", what, WIFEXITED(status) ? "exited with" : "killed by signal",
+               WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+  return 1;
+}
+
+int parent_objects_in_the_child() {
+  auto pool = std::make_unique<metronome::scheduled_thread_pool>(2);
+  auto wheel = std::make_unique<metronome::wheel_timer>(*pool);
+  auto far = wheel->schedule([] {}, 1h);
+  auto long_task = pool->schedule([] { return 1; }, 1h);
+  std::atomic<bool> waiting{false};
+  std::thread waiter([&] {
+    waiting = true;
+    try {
+      (void)long_task.get(); // parked on a stripe across the fork
+    } catch (...) {
+    }
+  });
+  while (!waiting.load()) std::this_thread::yield();
+  std::this_thread::sleep_for(50ms); // not synchronisation: lets the waiter park and the timer thread sleep
+  const pid_t pid = ::fork();
+  if (pid < 0) return 1;
+  if (pid == 0) {
+    ::alarm(20);
+    bool refused = false;
+    try {
+      (void)wheel->schedule([] {}, 1ms);
+    } catch (const metronome::rejected_execution&) {
+      refused = true;
+    }
+    if (!refused) ::_exit(2);
+    wheel.reset();
+    pool.reset();
+    if (!far.is_cancelled()) ::_exit(3);
+    if (!long_task.is_cancelled()) ::_exit(4);
+    std::exit(0); // static destructors: the stripes among them
+  }
+  const int bad = reap(pid, "parent's wheel, pool and a waiter");
+  long_task.cancel();
+  waiter.join();
+  return bad;
+}
+
+int fork_inside_a_task() {
+  metronome::scheduled_thread_pool pool(2);
+  std::atomic<pid_t> child{-1};
+  pool.submit([&] {
+        const pid_t pid = ::fork();
+        if (pid == 0) {
+          ::alarm(20);
+          // The child goes on in this task: posts, submits, makes and destroys a pool.
+          boost::asio::post(pool, [] {});
+          try {
+            (void)pool.submit([] {});
+          } catch (const metronome::rejected_execution&) {
+          }
+          { metronome::scheduled_thread_pool fresh(1); fresh.submit([] {}).get(); }
+          return; // the task returns: the worker's thread, the child's only one, ends
+        }
+        child = pid;
+      })
+      .wait();
+  if (child.load() <= 0) return 1;
+  return reap(child.load(), "fork inside a task");
+}
+
+} // namespace
+
+int main() {
+  int bad = parent_objects_in_the_child();
+  bad += fork_inside_a_task();
+  std::fprintf(stderr, "fork_child: %s\n", bad == 0 ? "ok" : "FAILED");
+  return bad == 0 ? 0 : 1;
+}
