@@ -16,7 +16,8 @@ namespace metronome::detail {
 namespace {
 
 // Links n in front of the chain `head` (through next_; n is out of every queue).
-void link_front(timed_node*& head, timed_node* n) noexcept {
+template <class Node>
+void link_front(Node*& head, Node* n) noexcept {
   n->next_.store(head, std::memory_order_relaxed);
   head = n;
 }
@@ -488,34 +489,20 @@ void pool_core::terminate_in_child() noexcept {
 // (handles cancelled, waits aborted, executor work destroyed without a report), not
 // left for ever.
 void pool_core::discard_left_in_child() noexcept {
-  timed_node* gone = nullptr;
-  task_base* ready = nullptr;
+  timed_node* delayed = nullptr;
+  task_base* left = nullptr;
   {
     std::lock_guard lk(mtx_);
-    heap_.drain([&](timed_node* n) { n->next_.store(gone, std::memory_order_relaxed); gone = n; });
-    update_next_due_locked();
+    delayed = drain_heap_locked(); // its waits join the ready queue, aborted
     ready_.consumer_lock().lock();
-    while (task_base* t = ready_.pop_locked()) {
-      t->next_.store(ready, std::memory_order_relaxed);
-      ready = t;
-    }
+    while (task_base* t = ready_.pop_locked()) link_front(left, t);
     ready_.consumer_lock().unlock();
   }
-  for (task_base* lists[2] = {ready, gone}; task_base* t : lists) {
-    while (t) {
-      task_base* next = t->next_.load(std::memory_order_relaxed);
-      if (t->is_scheduled()) {
-        auto* st = static_cast<scheduled_task_base*>(t);
-        st->finish_cancelled(); // no-op if cancelled while it waited
-        st->release();
-      } else {
-        try {
-          t->complete(false); // destroyed unrun, not reported: as Asio's destroyed io_context does
-        } catch (...) {
-        }
-      }
-      t = next;
-    }
+  discard_chain(delayed); // typed tasks only: cancelled
+  while (left) {
+    task_base* next = left->next_.load(std::memory_order_relaxed);
+    discard_task(left, nullptr); // not reported: as Asio's destroyed io_context does
+    left = next;
   }
 }
 

@@ -135,7 +135,7 @@ void pool_core::discard_task(task_base* t, const char* why) noexcept {
     t->complete(false);
   } catch (...) {
   }
-  if (is_op) report(std::make_exception_ptr(rejected_execution(why)));
+  if (is_op && why) report(std::make_exception_ptr(rejected_execution(why)));
 }
 
 // discard_oldest: takes the oldest queued task of the typed API out of the ready queue

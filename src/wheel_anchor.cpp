@@ -174,6 +174,15 @@ struct hand_over_frame {
 };
 thread_local hand_over_frame* hand_overs = nullptr;
 
+namespace {
+// The calling thread's own hand-overs in flight on `a` (it may be inside one).
+std::uint32_t own_hand_overs(const wheel_anchor& a) noexcept {
+  std::uint32_t own = 0;
+  for (const hand_over_frame* f = hand_overs; f; f = f->outer) own += f->anchor == &a ? 1 : 0;
+  return own;
+}
+} // namespace
+
 // In the child (the wheel's mutex held): the timer thread does not exist here. Forget it
 // (the destructor would join it, or wait on a condition variable it was parked on) and
 // refuse new timeouts, as a stopped wheel does; the destructor stops it as usual.
@@ -182,9 +191,7 @@ void wheel_core::terminate_in_child(wheel_anchor& a) noexcept {
   ::new (&thread_) std::thread();
   ::new (&cv_) std::condition_variable();
   forked_child_.store(true, std::memory_order_relaxed);
-  std::uint32_t own = 0;
-  for (const hand_over_frame* f = hand_overs; f; f = f->outer) own += f->anchor == &a ? 1 : 0;
-  a.handing_over.store(own, std::memory_order_relaxed);
+  a.handing_over.store(own_hand_overs(a), std::memory_order_relaxed);
 }
 
 void wheel_core::hand_over_unlocked(wheel_anchor& a, std::unique_lock<std::mutex>& lk, chain& fired) noexcept {
@@ -208,8 +215,7 @@ void wheel_core::hand_over_unlocked(wheel_anchor& a, std::unique_lock<std::mutex
 }
 
 void wheel_core::wait_for_hand_overs(wheel_anchor& a) noexcept {
-  std::uint32_t own = 0;
-  for (const hand_over_frame* f = hand_overs; f; f = f->outer) own += f->anchor == &a ? 1 : 0;
+  const std::uint32_t own = own_hand_overs(a);
   while (a.handing_over.load(std::memory_order_acquire) > own) std::this_thread::yield();
 }
 

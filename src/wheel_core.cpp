@@ -189,15 +189,11 @@ void wheel_core::enter(wheel_entry* e, clock::duration delay) {
       chain fired;
       // Earlier timeouts still in the inbox go first: ties keep scheduling order.
       if (inbox_.load(std::memory_order_relaxed) != nullptr) drain_inbox_locked(fired);
-      bool earlier = false;
-      if (e->when_ > elapsed_) {
-        if (!bounded) linked_.store(linked_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-        link_locked(e, no_level);
-        earlier = e->when_ < sleeping_until_.load(std::memory_order_relaxed);
-      } else { // its tick has come already: to the executor
-        fire_locked(e, fired);
-        if (bounded) count_removed_locked(1);
-      }
+      if (!bounded) linked_.store(linked_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+      // Linked, or fired when its tick has come already (counted removed), as a drained
+      // inbox entry is.
+      e->next_.store(nullptr, std::memory_order_relaxed);
+      const bool earlier = place_locked(e, fired, no_level) < sleeping_until_.load(std::memory_order_relaxed);
       lk.unlock();
       dispatch(fired);
       if (earlier) cv_.notify_one(); // we held the mutex: the timer thread is waiting or will see the slot

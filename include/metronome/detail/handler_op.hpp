@@ -6,7 +6,6 @@
 #include <metronome/detail/internal_post.hpp>
 #include <metronome/detail/node_cache.hpp>
 #include <metronome/detail/report.hpp>
-
 #include <metronome/detail/slot_handler.hpp>
 
 #include <boost/asio/associated_allocator.hpp>

@@ -257,6 +257,8 @@ private:
   void heap_changed_locked() noexcept;
   void reject_scheduled(scheduled_task_base* t, bool timed);
   void drop_outside(task_base* t) noexcept;
+  // Destroys t unrun (a typed task: cancelled); executor work is reported as
+  // rejected_execution(why), unless why is null.
   void discard_task(task_base* t, const char* why) noexcept;
   bool discard_oldest_user_task() noexcept;
   timed_node* queue_aborted_waits_locked(timed_node* gone) noexcept;
@@ -265,6 +267,12 @@ private:
   void sweep_for_shutdown_locked(timed_node*& gone) noexcept;
   bool idle_for_termination_locked(int awake_expected) const noexcept;
   void terminate_locked() noexcept;
+  // fork() (pool_lifecycle.cpp): the registry of live pools and the child's side.
+  friend struct fork_registry;
+  void enroll_for_fork() noexcept;
+  void leave_fork_registry() noexcept;
+  void forget_threads_in_child() noexcept;
+  void discard_left_in_child() noexcept;
 
   pool_options opts_;
   manual_clock* manual_;
@@ -300,11 +308,6 @@ private:
   std::atomic<bool> restart_after_fork_{false};
   pool_core* fork_prev_ = nullptr; // the fork registry's list (pool_lifecycle.cpp)
   pool_core* fork_next_ = nullptr;
-  void forget_threads_in_child() noexcept;
-  void discard_left_in_child() noexcept;
-  void enroll_for_fork() noexcept;
-  void leave_fork_registry() noexcept;
-  friend struct fork_registry;
   std::size_t next_worker_id_ = 1;
   std::vector<std::unique_ptr<worker>> workers_;
   std::mutex join_mtx_;
