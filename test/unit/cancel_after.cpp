@@ -4,6 +4,7 @@
 #include <metronome/manual_clock.hpp>
 #include <metronome/scheduled_thread_pool.hpp>
 
+#include "common/hooks.hpp"
 #include "common/manual_pool.hpp"
 #include "common/poll_until.hpp"
 
@@ -315,5 +316,38 @@ BOOST_AUTO_TEST_CASE(a_delay_s_timeout_racing_its_completion_on_a_two_thread_poo
   pool.join();
   BOOST_CHECK_EQUAL(done.load(), n);
 }
+
+#if defined(METRONOME_TEST_HOOKS)
+// Stopped at the hand-over (docs/design.md, cancel_after): the timeout's emitter is held
+// with its emission lock taken, about to emit, when the task ends and its runner
+// completes the wait (a plain callback: inline, on the worker). The completion must not
+// clear the slot - destroying the handler the emission is about to call - until the
+// emission is over: the handler runs only after the emitter is released, once, with the
+// value (the task ended first: the emission finds the wait gone).
+BOOST_AUTO_TEST_CASE(a_wait_completing_while_cancel_after_emits_waits_for_the_emission) {
+  scheduled_thread_pool pool(2);
+  metronome::test::gate go;
+  auto h = pool.submit([&] {
+    go.wait();
+    return 5;
+  });
+  metronome::test::hook_stop stop(metronome::detail::hook_point::cancel_after_emitting, true);
+  std::atomic<int> calls{0}, values{0};
+  h.async_wait(cancel_after(pool, 1ms, [&](std::exception_ptr e, int v) {
+    if (!e && v == 5) ++values;
+    ++calls;
+  }));
+  BOOST_REQUIRE(stop.arrived()); // the timeout fired while the task still runs
+  go.open();
+  h.wait();
+  BOOST_CHECK(!poll_until([&] { return calls.load() != 0; }, 300ms)); // its completion waits
+  stop.release();
+  BOOST_CHECK(poll_until([&] { return calls.load() == 1; }, 10s));
+  pool.shutdown();
+  pool.join();
+  BOOST_CHECK_EQUAL(calls.load(), 1);
+  BOOST_CHECK_EQUAL(values.load(), 1);
+}
+#endif
 
 BOOST_AUTO_TEST_SUITE_END()

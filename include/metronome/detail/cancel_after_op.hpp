@@ -7,6 +7,7 @@
 #include <metronome/detail/pool_core.hpp>
 #include <metronome/detail/report.hpp>
 #include <metronome/detail/slot_handler.hpp>
+#include <metronome/detail/test_hooks.hpp>
 
 #include <boost/asio/associated_allocator.hpp>
 #include <boost/asio/associated_cancellation_slot.hpp>
@@ -155,6 +156,7 @@ private:
   void emit_unless_done() noexcept {
     std::lock_guard lk(emit_mtx_);
     if (op_done_.load()) return;
+    METRONOME_TEST_HOOK(hook_point::cancel_after_emitting);
     internal_post_scope user(false); // the operation's cancel handler is not library work
     signal_.emit(type_);
   }

@@ -37,6 +37,7 @@ enum class hook_point {
   submit_before_push,          // a typed task due now passed the shutdown check; not in the ready queue yet
   task_before_closing_waits,   // a task ended (terminal); its list of async_waits not yet taken
   wait_removed_before_abort,   // a cancellation took an async_wait out of its task's list; not completed yet
+  cancel_after_emitting,       // cancel_after's timeout holds its emission lock; not emitted yet
 };
 
 using hook_function = void (*)(hook_point);
