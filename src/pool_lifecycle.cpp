@@ -388,6 +388,7 @@ struct fork_registry {
   static void child() {
     fork_registry& r = get();
     for (pool_core* p = r.head; p; p = p->fork_next_) {
+      p->ready_.repair_after_fork(); // a producer of the parent may have stopped mid-push
       p->unlock_after_fork();
       if (p->restart_after_fork_.load(std::memory_order_relaxed))
         p->restart_in_child();

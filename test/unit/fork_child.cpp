@@ -8,10 +8,16 @@
 //    waited for that thread for ever; new timeouts on it must be refused;
 //  - a pool of the parent, busy: destroyed at once, queued work cancelled;
 //  - fork() from inside a pool task, the child carrying on in that task: the worker
-//    record it runs on was freed in the child (ASan).
+//    record it runs on was freed in the child (ASan);
+//  - (test hooks) a producer of the parent stopped between its exchange of the ready
+//    queue's tail and its link: in the child the queue stopped at the break for ever,
+//    so the pool's destruction left the tasks queued before it unrun and uncancelled.
 #include <metronome/errors.hpp>
 #include <metronome/scheduled_thread_pool.hpp>
 #include <metronome/wheel_timer.hpp>
+#if defined(METRONOME_TEST_HOOKS)
+#include <metronome/detail/test_hooks.hpp>
+#endif
 
 #include <atomic>
 #include <chrono>
@@ -97,11 +103,63 @@ int fork_inside_a_task() {
   return reap(child.load(), "fork inside a task");
 }
 
+#if defined(METRONOME_TEST_HOOKS)
+std::atomic<std::thread::id> stop_thread{};
+std::atomic<bool> stopped{false};
+std::atomic<bool> resume{false};
+
+void stop_mid_push(metronome::detail::hook_point p) {
+  if (p != metronome::detail::hook_point::ready_push_before_link || std::this_thread::get_id() != stop_thread.load())
+    return;
+  stopped = true;
+  while (!resume.load()) std::this_thread::yield();
+}
+
+int fork_while_a_producer_is_mid_push() {
+  auto pool = std::make_unique<metronome::scheduled_thread_pool>(1);
+  std::atomic<bool> release_worker{false};
+  std::atomic<bool> worker_busy{false};
+  boost::asio::post(*pool, [&] {
+    worker_busy = true;
+    while (!release_worker.load()) std::this_thread::yield();
+  });
+  while (!worker_busy.load()) std::this_thread::yield();
+  // Queued behind the busy worker, before the break.
+  auto a = pool->submit([] { return 1; });
+  auto b = pool->submit([] { return 2; });
+  metronome::detail::test_hook = &stop_mid_push;
+  std::thread producer([&] {
+    stop_thread = std::this_thread::get_id();
+    boost::asio::post(*pool, [] {}); // stops after its exchange, before its link
+  });
+  while (!stopped.load()) std::this_thread::yield();
+  const pid_t pid = ::fork();
+  if (pid < 0) return 1;
+  if (pid == 0) {
+    ::alarm(20);
+    metronome::detail::test_hook = nullptr;
+    pool.reset(); // terminated in the child: what it had queued is cancelled
+    if (!a.is_cancelled() || !b.is_cancelled()) ::_exit(5);
+    std::exit(0);
+  }
+  const int bad = reap(pid, "a producer stopped mid-push at the fork");
+  resume = true;
+  producer.join();
+  metronome::detail::test_hook = nullptr;
+  release_worker = true;
+  if (a.get() != 1 || b.get() != 2) return bad + 1; // the parent's queue is whole
+  return bad;
+}
+#endif
+
 } // namespace
 
 int main() {
   int bad = parent_objects_in_the_child();
   bad += fork_inside_a_task();
+#if defined(METRONOME_TEST_HOOKS)
+  bad += fork_while_a_producer_is_mid_push();
+#endif
   std::fprintf(stderr, "fork_child: %s\n", bad == 0 ? "ok" : "FAILED");
   return bad == 0 ? 0 : 1;
 }

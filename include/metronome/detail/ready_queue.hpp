@@ -3,6 +3,7 @@
 #define METRONOME_DETAIL_READY_QUEUE_HPP
 
 #include <metronome/detail/task.hpp>
+#include <metronome/detail/test_hooks.hpp>
 
 #include <atomic>
 #include <cstdint>
@@ -60,6 +61,7 @@ public:
   void push_chain(task_base* first, task_base* last, std::uint64_t count) noexcept {
     last->next_.store(nullptr, std::memory_order_relaxed);
     task_base* prev = tail_.exchange(last, std::memory_order_acq_rel);
+    if constexpr (Counted) METRONOME_TEST_HOOK(hook_point::ready_push_before_link);
     prev->next_.store(first, std::memory_order_release);
     if constexpr (Counted) pushed_.fetch_add(count, std::memory_order_seq_cst);
   }
@@ -171,6 +173,23 @@ public:
       head_.store(next, std::memory_order_relaxed);
     taken(n);
     return true;
+  }
+
+  // fork(), in the child: the caller holds consumer_lock() and no other thread exists. A
+  // producer of the parent stopped between its exchange and its link left the chain
+  // broken for good: pop saw `busy` at the break for ever, so nothing before it was taken
+  // either. The queue is cut after the last node reachable from head_ (tail_ points
+  // there again) and the count is what is reachable. The nodes behind the break are the
+  // parent's pushes, unreachable here: they stay with the parent (the child's copy leaks).
+  void repair_after_fork() noexcept {
+    task_base* last = head_.load(std::memory_order_relaxed);
+    std::uint64_t reachable = last == &stub_ ? 0 : 1;
+    for (task_base* n = last->next_.load(std::memory_order_acquire); n; n = n->next_.load(std::memory_order_acquire)) {
+      if (n != &stub_) ++reachable;
+      last = n;
+    }
+    tail_.store(last, std::memory_order_relaxed);
+    if constexpr (Counted) pushed_.store(popped_.load(std::memory_order_relaxed) + reachable, std::memory_order_seq_cst);
   }
 
 private:

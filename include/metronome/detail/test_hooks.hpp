@@ -38,6 +38,7 @@ enum class hook_point {
   task_before_closing_waits,   // a task ended (terminal); its list of async_waits not yet taken
   wait_removed_before_abort,   // a cancellation took an async_wait out of its task's list; not completed yet
   cancel_after_emitting,       // cancel_after's timeout holds its emission lock; not emitted yet
+  ready_push_before_link,      // a producer exchanged the ready queue's tail; its node not yet linked
 };
 
 using hook_function = void (*)(hook_point);
