@@ -9,10 +9,15 @@
 //  - a pool of the parent, busy: destroyed at once, queued work cancelled;
 //  - fork() from inside a pool task, the child carrying on in that task: the worker
 //    record it runs on was freed in the child (ASan);
+//  - forks repeated while producers post, schedule and use the timing pool: each child
+//    exits promptly, and the parent accounts for every task (run = posted; every
+//    async_delay on the timing pool completed once);
 //  - (test hooks) a producer of the parent stopped between its exchange of the ready
 //    queue's tail and its link: in the child the queue stopped at the break for ever,
 //    so the pool's destruction left the tasks queued before it unrun and uncancelled.
+#include <metronome/async_delay.hpp>
 #include <metronome/errors.hpp>
+#include <metronome/serial_executor.hpp>
 #include <metronome/scheduled_thread_pool.hpp>
 #include <metronome/wheel_timer.hpp>
 #if defined(METRONOME_TEST_HOOKS)
@@ -27,6 +32,10 @@
 #include <sys/wait.h>
 #include <thread>
 #include <unistd.h>
+#include <vector>
+
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
 
 using namespace std::chrono_literals;
 
@@ -103,6 +112,62 @@ int fork_inside_a_task() {
   return reap(child.load(), "fork inside a task");
 }
 
+int forks_while_producers_run() {
+  auto pool = std::make_unique<metronome::scheduled_thread_pool>(2);
+  boost::asio::io_context io; // the parent's: async_delay on it goes through the timing pool
+  auto guard = boost::asio::make_work_guard(io);
+  std::thread io_thread([&] { io.run(); });
+  std::atomic<bool> stop{false};
+  std::atomic<long> posted{0}, ran{0}, delays_started{0}, delays_done{0}, serial_ran{0}, serial_scheduled{0};
+  std::vector<std::thread> producers;
+  for (int p = 0; p < 2; ++p)
+    producers.emplace_back([&] {
+      auto serial = metronome::make_serial_executor(io.get_executor());
+      while (!stop.load()) {
+        boost::asio::post(*pool, [&] { ++ran; });
+        ++posted;
+        metronome::async_delay(io.get_executor(), std::chrono::microseconds(300),
+                               [&](boost::system::error_code) { ++delays_done; });
+        ++delays_started;
+        serial.schedule([&] { ++serial_ran; }, std::chrono::microseconds(200));
+        ++serial_scheduled;
+        pool->schedule([] {}, 1h).cancel();
+        std::this_thread::yield();
+      }
+    });
+  int bad = 0;
+  for (int i = 0; i < 30; ++i) {
+    std::this_thread::sleep_for(std::chrono::microseconds(300 + (i * 211) % 1500)); // not synchronisation: spreads the forks
+    const pid_t pid = ::fork();
+    if (pid < 0) return bad + 1;
+    if (pid == 0) {
+      ::alarm(20);
+      pool.reset(); // the parent's, terminated here: returns at once
+      boost::asio::io_context mine;
+      int got = 0;
+      metronome::async_delay(mine.get_executor(), 1ms, [&](boost::system::error_code ec) { got += ec ? 0 : 1; });
+      mine.run(); // the timing pool restarted in the child
+      metronome::scheduled_thread_pool fresh(1);
+      got += fresh.submit([] { return 1; }).get();
+      ::_exit(got == 2 ? 0 : 6);
+    }
+    bad += reap(pid, "a fork while producers run");
+  }
+  stop = true;
+  for (auto& t : producers) t.join();
+  pool.reset(); // runs what is queued
+  guard.reset();
+  io_thread.join(); // every delay and serial task has completed on io
+  if (ran.load() != posted.load() || delays_done.load() != delays_started.load() ||
+      serial_ran.load() != serial_scheduled.load()) {
+    std::fprintf(stderr, "fork_child: parent lost work across forks: ran %ld of %ld, delays %ld of %ld, serial %ld of %ld\n",
+                 ran.load(), posted.load(), delays_done.load(), delays_started.load(), serial_ran.load(),
+                 serial_scheduled.load());
+    ++bad;
+  }
+  return bad;
+}
+
 #if defined(METRONOME_TEST_HOOKS)
 std::atomic<std::thread::id> stop_thread{};
 std::atomic<bool> stopped{false};
@@ -157,6 +222,7 @@ int fork_while_a_producer_is_mid_push() {
 int main() {
   int bad = parent_objects_in_the_child();
   bad += fork_inside_a_task();
+  bad += forks_while_producers_run();
 #if defined(METRONOME_TEST_HOOKS)
   bad += fork_while_a_producer_is_mid_push();
 #endif
