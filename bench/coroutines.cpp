@@ -5,6 +5,7 @@
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
@@ -42,8 +43,12 @@ metrics coro_metronome(const options& o, int n, std::chrono::nanoseconds each) {
   return coro_metrics(wall, base);
 }
 
+// `timed` false: each step is `co_await asio::post` on the coroutine's own executor - no
+// timer at all. Asio's round trip through its scheduler and its awaitable machinery
+// alone, the floor under any timed row on that side (reported as a reference, not as
+// Asio's best).
 template <class Context>
-metrics coro_asio(const options& o, int n) {
+metrics coro_asio(const options& o, int n, bool timed = true) {
   results r(n);
   double base = heap_in_use_mib();
   double wall = 0;
@@ -53,9 +58,14 @@ metrics coro_asio(const options& o, int n) {
     for (int i = 0; i < n; ++i)
       asio::co_spawn(
           ctx.get_executor(),
-          [t = user_task{&r, i}]() -> asio::awaitable<void> {
-            asio::steady_timer timer(co_await asio::this_coro::executor);
+          [t = user_task{&r, i}, timed]() -> asio::awaitable<void> {
+            auto ex = co_await asio::this_coro::executor;
+            asio::steady_timer timer(ex);
             for (int k = 0; k < waits; ++k) {
+              if (!timed) {
+                co_await asio::post(ex, asio::use_awaitable);
+                continue;
+              }
               timer.expires_after(delay);
               co_await timer.async_wait(asio::use_awaitable);
             }
@@ -78,6 +88,8 @@ void add_coroutine_cases(std::vector<bench_case>& out, const options& o) {
        {{"metronome async_delay", false, [=] { return coro_metronome(o, n, delay); }},
         {"metronome async_delay, 0 ms (the path without the delay queue)", false,
          [=] { return coro_metronome(o, n, std::chrono::nanoseconds(0)); }},
+        {std::string("reference: Asio with no timer (co_await asio::post) on ") + asio_io_threads::name, false,
+         [=] { return coro_asio<asio_io_threads>(o, n, false); }},
         {std::string("steady_timer on ") + asio_io_threads::name, true,
          [=] { return coro_asio<asio_io_threads>(o, n); }},
         {std::string("steady_timer on ") + asio_pool::name, true, [=] { return coro_asio<asio_pool>(o, n); }}}});

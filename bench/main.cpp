@@ -210,7 +210,7 @@ void report(const bench_case& c, const std::vector<std::vector<metrics>>& runs, 
       for (std::size_t s = 0; s < c.sides.size(); ++s) {
         if (!c.sides[s].asio) continue;
         summary theirs = collect(s, key);
-        cells += " | " + cell(theirs);
+        cells += " | " + (runs[s].empty() ? std::string("not run") : cell(theirs)); // --no-asio
         asio_json += ",\"" + json_escape(c.sides[s].name) + "\":" + json_summary(theirs);
         if (!std::isnan(theirs.median) && (std::isnan(best) || (up ? theirs.median > best : theirs.median < best))) {
           best = theirs.median;
