@@ -125,9 +125,18 @@ task_base* serial_core::pop_one() noexcept {
   }
 }
 
+// A drain over a metronome pool runs on that pool's threads - save one that
+// shutdown_now() handed back in a pending_task, run by its caller, when the pool may be
+// gone: that drain runs everything counted without re-posting (there is nowhere to post),
+// typed tasks run detached (once, as the pool's own handed-back tasks), and exceptions
+// are not reported to the pool. Compares pointers only: owner_pool_ may dangle then.
+bool serial_core::handed_back() const noexcept { return owner_pool_ != nullptr && pool_core::current() != owner_pool_; }
+
 void serial_core::drain() noexcept {
   const serial_core* outer = current_drain;
   current_drain = this;
+  const bool handed = handed_back();
+  const std::size_t batch = handed ? std::size_t(-1) : opts_.batch;
   std::size_t ran = 0;
   for (;;) {
     // Run the tasks already counted, up to the batch, and settle the count once per
@@ -136,18 +145,18 @@ void serial_core::drain() noexcept {
     // node taken here would make the count underflow.
     const std::size_t counted = pending_.load(std::memory_order_acquire);
     std::size_t consumed = 0;
-    while (ran < opts_.batch && consumed < counted) {
+    while (ran < batch && consumed < counted) {
       task_base* t = consumed == 0 ? pop_one() : queue_.pop_locked();
       if (!t) break;
       ++consumed;
       if (disposed_.load(std::memory_order_acquire)) {
         discard(t); // cheap and runs no user task: not counted against the batch
       } else {
-        run_one(t);
+        run_one(t, handed);
         ++ran;
       }
     }
-    if (consumed == counted && ran < opts_.batch) {
+    if (consumed == counted && ran < batch) {
       // Caught up with the producers. Linger a moment before settling: ending the
       // drain now would make the next producer post a new one, usually waking a parked
       // worker (a futex call on the producer's path) for every few tasks.
@@ -155,7 +164,7 @@ void serial_core::drain() noexcept {
     }
     METRONOME_TEST_HOOK(hook_point::serial_before_settle);
     if (pending_.fetch_sub(consumed, std::memory_order_acq_rel) == consumed) break; // drained
-    if (ran >= opts_.batch) {
+    if (ran >= batch) {
       current_drain = outer;
       METRONOME_TEST_HOOK(hook_point::serial_before_repost);
       post_drain(drain_post::repost); // let other work on the executor have a turn
@@ -165,16 +174,22 @@ void serial_core::drain() noexcept {
   current_drain = outer;
 }
 
-void serial_core::run_one(task_base* t) noexcept {
+void serial_core::run_one(task_base* t, bool handed) noexcept {
   if (t->is_scheduled()) {
     auto* st = static_cast<scheduled_task_base*>(t);
-    st->pool()->run_scheduled(st);
+    if (handed)
+      pool_core::run_detached(st); // its pool may be gone (st->pool() null, or a new pool's)
+    else
+      st->pool()->run_scheduled(st);
     return;
   }
   try {
     t->complete(true);
   } catch (...) {
-    report(std::current_exception());
+    if (handed && !opts_.exception_handler)
+      print_unhandled(std::current_exception(), "serial task"); // not to a pool that may be gone
+    else
+      report(std::current_exception());
   }
 }
 

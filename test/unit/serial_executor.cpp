@@ -327,6 +327,57 @@ BOOST_AUTO_TEST_CASE(bind_executor_runs_handlers_in_order) {
   BOOST_TEST(order.size() == 100u); // no lost or concurrent push_back (TSan checks)
 }
 
+// shutdown_now() hands back a serial executor's queued drain as a pending_task; the
+// README promises a pending_task can still be run after the pool is destroyed. The drain
+// ran its typed tasks through the pool (a null pointer: SIGSEGV), re-posted itself to
+// the destroyed pool after a batch, and reported exceptions to it (adversary pass 6).
+// Run by its caller it runs everything it holds, in order, typed tasks once.
+BOOST_AUTO_TEST_CASE(a_serial_drain_handed_back_by_shutdown_now_runs_after_the_pool_is_gone) {
+  std::vector<metronome::pending_task> handed;
+  std::vector<int> order;
+  std::vector<metronome::scheduled_future<int>> typed;
+  metronome::scheduled_future<void> periodic;
+  {
+    scheduled_thread_pool pool(1);
+    metronome::test::gate release;
+    metronome::test::counter started;
+    BOOST_REQUIRE(metronome::test::occupy_worker(pool, release, started));
+    auto serial = make_serial_executor(pool); // batch 64: 150 tasks need the drain to go on past it
+    for (int i = 0; i < 150; ++i) {
+      if (i % 3 == 0) {
+        typed.push_back(serial.submit([&order, i] {
+          order.push_back(i);
+          return i;
+        }));
+      } else if (i == 100) {
+        asio::post(serial, [&order, i] {
+          order.push_back(i);
+          throw std::runtime_error("a task of a handed-back drain throws"); // reported, the drain goes on
+        });
+      } else {
+        asio::post(serial, [&order, i] { order.push_back(i); });
+      }
+    }
+    periodic = serial.schedule_at_fixed_rate([&order] { order.push_back(-1); }, 0ms, 1h); // due now: queued
+    handed = pool.shutdown_now();
+    release.open();
+  } // the pool is destroyed with the drain handed back
+  BOOST_REQUIRE(!handed.empty());
+  for (auto& p : handed) p();
+  std::vector<int> expected(150);
+  for (int i = 0; i < 150; ++i) expected[static_cast<std::size_t>(i)] = i;
+  BOOST_REQUIRE(order.size() >= 150u);
+  BOOST_TEST(std::vector<int>(order.begin(), order.begin() + 150) == expected, boost::test_tools::per_element());
+  for (std::size_t k = 0; k < typed.size(); ++k) {
+    BOOST_TEST(typed[k].is_done());
+    BOOST_TEST(typed[k].get() == static_cast<int>(3 * k));
+  }
+  // The periodic task: queued when the pool went, it runs once (as a handed-back
+  // periodic task of the pool itself does) and ends.
+  BOOST_TEST(order.size() == 151u);
+  BOOST_TEST(periodic.is_done());
+}
+
 BOOST_AUTO_TEST_CASE(zero_batch_is_invalid) {
   scheduled_thread_pool pool(1);
   metronome::serial_options o;

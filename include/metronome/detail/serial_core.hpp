@@ -70,7 +70,8 @@ protected:
 private:
   void hand_drain(drain_post how) noexcept;
   task_base* pop_one() noexcept;
-  void run_one(task_base* t) noexcept;
+  void run_one(task_base* t, bool handed) noexcept;
+  bool handed_back() const noexcept;
   static void discard(task_base* t) noexcept;
 
   uncounted_task_queue queue_; // pending_ is the count
