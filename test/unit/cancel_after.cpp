@@ -247,10 +247,12 @@ BOOST_AUTO_TEST_CASE(an_io_context_operation_with_the_shared_timing_pool) {
 // A plain callback has no executor: the operation (a handle's async_wait, completed by
 // the worker that ran the task) and the timeout's emission (another thread) raced, and
 // the emission ran a slot handler the completion had just destroyed (ASan: use-after-
-// free in cancellation_signal::emit; release builds crashed). Both now go through one
-// strand. Every handler runs once, with the value or operation_aborted.
+// free in cancellation_signal::emit; release builds crashed). The completion now waits
+// for an emission in progress before it clears the slot (before_slot_clear). Mode 2
+// nests cancel_after in cancel_after (the inner one emits through the outer one's
+// signal; adversary pass 6). Every handler runs once, with the value or operation_aborted.
 BOOST_AUTO_TEST_CASE(a_plain_callback_s_timeout_racing_the_operation_s_completion_is_safe) {
-  for (int mode = 0; mode < 2; ++mode) {
+  for (int mode = 0; mode < 3; ++mode) {
     scheduled_thread_pool pool(2);
     constexpr int n = 3000;
     std::atomic<int> done{0}, aborted{0}, values{0}, wrong{0};
@@ -276,8 +278,10 @@ BOOST_AUTO_TEST_CASE(a_plain_callback_s_timeout_racing_the_operation_s_completio
       const auto d = std::chrono::microseconds((i * 7) % 100);
       if (mode == 0)
         h.async_wait(metronome::cancel_after(pool, d, cb));
-      else
+      else if (mode == 1)
         h.async_wait(metronome::cancel_after(d, cb));
+      else
+        h.async_wait(metronome::cancel_after(d, metronome::cancel_after(d, cb)));
       if (i % 64 == 0) poll_until([&] { return done.load() >= i - 200; }, 20s);
     }
     BOOST_TEST_CONTEXT("mode " << mode) {
@@ -338,6 +342,36 @@ BOOST_AUTO_TEST_CASE(a_wait_completing_while_cancel_after_emits_waits_for_the_em
     ++calls;
   }));
   BOOST_REQUIRE(stop.arrived()); // the timeout fired while the task still runs
+  go.open();
+  h.wait();
+  BOOST_CHECK(!poll_until([&] { return calls.load() != 0; }, 300ms)); // its completion waits
+  stop.release();
+  BOOST_CHECK(poll_until([&] { return calls.load() == 1; }, 10s));
+  pool.shutdown();
+  pool.join();
+  BOOST_CHECK_EQUAL(calls.load(), 1);
+  BOOST_CHECK_EQUAL(values.load(), 1);
+}
+
+// The same with cancel_after nested in cancel_after: the inner one's emission goes
+// through the outer one's signal - the slot the completion clears. Only the outer one
+// stopped emitting before the clear: the completion ran under the inner emission and
+// freed what it was calling (adversary pass 6: SIGSEGV 8 runs in 10, ASan
+// heap-use-after-free in cancellation_signal::emit).
+BOOST_AUTO_TEST_CASE(a_wait_completing_while_a_nested_cancel_after_emits_waits_for_the_emission) {
+  scheduled_thread_pool pool(2);
+  metronome::test::gate go;
+  auto h = pool.submit([&] {
+    go.wait();
+    return 5;
+  });
+  metronome::test::hook_stop stop(metronome::detail::hook_point::cancel_after_emitting, true);
+  std::atomic<int> calls{0}, values{0};
+  h.async_wait(cancel_after(pool, 1h, cancel_after(pool, 1ms, [&](std::exception_ptr e, int v) {
+                                if (!e && v == 5) ++values;
+                                ++calls;
+                              })));
+  BOOST_REQUIRE(stop.arrived()); // the inner timeout fired while the task still runs
   go.open();
   h.wait();
   BOOST_CHECK(!poll_until([&] { return calls.load() != 0; }, 300ms)); // its completion waits

@@ -45,12 +45,15 @@ private:
 
 // Called by a metronome operation just before it clears the cancellation slot it took
 // from the handler (handler_op): a slot_handler whose link owns that slot's signal
-// (cancel_after) stops emitting first. Nothing for any other handler.
+// (cancel_after) stops emitting first - and so does every one wrapped inside it: a
+// cancel_after nested in another forwards its emission into the outer one's signal, the
+// very slot being cleared. Nothing for any other handler.
 template <class Handler>
 void before_slot_clear(Handler&) noexcept {}
 template <class Handler, class Link>
 void before_slot_clear(slot_handler<Handler, Link>& h) noexcept {
   if constexpr (requires(Link& l) { l.before_slot_clear(); }) h.link().before_slot_clear();
+  before_slot_clear(h.handler());
 }
 
 } // namespace metronome::detail
