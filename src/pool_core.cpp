@@ -352,10 +352,11 @@ task_base* pool_core::park(worker& w, std::unique_lock<std::mutex>& lk) {
       ++followers_;
       if (node_cache_trim_pending()) // wake to unmap the node chunks a burst left empty
         follower_cv_.wait_for(lk, node_cache_trim_delay);
-      else if (!w.core)
-        timed_out = follower_cv_.wait_for(lk, opts_.keep_alive) == std::cv_status::timeout;
+      else if (const auto until = w.core ? clock::time_point::max() : saturating_add(clock::now(), opts_.keep_alive);
+               until != clock::time_point::max())
+        timed_out = follower_cv_.wait_until(lk, until) == std::cv_status::timeout; // (wait_for overflowed on a huge keep_alive)
       else
-        follower_cv_.wait(lk);
+        follower_cv_.wait(lk); // a core thread, or an elastic one kept for ever
       --followers_;
       if (wake_tokens_ > 0) --wake_tokens_;
     }

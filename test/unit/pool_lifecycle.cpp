@@ -395,6 +395,30 @@ BOOST_AUTO_TEST_CASE(elastic_pool_grows_under_load_and_shrinks_when_idle) {
   BOOST_TEST(pool.submit([] { return 1; }).get() == 1);
 }
 
+// keep_alive = nanoseconds::max() ("never retire"): the idle elastic thread's timed wait
+// added it to now and overflowed (UBSan: signed integer overflow in wait_for), so the
+// threads retired at once (adversary pass 6). They stay; the pool still shuts down.
+BOOST_AUTO_TEST_CASE(an_elastic_thread_with_the_largest_keep_alive_stays) {
+  for (auto keep : {std::chrono::nanoseconds::max(), std::chrono::nanoseconds::max() / 2 + std::chrono::nanoseconds(1)}) {
+    scheduled_thread_pool pool(pool_options::cached(1, 3, keep));
+    metronome::test::gate release;
+    metronome::test::counter started;
+    std::vector<metronome::scheduled_future<void>> hs;
+    for (int i = 0; i < 3; ++i) {
+      hs.push_back(pool.submit([&] {
+        started.add();
+        release.wait();
+      }));
+    }
+    BOOST_REQUIRE(started.wait_for_at_least(3));
+    release.open();
+    for (auto& h : hs) h.get();
+    BOOST_CHECK(!poll_until([&] { return pool.stats().threads < 3u; }, 300ms)); // none retires
+    pool.shutdown();
+    BOOST_CHECK(pool.await_termination(std::chrono::seconds(20)));
+  }
+}
+
 // Workers in a burst keep task nodes beyond the node cache instead of calling free(),
 // and free them once idle: after 300,000 tasks the heap is back near where it was.
 BOOST_AUTO_TEST_CASE(a_burst_s_task_nodes_are_freed_once_the_pool_is_idle) {
