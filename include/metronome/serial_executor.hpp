@@ -148,10 +148,7 @@ public:
   auto submit(F&& f) const {
     using R = std::invoke_result_t<std::decay_t<F>&>;
     auto* t = new_task<R>(std::forward<F>(f), detail::task_kind::one_shot);
-    scheduled_future<R> h(adopt(t));
-    t->set_due(state_->timers().now());
-    if (!state_->try_enqueue(t)) reject(t);
-    return h;
+    return start<R>(t, clock::time_point::min()); // due now: behind serial tasks already due
   }
 
   /// Runs `f` on this serial executor after `delay`. @throws rejected_execution after dispose().

@@ -99,11 +99,20 @@ BOOST_AUTO_TEST_CASE(a_due_now_serial_task_queues_behind_a_delayed_serial_task_a
   };
   auto a = serial.schedule(record(1), 1ms);
   BOOST_REQUIRE(poll_until([&] { return a.delay() <= std::chrono::nanoseconds::zero(); }, 10s));
-  auto b = serial.schedule(record(2), 0ms);
+  auto c = serial.submit(record(2)); // went straight to the serial queue, ahead of 1 (adversary pass 6)
+  auto b = serial.schedule(record(3), 0ms);
+  auto d = serial.schedule_at_fixed_rate(record(4), 0ms, 1h);
   hold.open();
+  c.wait();
   b.wait();
   a.wait();
-  BOOST_CHECK((order == std::vector<int>{1, 2}));
+  BOOST_CHECK(poll_until([&] {
+    std::lock_guard lk(m);
+    return order.size() == 4u;
+  }));
+  d.cancel();
+  std::lock_guard lk(m);
+  BOOST_CHECK((order == std::vector<int>{1, 2, 3, 4}));
 }
 
 BOOST_AUTO_TEST_CASE(the_delay_queue_gives_memory_back_when_it_empties_out) {
