@@ -24,12 +24,21 @@ constinit std::atomic<bool> timer_pool_gone{false};
 void post_to_timing_pool(task_base* t) noexcept {
   // A pool destroyed at exit after the timing pool (made before it) has nowhere to post:
   // its waits complete here, on the thread running the destructors - never lost.
-  if (timer_pool_gone.load(std::memory_order_acquire)) {
+  pool_core* timing = nullptr;
+  if (!timer_pool_gone.load(std::memory_order_acquire)) {
+    try {
+      timing = &default_timer_pool();
+    } catch (...) { // its first use, out of memory or threads: never lost
+    }
+  }
+  if (timing == nullptr) {
     t->complete(true);
     return;
   }
-  default_timer_pool().post(t, false, true);
+  timing->post(t, false, true);
 }
+
+void make_timing_pool() { (void)default_timer_pool(); }
 
 pool_core& default_timer_pool() {
   // A bare engine, without the public pool around it: only its delay queue is used.

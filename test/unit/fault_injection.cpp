@@ -10,6 +10,9 @@
 #include <metronome/async_delay.hpp>
 #include <metronome/detail/node_cache.hpp>
 
+#include "common/poll_until.hpp"
+
+#include <boost/asio/bind_executor.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/bind_cancellation_slot.hpp>
@@ -97,6 +100,48 @@ int for_each_failure(Op&& op, Check&& check_unchanged) {
 } // namespace
 
 BOOST_AUTO_TEST_SUITE(fault_injection_suite)
+
+// First in the suite: before anything else here posts a plain callback's completion.
+// async_wait on a handle whose task has already ended: the handler runs once, never
+// inside the call, and out of memory the call throws with the handler destroyed unrun.
+// It posted the completion from inside the library (a plain callback: to Asio's system
+// executor, made on first use): the failure was reported and the handler lost - a
+// coroutine awaiting it hung (adversary pass 6).
+BOOST_AUTO_TEST_CASE(async_wait_on_an_ended_task_throws_bad_alloc_or_completes_once) {
+  scheduled_thread_pool pool(1);
+  auto h = pool.submit([] { return 7; });
+  h.wait();
+  boost::asio::io_context io;
+  for (int mode = 0; mode < 2; ++mode) {
+    BOOST_TEST_CONTEXT((mode == 0 ? "a plain callback" : "a callback bound to an io_context")) {
+      std::atomic<int> calls{0}, runs{0};
+      const long live_before = tracked::live.load();
+      for_each_failure(
+          [&] {
+            auto cb = [&, t = tracked(&runs)](std::exception_ptr e, int v) {
+              if (!e && v == 7) ++calls;
+            };
+            if (mode == 0)
+              h.async_wait(std::move(cb));
+            else
+              h.async_wait(boost::asio::bind_executor(io, std::move(cb)));
+          },
+          [&] {
+            io.poll();
+            io.restart();
+            BOOST_CHECK_EQUAL(calls.load(), 0);
+            BOOST_CHECK_EQUAL(tracked::live.load(), live_before);
+          });
+      if (mode == 1) {
+        io.run();
+        io.restart();
+      }
+      BOOST_CHECK(metronome::test::poll_until([&] { return calls.load() == 1; }, std::chrono::seconds(10)));
+      BOOST_CHECK(metronome::test::poll_until([&] { return tracked::live.load() == live_before; }, std::chrono::seconds(10)));
+      BOOST_CHECK_EQUAL(calls.load(), 1);
+    }
+  }
+}
 
 BOOST_AUTO_TEST_CASE(schedule_throws_bad_alloc_with_nothing_queued) {
   scheduled_thread_pool pool(1);

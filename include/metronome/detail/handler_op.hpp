@@ -147,6 +147,20 @@ protected:
     }
   }
 
+  // As complete_with(false, args...) from inside an initiating function: if the handler's
+  // executor cannot take the completion (out of memory), the node is released (the
+  // handler destroyed unrun) and the exception leaves the initiating call, as Asio's
+  // own operations do - never a handler lost without a word to its caller.
+  template <class... Args>
+  void complete_at_initiation(Args... args) {
+    [[maybe_unused]] std::optional<work_type> work(std::move(work_));
+    work_.reset();
+    const executor_type ex(executor_);
+    completion<Args...> c(static_cast<Derived*>(this), std::move(args)...);
+    internal_post_scope internal;
+    boost::asio::post(ex, std::move(c));
+  }
+
 private:
   // Owns the node until the handler's executor runs it (or destroys it unrun).
   template <class... Args>

@@ -36,8 +36,11 @@ class scheduled_task_base;
 
 // Runs `t` on the process-wide timing pool (the completion of a wait whose handler has no
 // executor of its own, ended by a call that must not run it inline). Never throws; once
-// that pool is destroyed (exit), `t` runs on the calling thread instead.
+// that pool is destroyed (exit), or when it cannot be made (out of memory on its first
+// use), `t` runs on the calling thread instead.
 void post_to_timing_pool(task_base* t) noexcept;
+// Makes the timing pool if it is not there yet. @throws std::bad_alloc, std::system_error.
+void make_timing_pool();
 
 // Where a due scheduled task goes instead of running on the pool that timed it: a
 // serial executor's queue.

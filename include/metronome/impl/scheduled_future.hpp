@@ -12,6 +12,7 @@
 #include <boost/system/system_error.hpp>
 
 #include <exception>
+#include <optional>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -69,12 +70,44 @@ public:
       post_to_timing_pool(&repost_);
   }
 
-  // `immediate`: the task had already ended at initiation; never run the handler
-  // inside the initiating function.
+  // `immediate`: the task had ended before a call that must not run the handler inline.
   void deliver(bool immediate) noexcept {
-    std::exception_ptr e = task_->failure();
-    auto args = std::tuple_cat(std::make_tuple(e), result(e));
-    std::apply([&](auto&... a) { this->complete_with(!immediate, std::move(a)...); }, args);
+    try {
+      std::exception_ptr e = task_->failure();
+      auto args = std::tuple_cat(std::make_tuple(e), result(e));
+      std::apply([&](auto&... a) { this->complete_with(!immediate, std::move(a)...); }, args);
+    } catch (...) { // copying the value failed: the handler is lost, so say so
+      report_here(std::current_exception(), "completion");
+      release_node(this);
+    }
+  }
+
+  // The task had already ended when async_wait was called: the handler runs on its
+  // executor, or with none on the timing pool, never inside async_wait. Out of memory,
+  // async_wait throws and nothing is left behind (the handler is destroyed unrun).
+  // (Through the system executor, a plain callback's first completion made Asio's
+  // system_context, whose failure was reported and the handler lost.)
+  void deliver_at_initiation() {
+    if constexpr (has_own_executor) {
+      const std::exception_ptr e = task_->failure();
+      std::optional<decltype(std::tuple_cat(std::make_tuple(e), result(e)))> args;
+      try {
+        args.emplace(std::tuple_cat(std::make_tuple(e), result(e)));
+      } catch (...) { // copying the value failed
+        release_node(this);
+        throw;
+      }
+      // The completion owns the node from here: released even when the post throws.
+      std::apply([&](auto&... a) { this->complete_at_initiation(std::move(a)...); }, *args);
+    } else {
+      try {
+        make_timing_pool();
+      } catch (...) {
+        release_node(this);
+        throw;
+      }
+      post_to_timing_pool(&repost_);
+    }
   }
 
 private:
@@ -156,7 +189,7 @@ auto scheduled_future<R>::async_wait(CompletionToken&& token) {
       [](auto handler, scheduled_future self) {
         using H = std::decay_t<decltype(handler)>;
         auto* hook = detail::wait_hook<R, H>::create(std::move(handler), self.task_.get());
-        if (!self.task_->add_hook(hook)) hook->deliver(true);
+        if (!self.task_->add_hook(hook)) hook->deliver_at_initiation();
       },
       token, *this);
 }
