@@ -128,8 +128,8 @@ public:
       throw;
     }
     if (!queued) { // the pool has terminated: complete aborted, through the handler's executor
-      d->aborted_ = true;
-      do_complete(d, discard_action);
+      d->aborted_ = true; // (out of memory for that post: the handler is destroyed unrun and this throws)
+      d->complete_at_initiation(boost::system::error_code(boost::asio::error::operation_aborted));
     }
   }
 

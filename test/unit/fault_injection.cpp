@@ -12,6 +12,7 @@
 
 #include "common/poll_until.hpp"
 
+#include <boost/asio/bind_allocator.hpp>
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
@@ -291,6 +292,49 @@ BOOST_AUTO_TEST_CASE(async_delay_throws_bad_alloc_with_nothing_queued) {
   BOOST_CHECK_EQUAL(pool.stats().delayed_queued, 1u);
   clk.advance(1h);
   pool.submit([] {}).wait(); // the completion, dispatched by the worker, has run
+  BOOST_CHECK_EQUAL(calls.load(), 1);
+  BOOST_CHECK_EQUAL(tracked::live.load(), live_before);
+}
+
+// An allocator that goes through the (failing) operator new: Asio allocates the
+// operations it queues through the handler's, where its default allocator calls malloc.
+template <class T>
+struct new_allocator {
+  using value_type = T;
+  new_allocator() = default;
+  template <class U>
+  new_allocator(const new_allocator<U>&) noexcept {} // NOLINT(google-explicit-constructor)
+  T* allocate(std::size_t n) { return static_cast<T*>(::operator new(n * sizeof(T))); }
+  void deallocate(T* p, std::size_t) noexcept { ::operator delete(p); }
+  friend bool operator==(const new_allocator&, const new_allocator&) noexcept { return true; }
+};
+
+// async_delay on a terminated pool completes with operation_aborted on the handler's
+// executor; out of memory for that post it threw nothing and lost the handler.
+BOOST_AUTO_TEST_CASE(async_delay_on_a_terminated_pool_throws_bad_alloc_or_completes_once) {
+  scheduled_thread_pool pool(1);
+  pool.shutdown();
+  pool.join();
+  boost::asio::io_context io;
+  std::atomic<int> calls{0}, runs{0};
+  const long live_before = tracked::live.load();
+  for_each_failure(
+      [&] {
+        metronome::async_delay(
+            pool, 1ms,
+            boost::asio::bind_executor(
+                io, boost::asio::bind_allocator(new_allocator<int>(),
+                                                [&, t = tracked(&runs)](boost::system::error_code ec) {
+                                                  if (ec == boost::asio::error::operation_aborted) ++calls;
+                                                })));
+      },
+      [&] {
+        io.poll();
+        io.restart();
+        BOOST_CHECK_EQUAL(calls.load(), 0);
+        BOOST_CHECK_EQUAL(tracked::live.load(), live_before);
+      });
+  io.run();
   BOOST_CHECK_EQUAL(calls.load(), 1);
   BOOST_CHECK_EQUAL(tracked::live.load(), live_before);
 }
