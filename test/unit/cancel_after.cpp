@@ -8,6 +8,7 @@
 #include "common/manual_pool.hpp"
 #include "common/poll_until.hpp"
 
+#include <boost/asio/bind_executor.hpp>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/cancellation_signal.hpp>
@@ -371,6 +372,34 @@ BOOST_AUTO_TEST_CASE(a_wait_completing_while_a_nested_cancel_after_emits_waits_f
                                 if (!e && v == 5) ++values;
                                 ++calls;
                               })));
+  BOOST_REQUIRE(stop.arrived()); // the inner timeout fired while the task still runs
+  go.open();
+  h.wait();
+  BOOST_CHECK(!poll_until([&] { return calls.load() != 0; }, 300ms)); // its completion waits
+  stop.release();
+  BOOST_CHECK(poll_until([&] { return calls.load() == 1; }, 10s));
+  pool.shutdown();
+  pool.join();
+  BOOST_CHECK_EQUAL(calls.load(), 1);
+  BOOST_CHECK_EQUAL(values.load(), 1);
+}
+
+// The same with an Asio binder between the two adapters: the completion looks through it.
+BOOST_AUTO_TEST_CASE(a_wait_completing_while_a_cancel_after_inside_a_binder_emits_waits_for_the_emission) {
+  scheduled_thread_pool pool(2);
+  metronome::test::gate go;
+  auto h = pool.submit([&] {
+    go.wait();
+    return 5;
+  });
+  metronome::test::hook_stop stop(metronome::detail::hook_point::cancel_after_emitting, true);
+  std::atomic<int> calls{0}, values{0};
+  h.async_wait(cancel_after(pool, 1h,
+                            asio::bind_executor(pool.get_executor(),
+                                                cancel_after(pool, 1ms, [&](std::exception_ptr e, int v) {
+                                                  if (!e && v == 5) ++values;
+                                                  ++calls;
+                                                }))));
   BOOST_REQUIRE(stop.arrived()); // the inner timeout fired while the task still runs
   go.open();
   h.wait();

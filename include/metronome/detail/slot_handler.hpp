@@ -4,6 +4,9 @@
 
 #include <boost/asio/associated_cancellation_slot.hpp>
 #include <boost/asio/associator.hpp>
+#include <boost/asio/bind_allocator.hpp>
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/bind_executor.hpp>
 #include <boost/asio/cancellation_signal.hpp>
 
 #include <type_traits>
@@ -48,12 +51,26 @@ private:
 // (cancel_after) stops emitting first - and so does every one wrapped inside it: a
 // cancel_after nested in another forwards its emission into the outer one's signal, the
 // very slot being cleared. Nothing for any other handler.
+// Asio's binders are looked through: `cancel_after(d2, bind_executor(strand,
+// cancel_after(d1, cb)))` nests one adapter in the other as well.
 template <class Handler>
 void before_slot_clear(Handler&) noexcept {}
 template <class Handler, class Link>
 void before_slot_clear(slot_handler<Handler, Link>& h) noexcept {
   if constexpr (requires(Link& l) { l.before_slot_clear(); }) h.link().before_slot_clear();
   before_slot_clear(h.handler());
+}
+template <class Handler, class Executor>
+void before_slot_clear(boost::asio::executor_binder<Handler, Executor>& h) noexcept {
+  before_slot_clear(h.get());
+}
+template <class Handler, class Allocator>
+void before_slot_clear(boost::asio::allocator_binder<Handler, Allocator>& h) noexcept {
+  before_slot_clear(h.get());
+}
+template <class Handler, class Slot>
+void before_slot_clear(boost::asio::cancellation_slot_binder<Handler, Slot>& h) noexcept {
+  before_slot_clear(h.get());
 }
 
 } // namespace metronome::detail
