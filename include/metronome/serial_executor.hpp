@@ -6,6 +6,7 @@
 #include <metronome/detail/executor_op.hpp>
 #include <metronome/detail/node_cache.hpp>
 #include <metronome/detail/pool_of.hpp>
+#include <metronome/detail/internal_post.hpp>
 #include <metronome/detail/serial_core.hpp>
 #include <metronome/errors.hpp>
 #include <metronome/scheduled_future.hpp>
@@ -340,7 +341,10 @@ private:
       state_->report(std::make_exception_ptr(std::invalid_argument("metronome: empty function")));
       return;
     }
-    if (state_->refuses_outside_work()) { // as the pool underneath refuses it
+    // As the pool underneath refuses outside work after shutdown - but not the library's
+    // completion of work already accepted (a handle's async_wait ended by cancel() or
+    // shutdown() on another thread), which the pool and a strand over it take.
+    if (!detail::internal_post_scope::active() && state_->refuses_outside_work()) {
       state_->note_rejected();
       state_->report(std::make_exception_ptr(
           rejected_execution("metronome: work dropped: the pool under this serial_executor is shut down")));

@@ -378,6 +378,40 @@ BOOST_AUTO_TEST_CASE(a_serial_drain_handed_back_by_shutdown_now_runs_after_the_p
   BOOST_TEST(periodic.is_done());
 }
 
+// A handle's async_wait whose handler is bound to a serial executor over the pool: a
+// task ended after shutdown() by another thread (cancel(), or already done when the wait
+// starts) completes the wait through the serial executor - the library's completion of
+// accepted work, taken by the pool and by a strand. The serial executor refused it as
+// outside work: the handler was destroyed unrun and "work dropped" reported (adversary
+// pass 7; a coroutine on the serial executor awaiting the handle vanished).
+BOOST_AUTO_TEST_CASE(a_wait_bound_to_a_serial_executor_completes_after_the_pool_is_shut_down) {
+  scheduled_thread_pool pool(1);
+  auto serial = make_serial_executor(pool);
+  auto far = pool.schedule([] { return 1; }, 1h);
+  auto done = pool.submit([] { return 5; });
+  done.wait();
+  std::atomic<int> cancelled{0}, values{0}, on_serial{0};
+  far.async_wait(asio::bind_executor(serial, [&](std::exception_ptr e, int) {
+    if (serial.running_in_this_thread()) ++on_serial;
+    try {
+      if (e) std::rethrow_exception(e);
+    } catch (const metronome::cancelled_error&) {
+      ++cancelled;
+    }
+  }));
+  pool.shutdown(); // delayed work still runs after shutdown by default: the pool stays up
+  done.async_wait(asio::bind_executor(serial, [&](std::exception_ptr e, int v) {
+    if (serial.running_in_this_thread()) ++on_serial;
+    if (!e && v == 5) ++values;
+  }));
+  far.cancel();
+  pool.join();
+  BOOST_CHECK_EQUAL(cancelled.load(), 1);
+  BOOST_CHECK_EQUAL(values.load(), 1);
+  BOOST_CHECK_EQUAL(on_serial.load(), 2);
+  BOOST_CHECK_EQUAL(pool.stats().rejected, 0u);
+}
+
 BOOST_AUTO_TEST_CASE(zero_batch_is_invalid) {
   scheduled_thread_pool pool(1);
   metronome::serial_options o;
