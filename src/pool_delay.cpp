@@ -132,6 +132,15 @@ void pool_core::wake_for_new_head_locked() noexcept {
   } else if (followers_ > wake_tokens_) {
     ++wake_tokens_;
     follower_cv_.notify_one();
+  } else if (spinning_.load() == 0 && threads_.load() < max_threads_ && !shutdown_.load()) {
+    // Every worker is busy and none times the heap: an elastic pool below its maximum
+    // starts a thread, which parks as the leader - as one starts for ready work nobody
+    // is free to take. (Without it, delayed work waited for a busy core thread.)
+    try {
+      start_worker(false);
+    } catch (...) {
+      // Could not grow: the next worker to park times it.
+    }
   }
 }
 

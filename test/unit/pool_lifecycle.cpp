@@ -1,5 +1,7 @@
 #include <metronome/scheduled_thread_pool.hpp>
 
+#include <metronome/async_delay.hpp>
+
 #include <metronome/detail/node_cache.hpp>
 #include <metronome/manual_clock.hpp>
 
@@ -393,6 +395,27 @@ BOOST_AUTO_TEST_CASE(elastic_pool_grows_under_load_and_shrinks_when_idle) {
   for (auto& h : hs) h.get();
   BOOST_TEST(poll_until([&] { return pool.stats().threads == 1u; }));
   BOOST_TEST(pool.submit([] { return 1; }).get() == 1);
+}
+
+// An elastic pool whose core thread is busy and whose elastic threads have retired:
+// delayed work (a scheduled task, an async_delay) started no thread - nobody timed the
+// heap until the core thread was free (adversary pass 7: stuck for the whole 1 s). Like
+// ready work nobody is free to take, it starts a thread, which times it.
+BOOST_AUTO_TEST_CASE(delayed_work_on_a_busy_elastic_pool_starts_a_thread_to_time_it) {
+  scheduled_thread_pool pool(pool_options::cached(1, 3, 20ms));
+  metronome::test::gate release;
+  metronome::test::counter started;
+  BOOST_REQUIRE(metronome::test::occupy_worker(pool, release, started));
+  BOOST_REQUIRE(poll_until([&] { return pool.stats().threads == 1u; })); // no elastic thread alive
+  std::atomic<int> ran{0};
+  auto h = pool.schedule([&] { ++ran; }, 1ms);
+  metronome::async_delay(pool, 1ms, [&](boost::system::error_code ec) {
+    if (!ec) ++ran;
+  });
+  BOOST_CHECK(poll_until([&] { return ran.load() == 2; }, 10s)); // while the core thread is still busy
+  BOOST_CHECK_EQUAL(started.value(), 1);
+  release.open();
+  h.wait();
 }
 
 // keep_alive = nanoseconds::max() ("never retire"): the idle elastic thread's timed wait
