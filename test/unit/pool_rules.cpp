@@ -115,6 +115,29 @@ BOOST_AUTO_TEST_CASE(a_due_now_serial_task_queues_behind_a_delayed_serial_task_a
   BOOST_CHECK((order == std::vector<int>{1, 2, 3, 4}));
 }
 
+// An exception handler that logs by posting to its own pool: after shutdown that post is
+// dropped and reported - to the handler, which posts again... The stack overflowed
+// (adversary pass 7: SIGSEGV every run). Eight handlers deep on one thread, a report goes
+// to stderr instead.
+BOOST_AUTO_TEST_CASE(an_exception_handler_that_posts_to_its_shut_down_pool_does_not_recurse_for_ever) {
+  std::atomic<int> reports{0};
+  scheduled_thread_pool* self = nullptr;
+  metronome::pool_options o;
+  o.threads = 1;
+  o.exception_handler = [&](std::exception_ptr) {
+    ++reports;
+    boost::asio::post(*self, [] {}); // "log on the pool"
+  };
+  scheduled_thread_pool pool(o);
+  self = &pool;
+  pool.shutdown();
+  boost::asio::post(pool, [] {});
+  BOOST_CHECK_EQUAL(reports.load(), 8);
+  BOOST_CHECK_EQUAL(pool.stats().rejected, 9u); // every drop counted, the last one printed
+  boost::asio::post(pool, [] {}); // and again: the depth went back to 0
+  BOOST_CHECK_EQUAL(reports.load(), 16);
+}
+
 BOOST_AUTO_TEST_CASE(the_delay_queue_gives_memory_back_when_it_empties_out) {
   scheduled_thread_pool pool(1);
   std::vector<metronome::scheduled_future<void>> hs;
