@@ -168,18 +168,26 @@ pool_core::taken_tasks pool_core::shutdown_now() {
     // pool - the handler's context - could still be emitting on its cancellation slot.
     task_chain waits;
     task_base* ready = nullptr;
+    auto take = [&](task_base* t) {
+      if (t->is_completion()) {
+        waits.append(t);
+        return;
+      }
+      if (t->is_scheduled()) // its submission may be waiting to see it leave (submit_scheduled)
+        static_cast<scheduled_task_base*>(t)->mark_left_queue(scheduled_task_base::returned);
+      t->next_.store(ready, std::memory_order_relaxed);
+      ready = t;
+      ++count;
+    };
+    // Called from one of this pool's tasks: that thread's continuations (defer) come first
+    // - they would have run right after it. (Another worker's stay with it: dropped and
+    // reported when it exits.)
+    if (running_in_this_thread())
+      while (this_worker->local_head) take(pop_local(*this_worker));
     ready_.consumer_lock().lock();
     for (;;) {
       if (task_base* t = ready_.pop_locked()) {
-        if (t->is_completion()) {
-          waits.append(t);
-          continue;
-        }
-        if (t->is_scheduled()) // its submission may be waiting to see it leave (submit_scheduled)
-          static_cast<scheduled_task_base*>(t)->mark_left_queue(scheduled_task_base::returned);
-        t->next_.store(ready, std::memory_order_relaxed);
-        ready = t;
-        ++count;
+        take(t);
         continue;
       }
       if (ready_.empty()) break;

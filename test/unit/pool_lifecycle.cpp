@@ -9,6 +9,7 @@
 #include "common/manual_pool.hpp"
 #include "common/poll_until.hpp"
 
+#include <boost/asio/defer.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/test/unit_test.hpp>
@@ -253,6 +254,32 @@ BOOST_AUTO_TEST_CASE(work_from_pool_threads_is_accepted_while_shutting_down) {
   g.open();
   pool.join();
   BOOST_TEST(chain.load() == 100);
+}
+
+// shutdown_now() from one of the pool's tasks returns that thread's continuations too
+// (defer: they would have run right after the task), first, then the ready queue. They
+// were dropped and reported when the thread exited (adversary pass 7).
+BOOST_AUTO_TEST_CASE(shutdown_now_from_a_task_returns_its_deferred_continuations_first) {
+  std::atomic<int> reports{0};
+  metronome::pool_options o;
+  o.threads = 1;
+  o.exception_handler = [&](std::exception_ptr) { ++reports; };
+  scheduled_thread_pool pool(o);
+  std::vector<int> order;
+  std::vector<metronome::pending_task> back;
+  metronome::test::gate done;
+  boost::asio::post(pool, [&] {
+    for (int i = 0; i < 3; ++i) boost::asio::post(pool.get_executor(), [&order, i] { order.push_back(10 + i); });
+    for (int i = 0; i < 3; ++i) boost::asio::defer(pool.get_executor(), [&order, i] { order.push_back(i); });
+    back = pool.shutdown_now();
+    done.open();
+  });
+  done.wait();
+  pool.join();
+  BOOST_TEST(back.size() == 6u);
+  for (auto& t : back) t();
+  BOOST_TEST(order == (std::vector<int>{0, 1, 2, 10, 11, 12}), boost::test_tools::per_element());
+  BOOST_TEST(reports.load() == 0);
 }
 
 // Submitters race shutdown_now: every task ran, was returned, or was rejected.
