@@ -166,12 +166,14 @@ void wheel_core::enter(wheel_entry* e, clock::duration delay) {
   // timeout linked here is counted under the mutex, with no atomic read-modify-write.
   const bool bounded = opts_.max_pending != 0;
   if (bounded) {
-    const std::size_t before = inserted_.fetch_add(1, std::memory_order_relaxed);
-    if (before + linked_.load(std::memory_order_relaxed) - removed_.load(std::memory_order_relaxed) >=
-        opts_.max_pending) {
-      inserted_.fetch_sub(1, std::memory_order_relaxed);
-      throw rejected_execution("metronome: wheel_timer has max_pending timeouts pending");
-    }
+    // Counted only if under the bound (a compare-and-swap, not add-then-undo: pending()
+    // read one over max_pending while a refused schedule took its count back).
+    std::size_t before = inserted_.load(std::memory_order_relaxed);
+    do {
+      if (before + linked_.load(std::memory_order_relaxed) - removed_.load(std::memory_order_relaxed) >=
+          opts_.max_pending)
+        throw rejected_execution("metronome: wheel_timer has max_pending timeouts pending");
+    } while (!inserted_.compare_exchange_weak(before, before + 1, std::memory_order_relaxed));
   }
   // Uncontended: link it here, while the node is hot in this core's cache. Contended
   // (the timer thread is moving a tick's timeouts): never wait, leave it in the inbox.

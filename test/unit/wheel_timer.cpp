@@ -491,6 +491,44 @@ BOOST_AUTO_TEST_CASE(max_pending_rejects_beyond_the_limit) {
   BOOST_CHECK_NO_THROW(w.add(4, 10ms));
 }
 
+// Three threads schedule past the limit at once: exactly max_pending are accepted and
+// pending() never reads more. A refused schedule added to the count, then took it back:
+// pending() read max_pending + 1 in between (adversary pass 7: 8 rounds in 200).
+BOOST_AUTO_TEST_CASE(max_pending_holds_exactly_under_racing_producers) {
+  metronome::scheduled_thread_pool pool(1);
+  int over = 0, wrong_accepted = 0;
+  for (int round = 0; round < 150; ++round) {
+    wheel_options o;
+    o.max_pending = 64;
+    wheel_timer wheel(pool, o);
+    std::atomic<int> accepted{0};
+    std::atomic<std::size_t> most{0};
+    std::atomic<bool> go{false};
+    std::vector<std::thread> producers;
+    for (int t = 0; t < 3; ++t)
+      producers.emplace_back([&] {
+        while (!go.load()) std::this_thread::yield();
+        for (int i = 0; i < 120; ++i) {
+          try {
+            (void)wheel.schedule([] {}, 1h);
+            ++accepted;
+          } catch (const metronome::rejected_execution&) {
+          }
+          const std::size_t p = wheel.pending();
+          std::size_t m = most.load();
+          while (p > m && !most.compare_exchange_weak(m, p)) {
+          }
+        }
+      });
+    go = true;
+    for (auto& t : producers) t.join();
+    over += most.load() > 64 ? 1 : 0;
+    wrong_accepted += accepted.load() != 64 ? 1 : 0;
+  }
+  BOOST_CHECK_EQUAL(over, 0);
+  BOOST_CHECK_EQUAL(wrong_accepted, 0);
+}
+
 BOOST_AUTO_TEST_CASE(stop_returns_what_never_fired) {
   manual_wheel w;
   std::vector<wheel_timer::timeout> ts;
