@@ -430,10 +430,15 @@ BOOST_AUTO_TEST_CASE(elastic_pool_grows_under_load_and_shrinks_when_idle) {
 // ready work nobody is free to take, it starts a thread, which times it.
 BOOST_AUTO_TEST_CASE(delayed_work_on_a_busy_elastic_pool_starts_a_thread_to_time_it) {
   scheduled_thread_pool pool(pool_options::cached(1, 3, 20ms));
+  // Idle first, so that the core thread (parked: woken, not a new thread) takes the blocker.
+  BOOST_REQUIRE(poll_until([&] { return pool.stats().threads == 1u; }));
   metronome::test::gate release;
   metronome::test::counter started;
   BOOST_REQUIRE(metronome::test::occupy_worker(pool, release, started));
-  BOOST_REQUIRE(poll_until([&] { return pool.stats().threads == 1u; })); // no elastic thread alive
+  if (!poll_until([&] { return pool.stats().threads == 1u; })) { // no elastic thread alive
+    release.open();
+    BOOST_FAIL("an elastic thread took the blocker");
+  }
   std::atomic<int> ran{0};
   auto h = pool.schedule([&] { ++ran; }, 1ms);
   metronome::async_delay(pool, 1ms, [&](boost::system::error_code ec) {
