@@ -20,6 +20,7 @@
 namespace metronome::detail {
 
 thread_local worker* this_worker = nullptr;
+thread_local const pool_core* this_hook_pool = nullptr;
 thread_local bool this_thread_orphaned = false;
 #if !defined(NDEBUG)
 thread_local int calls_dismissed = 0;
@@ -147,9 +148,12 @@ void print_unhandled(const std::exception_ptr& e, const char* where) noexcept {
 // thread goes on.
 void pool_core::run_thread_hook(const std::function<void(std::size_t)>& hook, std::size_t id,
                                 pool_core* pool) noexcept {
+  this_hook_pool = pool;
   try {
     hook(id);
+    this_hook_pool = nullptr;
   } catch (...) {
+    this_hook_pool = nullptr;
     if (pool)
       pool->report(std::current_exception());
     else

@@ -33,6 +33,9 @@ struct worker {
 
 // The worker the calling thread is, if any.
 extern thread_local worker* this_worker;
+// The pool whose on_thread_start / on_thread_stop hook the calling thread is running:
+// a pool thread too (join() from there deadlocked, or returned before the hook had).
+extern thread_local const pool_core* this_hook_pool;
 // Set when a pool is destroyed from inside one of its own tasks: that worker must
 // not touch the pool again once the task returns.
 extern thread_local bool this_thread_orphaned;

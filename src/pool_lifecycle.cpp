@@ -286,7 +286,8 @@ void pool_core::close() noexcept {
 }
 
 void pool_core::join() {
-  if (running_in_this_thread()) throw std::logic_error("metronome: join() called from one of the pool's threads");
+  if (running_in_this_thread() || this_hook_pool == this) // (its thread hooks run on its threads too)
+    throw std::logic_error("metronome: join() called from one of the pool's threads");
   {
     std::unique_lock lk(mtx_);
     joining_ = true;

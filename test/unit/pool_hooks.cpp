@@ -148,6 +148,39 @@ BOOST_AUTO_TEST_CASE(throwing_hooks_are_reported_and_the_thread_still_works) {
   BOOST_TEST((errors.messages() == std::vector<std::string>{"start hook", "stop hook"}));
 }
 
+// A thread hook runs on a pool thread: join() from it throws std::logic_error, as from a
+// task. From on_thread_start it deadlocked (every worker waited in join() for itself);
+// from on_thread_stop it returned while that hook was still running (adversary pass 8).
+BOOST_AUTO_TEST_CASE(join_from_a_thread_hook_is_a_logic_error) {
+  std::atomic<int> refused_at_start{0}, refused_at_stop{0}, other{0};
+  scheduled_thread_pool* self = nullptr;
+  std::atomic<bool> ready{false};
+  auto try_join = [&](std::atomic<int>& refused) {
+    while (!ready.load()) std::this_thread::yield();
+    try {
+      self->join();
+      ++other;
+    } catch (const std::logic_error&) {
+      ++refused;
+    }
+  };
+  {
+    pool_options o;
+    o.threads = 2;
+    o.on_thread_start = [&](std::size_t) { try_join(refused_at_start); };
+    o.on_thread_stop = [&](std::size_t) { try_join(refused_at_stop); };
+    scheduled_thread_pool pool(o);
+    self = &pool;
+    ready = true;
+    BOOST_TEST(pool.submit([] { return 7; }).get() == 7);
+    pool.shutdown();
+    pool.join();
+    BOOST_TEST(refused_at_stop.load() == 2); // every stop hook had returned
+  }
+  BOOST_TEST(refused_at_start.load() == 2);
+  BOOST_TEST(other.load() == 0);
+}
+
 BOOST_AUTO_TEST_CASE(a_worker_detached_by_a_pool_destroyed_from_inside_still_runs_its_stop_hook) {
   std::atomic<int> stops{0};
   std::atomic<bool> stopped_on_task_thread{false};
