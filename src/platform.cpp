@@ -20,11 +20,18 @@ namespace metronome::detail::platform {
 #ifdef METRONOME_PLATFORM_LINUX
 
 void name_this_thread(const char* name) noexcept {
-  char shortened[16];
+  // Over the OS limit of 15 characters: the start of the prefix and the whole "-<n>"
+  // ("my-service-pool-12" -> "my-service-p-12"), so that threads of one pool stay apart.
+  char shortened[16] = {};
   const std::size_t n = std::strlen(name);
-  const char* tail = n > 15 ? name + (n - 15) : name; // the end says most: "...-worker-3"
-  std::strncpy(shortened, tail, sizeof shortened - 1);
-  shortened[sizeof shortened - 1] = '\0';
+  const char* dash = std::strrchr(name, '-');
+  const std::size_t suffix = dash != nullptr ? n - static_cast<std::size_t>(dash - name) : 0;
+  if (n <= 15 || suffix == 0 || suffix >= 15) {
+    std::memcpy(shortened, name, n < 15 ? n : 15);
+  } else {
+    std::memcpy(shortened, name, 15 - suffix);
+    std::memcpy(shortened + (15 - suffix), dash, suffix);
+  }
   ::pthread_setname_np(::pthread_self(), shortened);
 }
 

@@ -64,7 +64,8 @@ struct pool_options {
   std::size_t max_threads = 0;
   /// Idle time after which an elastic (non-core) thread exits.
   std::chrono::nanoseconds keep_alive = std::chrono::seconds(60);
-  /// Threads are named `<prefix>-<n>` (truncated to the OS limit of 15 characters).
+  /// Threads are named `<prefix>-<n>`; over the OS limit of 15 characters the prefix is
+  /// cut at its end, keeping `-<n>` whole.
   std::string thread_name_prefix = "metronome";
   /// Policy for the typed API when work is refused.
   rejection_policy rejection = rejection_policy::abort;

@@ -401,6 +401,18 @@ BOOST_AUTO_TEST_CASE(threads_are_named_with_the_prefix) {
     return n.count("mtrtest-1") && n.count("mtrtest-2");
   }));
 }
+
+// Over the OS's 15 characters the start of the prefix stays, and the whole "-<n>": the
+// first characters were cut instead (adversary pass 8: "worker_pool_ab" -> "orker_pool_ab-1").
+BOOST_AUTO_TEST_CASE(a_long_prefix_keeps_its_start_and_the_worker_number) {
+  pool_options o = pool_options::fixed(2);
+  o.thread_name_prefix = "mtr_long_prefix_pool";
+  scheduled_thread_pool pool(o);
+  BOOST_TEST(poll_until([] {
+    auto n = thread_names();
+    return n.count("mtr_long_pref-1") && n.count("mtr_long_pref-2");
+  }));
+}
 #endif
 
 BOOST_AUTO_TEST_CASE(elastic_pool_grows_under_load_and_shrinks_when_idle) {
