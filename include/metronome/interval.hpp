@@ -72,6 +72,26 @@ template <class Executor>
 class tick_link {
 public:
   tick_link(std::shared_ptr<interval_state> s, const Executor& ex) : state_(std::move(s)), ex_(ex) {}
+  tick_link(tick_link&&) noexcept = default;
+  tick_link& operator=(tick_link&&) = delete;
+  // Destroyed unrun (its wait dropped by shutdown_now() or by a terminated pool): the
+  // tick is no longer pending and not consumed, and the user's slot stops forwarding to
+  // this interval - left, it reached the interval's state after it was freed.
+  ~tick_link() {
+    if (!state_) return; // completed, or moved on
+    interval_state& s = *state_;
+    s.pending = false;
+    s.rearm = false;
+    s.cancelled = false;
+    if (s.user_slot_connected) {
+      s.user_slot.clear();
+      s.user_slot_connected = false;
+    }
+    if (!std::exchange(s.moved, false)) {
+      s.next = s.pending_due;
+      s.ended = false;
+    }
+  }
 
   boost::asio::cancellation_slot slot() const noexcept { return state_->signal.slot(); }
 

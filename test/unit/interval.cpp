@@ -211,6 +211,32 @@ BOOST_AUTO_TEST_CASE(destroying_the_interval_cancels_its_tick) {
   BOOST_TEST(poll_until([&] { return pool.stats().delayed_queued == 0; }));
 }
 
+// A tick whose wait its pool destroys unrun (shutdown_now(), or a wait started on a
+// terminated pool: its handler's executor is that pool, so nowhere to run): the tick is
+// no longer pending, and the user's slot no longer reaches the interval. The slot kept a
+// pointer to the interval's state - emitting on it after the interval was gone wrote
+// freed memory (ASan), and the interval stayed pending for ever (adversary pass 8).
+BOOST_AUTO_TEST_CASE(a_tick_destroyed_unrun_by_its_pool_lets_go_of_the_user_s_slot) {
+  asio::cancellation_signal sig;
+  int ran = 0;
+  {
+    scheduled_thread_pool own(1);
+    std::optional<interval> it;
+    it.emplace(own.get_executor(), metronome::clock::now() + 1h, 1h);
+    it->async_tick(asio::bind_cancellation_slot(sig.slot(), [&](error_code, time_point) { ++ran; }));
+    (void)own.shutdown_now(); // its wait: destroyed unrun on a pool thread
+    own.join();
+    const time_point next = it->next_tick();
+    // Not pending any more (a second tick would get already_started): started on the
+    // terminated pool, this one is destroyed unrun too.
+    it->async_tick(asio::bind_cancellation_slot(sig.slot(), [&](error_code, time_point) { ++ran; }));
+    BOOST_TEST((it->next_tick() == next)); // neither tick was consumed
+    it.reset();
+  }
+  sig.emit(asio::cancellation_type::terminal); // reaches no freed interval
+  BOOST_TEST(ran == 0);
+}
+
 BOOST_AUTO_TEST_CASE(a_coroutine_loop_with_use_awaitable) {
   std::promise<std::vector<time_point>> p;
   asio::co_spawn(
