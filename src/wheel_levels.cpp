@@ -265,8 +265,35 @@ void wheel_core::step_locked(std::uint64_t tick, chain& fired) noexcept {
   count_removed_locked(taken.count);
 }
 
+// A jump of many rotations over a wheel that holds only deadlines past its ring (a manual
+// clock moved by years): every entry then sits in the top level, and whole rotations of
+// it change no slot of any level, so they are skipped - stepping cascaded those entries
+// round once per rotation, in time proportional to the distance (days for a jump to the
+// clock's end on a 64 x 2 wheel). Returns the tick before which no entry is due (the
+// earliest deadline, when it looked; elapsed_ when a cheap check said no).
+std::uint64_t wheel_core::skip_rotations_locked(std::uint64_t now_tick) noexcept {
+  const std::size_t top = opts_.levels - 1;
+  const unsigned ring_bits = shift(top) + span_bits_ + 1; // (mask_ + 1) << shift(top) ticks
+  if (ring_bits >= 62) return never;                      // the ring spans the clock: nothing past it
+  const std::uint64_t ring = std::uint64_t(1) << ring_bits;
+  if (now_tick - elapsed_ < 2 * ring) return elapsed_;
+  for (std::size_t w = 0; w < top * words_per_level_; ++w)
+    if (occupied_[w] != 0) return elapsed_; // deadlines within the ring: step to them
+  std::uint64_t earliest = never;
+  for (std::size_t i = top * (mask_ + 1); i < (top + 1) * (mask_ + 1); ++i)
+    for (wheel_entry* e = slots_[i].head; e != nullptr; e = next_in_slot(e)) earliest = std::min(earliest, e->when_);
+  if (earliest == never) return never; // empty: one step goes all the way
+  const std::uint64_t until = std::min(earliest, now_tick);
+  if (until > elapsed_ && until - elapsed_ >= 2 * ring) elapsed_ += ((until - elapsed_) / ring - 1) * ring;
+  return earliest;
+}
+
 void wheel_core::advance_locked(std::uint64_t now_tick, chain& fired) noexcept {
-  while (elapsed_ < now_tick) step_locked(std::min(now_tick, next_event_locked()), fired);
+  std::uint64_t nothing_before = 0; // no entry is due before this tick (nothing is added meanwhile)
+  while (elapsed_ < now_tick) {
+    if (elapsed_ >= nothing_before) nothing_before = skip_rotations_locked(now_tick);
+    step_locked(std::min(now_tick, next_event_locked()), fired);
+  }
   enrolled_.anchor->elapsed.store(elapsed_, std::memory_order_release);
 }
 

@@ -529,6 +529,40 @@ BOOST_AUTO_TEST_CASE(max_pending_holds_exactly_under_racing_producers) {
   BOOST_CHECK_EQUAL(wrong_accepted, 0);
 }
 
+// A manual clock moved by years over a small wheel (64 slots x 2 levels: a ring of about
+// 2 s at 1 ms): the timeouts past the ring were cascaded round once per rotation, in time
+// proportional to the distance - a jump to the clock's end never returned (adversary
+// pass 8). Whole rotations are skipped; nothing fires early, order and ties hold.
+BOOST_AUTO_TEST_CASE(a_jump_of_years_over_a_small_wheel_returns_and_keeps_order) {
+  using years = std::chrono::duration<std::int64_t, std::ratio<31556952>>;
+  wheel_options o;
+  o.slots_per_level = 64;
+  o.levels = 2;
+  manual_wheel w(o);
+  const auto t0 = w.clock.now();
+  w.add(0, 1h);
+  w.add(1, years(10));
+  w.add(2, years(10)); // a tie: scheduling order
+  w.add(3, years(10) + 1ms);
+  w.add(4, years(200));
+  w.add(5, std::chrono::nanoseconds::max()); // the clock's end
+  auto drained = [&] { w.pool.submit([] {}).wait(); };
+  w.clock.advance(years(5));
+  drained();
+  BOOST_TEST(w.fired_count() == 1u);
+  w.clock.advance_to(t0 + years(10) + 1ms - 1ns);
+  drained();
+  BOOST_TEST(w.fired_count() == 3u); // not 3 yet: its tick is still ahead
+  w.clock.advance(1ns);
+  drained();
+  BOOST_TEST(w.fired_count() == 4u);
+  w.clock.advance_to(metronome::clock::time_point::max());
+  drained();
+  BOOST_TEST(w.fired_count() == 6u);
+  w.check_fired_in_id_order();
+  BOOST_TEST(w.wheel.pending() == 0u);
+}
+
 BOOST_AUTO_TEST_CASE(stop_returns_what_never_fired) {
   manual_wheel w;
   std::vector<wheel_timer::timeout> ts;

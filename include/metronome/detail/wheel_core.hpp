@@ -257,6 +257,7 @@ private:
   void progress_cascade_locked(std::size_t level, chain& fired) noexcept;
   void step_locked(std::uint64_t tick, chain& fired) noexcept;
   void advance_locked(std::uint64_t now_tick, chain& fired) noexcept;
+  std::uint64_t skip_rotations_locked(std::uint64_t now_tick) noexcept;
   void fire_locked(wheel_entry* e, chain& fired) noexcept;
   bool cancel_locked(wheel_entry* e, chain& fired) noexcept;
   bool reset_locked(wheel_entry* e, clock::duration delay, chain& fired) noexcept;
