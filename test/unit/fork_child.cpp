@@ -112,6 +112,7 @@ int fork_inside_a_task() {
   return reap(child.load(), "fork inside a task");
 }
 
+#if !defined(__SANITIZE_ADDRESS__) // see main()
 int forks_while_producers_run() {
   auto pool = std::make_unique<metronome::scheduled_thread_pool>(2);
   boost::asio::io_context io; // the parent's: async_delay on it goes through the timing pool
@@ -167,6 +168,7 @@ int forks_while_producers_run() {
   }
   return bad;
 }
+#endif
 
 #if defined(METRONOME_TEST_HOOKS)
 std::atomic<std::thread::id> stop_thread{};
@@ -222,7 +224,13 @@ int fork_while_a_producer_is_mid_push() {
 int main() {
   int bad = parent_objects_in_the_child();
   bad += fork_inside_a_task();
+  // Not under AddressSanitizer: GCC 12's ASan allocator takes no lock across fork(), so a
+  // child forked while a producer allocates can block for ever in the allocator's mutex
+  // (seen: the child's first operator new waiting in SizeClassAllocator64::
+  // GetFromAllocator, held by a parent thread at the fork). glibc's malloc is fork-safe.
+#if !defined(__SANITIZE_ADDRESS__)
   bad += forks_while_producers_run();
+#endif
 #if defined(METRONOME_TEST_HOOKS)
   bad += fork_while_a_producer_is_mid_push();
 #endif
