@@ -39,6 +39,20 @@ struct interval_state {
   boost::asio::cancellation_slot user_slot;
   bool user_slot_connected = false;
 
+  // The pending tick is over (completed, or its handler destroyed): the user's slot no
+  // longer forwards to this interval.
+  void release_user_slot() noexcept {
+    if (user_slot_connected) {
+      user_slot.clear();
+      user_slot_connected = false;
+    }
+  }
+  // The pending tick was not consumed: the next async_tick hands it out again.
+  void give_back_tick() noexcept {
+    next = pending_due;
+    ended = false;
+  }
+
   // Hands out the tick due at `next` to a wait starting at `now`, and moves `next` on by
   // the missed-tick policy (a tick handed out on time: one period later).
   clock::time_point take(clock::time_point now) noexcept {
@@ -83,14 +97,8 @@ public:
     s.pending = false;
     s.rearm = false;
     s.cancelled = false;
-    if (s.user_slot_connected) {
-      s.user_slot.clear();
-      s.user_slot_connected = false;
-    }
-    if (!std::exchange(s.moved, false)) {
-      s.next = s.pending_due;
-      s.ended = false;
-    }
+    s.release_user_slot();
+    if (!std::exchange(s.moved, false)) s.give_back_tick();
   }
 
   boost::asio::cancellation_slot slot() const noexcept { return state_->signal.slot(); }
@@ -110,14 +118,8 @@ public:
       return;
     }
     s.pending = false;
-    if (s.user_slot_connected) {
-      s.user_slot.clear();
-      s.user_slot_connected = false;
-    }
-    if (ec && !moved) { // an aborted tick is not consumed (unless reset)
-      s.next = s.pending_due;
-      s.ended = false;
-    }
+    s.release_user_slot();
+    if (ec && !moved) s.give_back_tick(); // an aborted tick is not consumed (unless reset)
     const clock::time_point due = s.pending_due;
     self.state_.reset();
     std::move(w.handler())(ec, due);
@@ -169,10 +171,7 @@ public:
       s.pending = false;
       s.next = saved;
       s.ended = false;
-      if (s.user_slot_connected) {
-        s.user_slot.clear();
-        s.user_slot_connected = false;
-      }
+      s.release_user_slot();
       throw;
     }
   }
