@@ -43,7 +43,11 @@ constexpr unsigned shared_look_every = 61;
 #endif
 constexpr int spin_pause_rounds = 16;
 
-pool_options validated(pool_options o) {
+pool_options validated(pool_options o, bool hosted) {
+  if (hosted) {
+    o.threads = o.max_threads = 0;
+    return o;
+  }
   if (o.threads == 0) throw std::invalid_argument("metronome: a pool needs at least one thread");
   if (o.max_threads != 0 && o.max_threads < o.threads)
     throw std::invalid_argument("metronome: max_threads is below threads (0 or equal means a fixed pool)");
@@ -64,8 +68,9 @@ void init_library_thread(const std::string& name) noexcept {
   platform::wake_on_time(); // its timed waits are deadlines
 }
 
-pool_core::pool_core(pool_options opts)
-    : opts_(validated(std::move(opts))), manual_(opts_.time_source), core_threads_(opts_.threads),
+pool_core::pool_core(pool_options opts, core_host* host)
+    : opts_(validated(std::move(opts), host != nullptr)), host_(host),
+      host_worker_(host ? std::make_unique<worker>(this, 0, true) : nullptr), manual_(opts_.time_source), core_threads_(opts_.threads),
       max_threads_(std::max(opts_.threads, opts_.max_threads)), anchor_(acquire_pool_anchor(this)),
       generation_(generation_of(anchor_)), mtx_(anchor_->mtx) {
   next_due_.store(no_due);
@@ -75,6 +80,7 @@ pool_core::pool_core(pool_options opts)
   // for ever under ThreadSanitizer, whose __cxa_guard_abort wakes no waiter (GCC 12).
   (void)node_cache_trim_pending();
   enroll_for_fork();
+  if (host_) restart_after_fork(); // no thread to restart: the child keeps its work, its host drives it
   try {
     if (manual_) manual_->attach(this);
     std::lock_guard lk(mtx_);
@@ -381,11 +387,19 @@ task_base* pool_core::park(worker& w, std::unique_lock<std::mutex>& lk) {
 }
 
 void pool_core::wake_one() noexcept {
+  if (host_) {
+    host_->request_drive();
+    return;
+  }
   std::lock_guard lk(mtx_);
   wake_some_locked(1);
 }
 
 void pool_core::wake_some_locked(std::size_t n) noexcept {
+  if (host_) {
+    if (n > 0) host_->request_drive();
+    return;
+  }
   while (n > 0 && followers_ > wake_tokens_) {
     ++wake_tokens_;
     follower_cv_.notify_one();
@@ -395,6 +409,10 @@ void pool_core::wake_some_locked(std::size_t n) noexcept {
 }
 
 void pool_core::wake_all_locked() noexcept {
+  if (host_) {
+    host_->request_drive();
+    return;
+  }
   wake_tokens_ = followers_;
   follower_cv_.notify_all();
   leader_cv_.notify_all();
@@ -402,6 +420,10 @@ void pool_core::wake_all_locked() noexcept {
 
 void pool_core::maybe_wake_after_push() noexcept {
   METRONOME_TEST_HOOK(hook_point::producer_before_wake);
+  if (host_) {
+    host_->request_drive();
+    return;
+  }
   if (spinning_.load(std::memory_order_seq_cst) != 0) return;
   if (sleepers_.load(std::memory_order_seq_cst) > 0) {
     wake_one();

@@ -127,6 +127,13 @@ void pool_core::heap_changed_locked() noexcept {
 // which releases mtx_ atomically; so a head pushed after that is seen by this notify.
 void pool_core::wake_for_new_head_locked() noexcept {
   if (manual_) return; // time moves only through on_time_advanced()
+  if (host_) { // the hosted invariant (drive_hosted): a head before what the host times asks
+    if (!heap_.empty() && heap_.top_due() < host_timed_) {
+      host_timed_ = heap_.top_due();
+      host_->request_drive();
+    }
+    return;
+  }
   if (leader_ != nullptr) {
     leader_cv_.notify_one();
   } else if (followers_ > wake_tokens_) {

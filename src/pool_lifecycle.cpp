@@ -454,7 +454,8 @@ void pool_core::forget_threads_in_child() noexcept {
     (void)w.release();
   }
   workers_.clear();
-  if (this_worker != nullptr && this_worker->pool == this) this_thread_orphaned = true;
+  // (A hosted core's worker record is the host thread's while it drives: not orphaned.)
+  if (!host_ && this_worker != nullptr && this_worker->pool == this) this_thread_orphaned = true;
   // Hand-overs and calls of the parent's other threads never finish here.
   in_transit_ = 0;
   calls_.store(0);

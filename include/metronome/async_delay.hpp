@@ -6,6 +6,7 @@
 #include <metronome/detail/pool_locator.hpp>
 #include <metronome/detail/pool_of.hpp>
 #include <metronome/detail/serial_core.hpp>
+#include <metronome/detail/timing_of.hpp>
 #include <metronome/options.hpp>
 #include <metronome/scheduled_thread_pool.hpp>
 
@@ -24,24 +25,6 @@
 
 namespace metronome {
 namespace detail {
-
-// The metronome pool that keeps a wait started on `ex`: the pool behind it (a pool's
-// executor, a serial_executor or strand over one, an any_io_executor wrapping one), else
-// the process-wide timing pool.
-template <class Executor>
-pool_core& pool_core_of(const Executor& ex) {
-  if constexpr (requires { boost::asio::query(ex, boost::asio::execution::context); }) {
-    decltype(auto) ctx = boost::asio::query(ex, boost::asio::execution::context);
-    if constexpr (runs_on_a_metronome_pool<Executor>()) {
-      return *pool_of(ex);
-    } else if constexpr (std::is_convertible_v<decltype(ctx), boost::asio::execution_context&>) {
-      if (pool_core* pool = pool_locator::find(ctx)) return *pool;
-    }
-  } else if constexpr (requires { ex.context(); }) {
-    if (pool_core* pool = pool_locator::find(ex.context())) return *pool;
-  }
-  return default_timer_pool();
-}
 
 template <class T>
 inline constexpr bool is_any_executor_v =

@@ -8,6 +8,7 @@
 #include <metronome/detail/pool_of.hpp>
 #include <metronome/detail/internal_post.hpp>
 #include <metronome/detail/serial_core.hpp>
+#include <metronome/detail/timing_of.hpp>
 #include <metronome/errors.hpp>
 #include <metronome/scheduled_future.hpp>
 #include <metronome/scheduled_thread_pool.hpp>
@@ -133,7 +134,7 @@ public:
   /// A serial executor over `ex`. @throws std::invalid_argument if `opts.batch` is 0.
   explicit serial_executor(const Executor& ex, serial_options opts = {}) {
     detail::pool_core* owner = detail::pool_of(ex);
-    detail::pool_core& timers = owner ? *owner : detail::default_timer_pool();
+    detail::pool_core& timers = owner ? *owner : detail::pool_core_of(ex);
     state_ = std::make_shared<detail::serial_state<Executor>>(ex, std::move(opts), timers, owner);
   }
 

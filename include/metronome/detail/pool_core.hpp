@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -68,6 +69,19 @@ protected:
   ~pool_shutdown_listener() = default;
 };
 
+// What a hosted core (pool_core with no threads of its own, timing_service.cpp) has in
+// place of workers: an Asio context whose threads run its work.
+class core_host {
+public:
+  // Work was queued, or the heap's head is earlier than what the host times: the host
+  // must call drive_hosted() soon on one of its threads. Any thread, under the pool
+  // mutex or not; never throws, never runs the drive inside the call.
+  virtual void request_drive() noexcept = 0;
+
+protected:
+  ~core_host() = default;
+};
+
 // The engine behind scheduled_thread_pool: a lock-free ready queue, a delay heap
 // under one mutex with leader-follower waiting, and worker threads that spin briefly
 // before parking. docs/design.md states each hand-over's invariant. The code is in
@@ -75,7 +89,9 @@ protected:
 // queue, promotion, periodic runs, waits), pool_lifecycle.cpp (shutdown, join, stats).
 class pool_core final : public clock_listener {
 public:
-  explicit pool_core(pool_options opts);
+  // `host`: a hosted core (opts.threads is 0): its work runs on the host's threads,
+  // through drive_hosted(); it starts no thread.
+  explicit pool_core(pool_options opts, core_host* host = nullptr);
   ~pool_core();
   pool_core(const pool_core&) = delete;
   pool_core& operator=(const pool_core&) = delete;
@@ -207,6 +223,19 @@ public:
   void on_time_advanced() override;
   bool quiescent(clock::time_point& next_due) noexcept override;
 
+  // ---- Hosted core (host != nullptr). Called on a host thread, never on two at once:
+  // runs what is ready or due (at most `budget` tasks) and says what the host must time.
+  struct drive_result {
+    clock::time_point next_due; // the heap's head (time_point::max(): nothing to time)
+    bool more;                  // the budget ran out with work left: drive again soon
+  };
+  drive_result drive_hosted(std::size_t budget) noexcept;
+  // The host context shuts down: everything held is destroyed unrun (waits' handlers
+  // completed with operation_aborted through their executors, typed tasks cancelled),
+  // and later work is refused as by a terminated pool.
+  void close_hosted() noexcept;
+  bool is_hosted() const noexcept { return host_ != nullptr; }
+
   // fork(): the child has none of this pool's threads. Every live pool is enrolled; the
   // process's fork hooks (pool_lifecycle.cpp) lock each before the fork and, in the
   // child, restart this one's threads (the timing pool: restart_after_fork()) or leave it
@@ -275,6 +304,11 @@ private:
   void discard_left_in_child() noexcept;
 
   pool_options opts_;
+  core_host* host_;
+  // Hosted: the worker record host threads run under while they drive (one at a time),
+  // and the due time the host times (mtx_): a new head before it asks for a drive.
+  std::unique_ptr<worker> host_worker_;
+  clock::rep host_timed_ = std::numeric_limits<clock::rep>::max();
   manual_clock* manual_;
   const boost::asio::execution_context* context_ = nullptr;
   std::size_t core_threads_;

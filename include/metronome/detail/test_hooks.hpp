@@ -39,6 +39,8 @@ enum class hook_point {
   wait_removed_before_abort,   // a cancellation took an async_wait out of its task's list; not completed yet
   cancel_after_emitting,       // cancel_after's timeout holds its emission lock; not emitted yet
   ready_push_before_link,      // a producer exchanged the ready queue's tail; its node not yet linked
+  hosted_drive_before_arm,     // a host thread drove a hosted core and read its head; the timer not yet armed
+  hosted_drive_before_idle,    // ... armed it; the drive not yet marked idle
 };
 
 using hook_function = void (*)(hook_point);

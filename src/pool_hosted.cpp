@@ -1,0 +1,84 @@
+// A hosted core: a pool_core with no threads of its own, whose work (due waits, due
+// tasks of serial executors, their completions) runs on the threads of an Asio context
+// that drives it (timing_service.cpp). Everything else - the delay heap, cancel, the
+// ready queue - is the pool's own code.
+#include <metronome/detail/pool_core.hpp>
+
+#include "pool_internal.hpp"
+
+#include <cassert>
+
+namespace metronome::detail {
+
+// The hosted invariant: host_timed_ (under mtx_) is a due time the host will look at -
+// its timer is armed for it, or a drive is requested or running. A head pushed before
+// it asks for a drive (wake_for_new_head_locked), work pushed asks for one
+// (maybe_wake_after_push), and the drive, under mtx_, reads the head and sets
+// host_timed_ to it before the host arms its timer. So no due time is left untimed:
+// either the drive saw it, or its push found host_timed_ later and asked again.
+// Kept by drive_hosted() and wake_for_new_head_locked(); tested by the hosted-core
+// stop-here test (test/unit/timing_service.cpp, hook hosted_drive_before_arm).
+pool_core::drive_result pool_core::drive_hosted(std::size_t budget) noexcept {
+  assert(host_ && "metronome: drive_hosted() on a pool with threads of its own");
+  worker& w = *host_worker_;
+  worker* const outer = this_worker; // a host thread may be a metronome pool's worker too
+  this_worker = &w;
+  std::size_t ran = 0;
+  while (ran < budget && !stopped_.load(std::memory_order_acquire)) {
+    task_base* t = nullptr;
+    if (w.local_head) {
+      t = pop_local(w);
+    } else {
+      const clock::rep nd = next_due_.load(std::memory_order_acquire);
+      if (nd != no_due) {
+        const clock::time_point current = clock::now();
+        if (current.time_since_epoch().count() >= nd) {
+          std::unique_lock lk(mtx_);
+          task_sink* owed = nullptr;
+          promote_due_locked(current, owed);
+          lk.unlock();
+          post_owed_drains(owed);
+        }
+      }
+      t = ready_.try_pop();
+    }
+    if (!t) break;
+    run_task(w, t);
+    ++ran;
+  }
+  this_worker = outer;
+  std::lock_guard lk(mtx_);
+  host_timed_ = heap_.empty() ? no_due : heap_.top_due();
+  return drive_result{clock::time_point(clock::duration(host_timed_)), ran == budget || w.local_head != nullptr};
+}
+
+void pool_core::close_hosted() noexcept {
+  assert(host_ && "metronome: close_hosted() on a pool with threads of its own");
+  timed_node* delayed = nullptr;
+  task_base* left = nullptr;
+  auto keep = [&left](task_base* t) {
+    t->next_.store(left, std::memory_order_relaxed);
+    left = t;
+  };
+  {
+    std::lock_guard lk(mtx_);
+    shutdown_.store(true);
+    stopped_.store(true);
+    delayed = drain_heap_locked(); // its waits join the ready queue, aborted
+    ready_.consumer_lock().lock();
+    while (task_base* t = ready_.pop_locked()) keep(t);
+    ready_.consumer_lock().unlock();
+    terminated_.store(true);
+    host_timed_ = no_due;
+  }
+  worker& w = *host_worker_;
+  while (w.local_head) keep(pop_local(w));
+  discard_chain(delayed); // typed tasks (a serial executor's delayed work): cancelled
+  while (left) {
+    task_base* next = left->next_.load(std::memory_order_relaxed);
+    discard_task(left, nullptr); // waits complete aborted; nothing is reported, as Asio's shutdown
+    left = next;
+  }
+}
+
+} // namespace metronome::detail

@@ -1,0 +1,250 @@
+// Timing inside an Asio context that is not a metronome pool: the context's own
+// timing service (detail/timing_service.hpp), driven by the context's threads.
+#include <metronome/detail/timing_service.hpp>
+
+#include <metronome/async_delay.hpp>
+#include <metronome/cancel_after.hpp>
+#include <metronome/interval.hpp>
+#include <metronome/serial_executor.hpp>
+
+#include "common/hooks.hpp"
+#include "common/poll_until.hpp"
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/thread_pool.hpp>
+#include <boost/test/unit_test.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <set>
+#include <thread>
+#include <vector>
+
+namespace asio = boost::asio;
+using namespace std::chrono_literals;
+using boost::system::error_code;
+using metronome::async_delay;
+using steady = metronome::clock;
+
+namespace {
+
+// Threads of this process (Linux: /proc/self/task).
+std::size_t process_threads() {
+  std::size_t n = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/task")) ++n;
+  return n;
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(timing_service)
+
+BOOST_AUTO_TEST_CASE(waits_on_an_io_context_complete_in_due_order_on_its_thread_and_start_no_thread) {
+  asio::io_context io;
+  const std::size_t before = process_threads();
+  const auto start = steady::now();
+  std::vector<int> order;
+  std::set<std::thread::id> where;
+  for (int i = 5; i >= 1; --i)
+    async_delay(io, i * 3ms, [&, i](error_code ec) {
+      BOOST_TEST(!ec);
+      order.push_back(i);
+      where.insert(std::this_thread::get_id());
+    });
+  BOOST_TEST(process_threads() == before);
+  io.run(); // returns once every wait completed: nothing else keeps it going
+  BOOST_TEST((steady::now() - start >= 15ms));
+  BOOST_TEST((order == std::vector<int>{1, 2, 3, 4, 5}));
+  BOOST_TEST((where == std::set<std::thread::id>{std::this_thread::get_id()}));
+  BOOST_TEST(process_threads() == before);
+}
+
+BOOST_AUTO_TEST_CASE(a_strand_and_an_any_io_executor_over_an_io_context_time_on_its_thread) {
+  asio::io_context io;
+  const std::size_t before = process_threads();
+  auto strand = asio::make_strand(io);
+  asio::any_io_executor any = strand;
+  int done = 0;
+  async_delay(strand, 1ms, [&](error_code ec) {
+    BOOST_TEST(!ec);
+    BOOST_TEST(strand.running_in_this_thread());
+    ++done;
+  });
+  async_delay(any, 2ms, [&](error_code ec) {
+    BOOST_TEST(!ec);
+    BOOST_TEST(strand.running_in_this_thread());
+    ++done;
+  });
+  io.run();
+  BOOST_TEST(done == 2);
+  BOOST_TEST(process_threads() == before);
+}
+
+BOOST_AUTO_TEST_CASE(a_cancelled_wait_lets_run_return_at_once) {
+  asio::io_context io;
+  asio::cancellation_signal sig;
+  std::optional<error_code> got;
+  async_delay(io, 1h, asio::bind_cancellation_slot(sig.slot(), [&](error_code ec) { got = ec; }));
+  asio::post(io, [&] { sig.emit(asio::cancellation_type::terminal); });
+  const auto start = steady::now();
+  io.run(); // the hour-long timer is disarmed with the heap empty
+  BOOST_TEST((steady::now() - start < 10s));
+  BOOST_REQUIRE(got.has_value());
+  BOOST_TEST((*got == asio::error::operation_aborted));
+}
+
+BOOST_AUTO_TEST_CASE(cancel_after_and_interval_over_an_io_context_run_on_its_thread) {
+  asio::io_context io;
+  const std::size_t before = process_threads();
+  std::optional<error_code> timed_out;
+  async_delay(io, 1h, metronome::cancel_after(2ms, [&](error_code ec) { timed_out = ec; }));
+  metronome::interval ticks(io.get_executor(), 2ms);
+  int ticked = 0;
+  std::function<void(error_code, steady::time_point)> on_tick = [&](error_code ec, steady::time_point) {
+    BOOST_TEST(!ec);
+    if (++ticked < 3) ticks.async_tick(on_tick);
+  };
+  ticks.async_tick(on_tick);
+  io.run();
+  BOOST_REQUIRE(timed_out.has_value());
+  BOOST_TEST((*timed_out == asio::error::operation_aborted));
+  BOOST_TEST(ticked == 3);
+  BOOST_TEST(process_threads() == before);
+}
+
+// Asio's rule for a context's shutdown: what its services hold is destroyed unrun.
+BOOST_AUTO_TEST_CASE(destroying_the_context_destroys_its_pending_waits_unrun) {
+  auto token = std::make_shared<int>(0);
+  bool called = false;
+  {
+    asio::io_context io;
+    async_delay(io, 1h, [&called, token](error_code) { called = true; });
+    async_delay(io, 0ms, [&called, token](error_code) { called = true; }); // ready, never run
+    BOOST_TEST(token.use_count() == 3);
+  }
+  BOOST_TEST(!called);
+  BOOST_TEST(token.use_count() == 1);
+}
+
+// Without dispose(): the context's shutdown cancels the serial executor's delayed work
+// (its handles report it), and the serial executor outlives the context safely.
+BOOST_AUTO_TEST_CASE(a_thread_pool_destroyed_under_a_serial_executor_with_delayed_work_is_safe) {
+  std::optional<asio::thread_pool> tp(std::in_place, 1);
+  auto serial = metronome::make_serial_executor(tp->get_executor());
+  auto far = serial.schedule([] {}, 1h);
+  std::atomic<int> ran{0};
+  auto soon = serial.schedule([&] { ran.fetch_add(1); }, 1ms);
+  BOOST_TEST(metronome::test::poll_until([&] { return ran.load() == 1; }));
+  tp.reset();
+  BOOST_TEST(far.is_cancelled());
+  BOOST_TEST(soon.is_done());
+  BOOST_TEST(!soon.is_cancelled());
+}
+
+BOOST_AUTO_TEST_CASE(a_thread_pool_times_its_waits_on_its_own_threads_and_accounts_for_each) {
+  const std::size_t before = process_threads();
+  constexpr int n = 4000;
+  std::atomic<int> ok{0}, aborted{0};
+  std::mutex m;
+  std::set<std::thread::id> where;
+  {
+    asio::thread_pool tp(2);
+    auto ex = tp.get_executor();
+    std::vector<std::thread> producers;
+    for (int p = 0; p < 2; ++p)
+      producers.emplace_back([&, p] {
+        std::minstd_rand rng(p + 1);
+        for (int i = 0; i < n / 2; ++i) {
+          const auto d = std::chrono::microseconds(rng() % 3000);
+          auto h = [&](error_code ec) {
+            (ec ? aborted : ok).fetch_add(1);
+            std::lock_guard lk(m);
+            where.insert(std::this_thread::get_id());
+          };
+          if (i % 3 == 0)
+            async_delay(ex, 1h, metronome::cancel_after(d, h)); // ends aborted
+          else
+            async_delay(ex, d, h);
+        }
+      });
+    for (auto& t : producers) t.join();
+    BOOST_TEST(process_threads() == before + 2); // the pool's two threads, nothing else
+    tp.wait();
+  }
+  BOOST_TEST(ok.load() + aborted.load() == n);
+  BOOST_TEST(aborted.load() == (n / 2 + 2) / 3 * 2);
+  BOOST_TEST(where.size() <= 2u);
+}
+
+#if defined(METRONOME_TEST_HOOKS)
+
+using metronome::detail::hook_point;
+using metronome::test::hook_stop;
+
+// The drive protocol: a request made while a drive is past its look at the core (state
+// running) sets rerun, and the drive looks again before it goes idle.
+BOOST_AUTO_TEST_CASE(work_pushed_while_a_drive_is_about_to_go_idle_is_driven) {
+  asio::io_context io;
+  auto guard = asio::make_work_guard(io);
+  hook_stop stop(hook_point::hosted_drive_before_idle);
+  std::atomic<int> done{0};
+  std::thread runner([&] {
+    hook_stop::arm_this_thread();
+    io.run();
+    hook_stop::disarm_this_thread();
+  });
+  async_delay(io, 0ms, [&](error_code) { done.fetch_add(1); });
+  BOOST_REQUIRE(stop.arrived()); // the drive ran the first wait and is about to go idle
+  BOOST_TEST(done.load() == 1);
+  async_delay(io, 0ms, [&](error_code) { done.fetch_add(1); }); // its request finds the drive running
+  stop.release();
+  BOOST_TEST(metronome::test::poll_until([&] { return done.load() == 2; }, 10s));
+  guard.reset();
+  runner.join();
+}
+
+// The hosted invariant: a head earlier than what the host times asks for a drive, even
+// while a drive has read the old head and not yet armed the timer for it.
+BOOST_AUTO_TEST_CASE(an_earlier_head_pushed_before_the_timer_is_armed_is_timed) {
+  asio::io_context io;
+  std::optional<error_code> far_result;
+  asio::cancellation_signal far_cancel;
+  async_delay(io, 1h, asio::bind_cancellation_slot(far_cancel.slot(), [&](error_code ec) { far_result = ec; }));
+  hook_stop stop(hook_point::hosted_drive_before_arm);
+  std::atomic<bool> near_done{false};
+  std::thread runner([&] {
+    hook_stop::arm_this_thread();
+    io.run();
+    hook_stop::disarm_this_thread();
+  });
+  BOOST_REQUIRE(stop.arrived()); // the drive read the hour-long head, the timer not yet armed
+  const auto pushed = steady::now();
+  steady::time_point fired;
+  async_delay(io, 20ms, [&](error_code ec) {
+    BOOST_TEST(!ec);
+    fired = steady::now();
+    near_done.store(true);
+    far_cancel.emit(asio::cancellation_type::terminal); // on io's thread, as Asio asks
+  });
+  stop.release();
+  BOOST_TEST(metronome::test::poll_until([&] { return near_done.load(); }, 10s));
+  runner.join(); // the far wait cancelled: run() returns
+  BOOST_TEST((fired - pushed >= 20ms));
+  BOOST_REQUIRE(far_result.has_value());
+  BOOST_TEST((*far_result == asio::error::operation_aborted));
+}
+
+#endif
+
+BOOST_AUTO_TEST_SUITE_END()
