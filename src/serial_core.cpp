@@ -1,5 +1,6 @@
 // The serial executor's queue drain, its delayed tasks, dispose, and the process-wide
 // timing pool.
+#include <metronome/detail/internal_post.hpp>
 #include <metronome/detail/pool_core.hpp>
 #include <metronome/detail/report.hpp>
 #include <metronome/detail/serial_core.hpp>
@@ -82,11 +83,20 @@ void serial_core::note_rejected() noexcept {
   if (owner_pool_) owner_pool_->note_rejected();
 }
 
-bool serial_core::try_enqueue(task_base* t) noexcept {
+bool serial_core::try_enqueue(task_base* t, bool may_run_here) noexcept {
   if (disposed_.load(std::memory_order_acquire)) return false;
   queue_.push(t);
   METRONOME_TEST_HOOK(hook_point::serial_after_push);
-  if (pending_.fetch_add(1, std::memory_order_acq_rel) == 0) hand_drain(drain_post::producer);
+  if (pending_.fetch_add(1, std::memory_order_acq_rel) == 0) {
+    // This thread owes the drain. On a thread of the underlying executor it is that
+    // executor's work already: run it here (no call into the executor, so dispose()'s
+    // wait for posts under way does not concern it), else hand it over.
+    if (may_run_here && inner_running_in_this_thread()) {
+      internal_post_scope user(false); // the tasks' own posts are theirs, not the caller's completion
+      drain(true);
+    } else
+      hand_drain(drain_post::producer);
+  }
   return true;
 }
 
@@ -141,7 +151,7 @@ task_base* serial_core::pop_one() noexcept {
 // are not reported to the pool. Compares pointers only: owner_pool_ may dangle then.
 bool serial_core::handed_back() const noexcept { return owner_pool_ != nullptr && pool_core::current() != owner_pool_; }
 
-void serial_core::drain() noexcept {
+void serial_core::drain(bool here) noexcept {
   const serial_core* outer = current_drain;
   current_drain = this;
   const bool handed = handed_back();
@@ -165,7 +175,7 @@ void serial_core::drain() noexcept {
         ++ran;
       }
     }
-    if (consumed == counted && ran < batch) {
+    if (consumed == counted && ran < batch && !here) {
       // Caught up with the producers. Linger a moment before settling: ending the
       // drain now would make the next producer post a new one, usually waking a parked
       // worker (a futex call on the producer's path) for every few tasks.

@@ -18,6 +18,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/query.hpp>
 
+#include <concepts>
 #include <memory>
 #include <stdexcept>
 #include <type_traits>
@@ -95,6 +96,13 @@ private:
     }
   }
 
+  bool inner_running_in_this_thread() const noexcept override {
+    if constexpr (requires { { inner_.running_in_this_thread() } -> std::convertible_to<bool>; })
+      return inner_.running_in_this_thread();
+    else
+      return false;
+  }
+
   Executor inner_;
 };
 
@@ -110,8 +118,12 @@ private:
  *
  * It is itself a standard Asio executor (and keeps the Networking-TS members), so
  * `asio::post(serial, f)`, `co_spawn(serial, ...)` and `bind_executor(serial, h)` work.
- * `execute` runs inline only with `blocking.possibly` from inside this serial
- * executor's own drain (`running_in_this_thread()`); otherwise it queues.
+ * `execute` with `blocking.possibly` (`asio::dispatch`, an I/O completion) runs inline
+ * from inside this serial executor's own drain (`running_in_this_thread()`), and also
+ * when nothing of it is queued or running and the calling thread runs work of the
+ * underlying executor (its `running_in_this_thread()`): the drain starts right there,
+ * as an Asio strand's dispatch does. Otherwise, and always with `blocking.never`
+ * (`asio::post`), it queues.
  *
  * Delayed work (`schedule`, `schedule_at_fixed_rate`, `schedule_with_fixed_delay`)
  * waits in the delay queue of the metronome pool underneath (or of a shared default
@@ -239,7 +251,7 @@ public:
       std::move(tmp)();
       return;
     }
-    enqueue_op(std::forward<Function>(f));
+    enqueue_op(std::forward<Function>(f), !blocking_never_);
   }
 
   friend bool operator==(const serial_executor& a, const serial_executor& b) noexcept { return a.state_ == b.state_; }
@@ -256,7 +268,7 @@ public:
       std::move(tmp)();
       return;
     }
-    enqueue_op(std::forward<Function>(f));
+    enqueue_op(std::forward<Function>(f), true);
   }
   template <class Function, class Allocator>
   void post(Function&& f, const Allocator&) const {
@@ -335,8 +347,9 @@ private:
     return h;
   }
 
+  // may_run_here: blocking.possibly (see serial_core::try_enqueue).
   template <class Function>
-  void enqueue_op(Function&& f) const {
+  void enqueue_op(Function&& f, bool may_run_here = false) const {
     using F = std::decay_t<Function>;
     if (detail::is_empty_callable(f)) {
       state_->report(std::make_exception_ptr(std::invalid_argument("metronome: empty function")));
@@ -353,7 +366,7 @@ private:
     }
     detail::task_base* op =
         detail::executor_op<F, detail::recycling_allocator<void>>::create(std::forward<Function>(f), {});
-    if (!state_->try_enqueue(op)) {
+    if (!state_->try_enqueue(op, may_run_here)) {
       op->complete(false);
       state_->report(std::make_exception_ptr(rejected_execution("metronome: serial_executor is disposed")));
     }

@@ -10,6 +10,7 @@
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/co_spawn.hpp>
+#include <boost/asio/dispatch.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/thread_pool.hpp>
@@ -417,6 +418,40 @@ BOOST_AUTO_TEST_CASE(zero_batch_is_invalid) {
   metronome::serial_options o;
   o.batch = 0;
   BOOST_CHECK_THROW(make_serial_executor(pool, o), std::invalid_argument);
+}
+
+// As an Asio strand's dispatch: a free serial executor runs dispatched work inline on a
+// thread of its underlying executor; busy, or posted, or from another thread, it queues.
+BOOST_AUTO_TEST_CASE(dispatch_runs_a_free_serial_executor_inline_on_its_underlying_executors_thread) {
+  boost::asio::io_context io;
+  auto serial = make_serial_executor(io.get_executor());
+  std::vector<int> order;
+  boost::asio::dispatch(serial, [&] { order.push_back(0); }); // not on io's thread: queued
+  BOOST_TEST(order.empty());
+  io.run();
+  BOOST_TEST((order == std::vector<int>{0}));
+  io.restart();
+  order.clear();
+  boost::asio::post(io, [&] {
+    boost::asio::post(serial, [&] { order.push_back(1); });
+    boost::asio::dispatch(serial, [&] { order.push_back(2); }); // busy (1 is queued): behind it
+    order.push_back(0);
+  });
+  io.run();
+  BOOST_TEST((order == std::vector<int>{0, 1, 2}));
+  io.restart();
+  order.clear();
+  boost::asio::post(io, [&] {
+    boost::asio::dispatch(serial, [&] {
+      BOOST_TEST(serial.running_in_this_thread());
+      order.push_back(1);
+    });
+    order.push_back(2); // the free serial executor ran it before dispatch returned
+    boost::asio::post(serial, [&] { order.push_back(4); }); // post: never inline
+    order.push_back(3);
+  });
+  io.run();
+  BOOST_TEST((order == std::vector<int>{1, 2, 3, 4}));
 }
 
 BOOST_AUTO_TEST_SUITE_END()

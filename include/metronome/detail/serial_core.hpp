@@ -34,9 +34,14 @@ public:
   serial_core(serial_options opts, pool_core& timers, pool_core* owner_pool);
   virtual ~serial_core();
 
-  // False when disposed (the caller rejects the task).
-  bool try_enqueue(task_base* t) noexcept;
-  void drain() noexcept;
+  // False when disposed (the caller rejects the task). `may_run_here`: the caller allows
+  // blocking.possibly (dispatch); if this push owes the drain and the calling thread is
+  // in the underlying executor's context, the drain runs right here instead of being
+  // posted - as an Asio strand's dispatch runs a free strand inline.
+  bool try_enqueue(task_base* t, bool may_run_here = false) noexcept;
+  // `here`: run inline by the producer that owed it (no linger before settling: the next
+  // producer runs its own drain as cheaply).
+  void drain(bool here = false) noexcept;
 
   // How a drain is handed to the underlying executor.
   enum class drain_post {
@@ -66,6 +71,9 @@ public:
 
 protected:
   virtual void post_drain(drain_post how) noexcept = 0;
+  // Whether the calling thread runs work of the underlying executor (false when that
+  // cannot be told).
+  virtual bool inner_running_in_this_thread() const noexcept = 0;
 
 private:
   void hand_drain(drain_post how) noexcept;
