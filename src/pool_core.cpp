@@ -6,6 +6,9 @@
 #include <metronome/detail/report.hpp>
 #include <metronome/manual_clock.hpp>
 
+#include <boost/asio/detail/scheduler.hpp>
+#include <boost/asio/detail/scheduler_task.hpp>
+
 #include "platform.hpp"
 #include "pool_internal.hpp"
 #include <metronome/detail/test_hooks.hpp>
@@ -15,6 +18,7 @@
 #include <cassert>
 #include <cstdio>
 #include <stdexcept>
+#include <limits>
 #include <string>
 
 namespace metronome::detail {
@@ -253,7 +257,9 @@ task_base* pool_core::next_task(worker& w) {
     }
     if (local) return pop_local(w);
 
-    // Spin briefly: a producer that sees a spinning worker does not wake anybody.
+    // Spin briefly: a producer that sees a spinning worker does not wake anybody. (Not
+    // with a reactor: I/O completions wait for a parked worker, as Asio's threads do not spin.)
+    if (reactor_.load(std::memory_order_relaxed) == nullptr) {
     spinning_.fetch_add(1, std::memory_order_seq_cst);
     for (int i = 0; i < spin_rounds; ++i) {
       if (ready_.maybe_nonempty()) {
@@ -271,6 +277,7 @@ task_base* pool_core::next_task(worker& w) {
       }
     }
     spinning_.fetch_sub(1, std::memory_order_seq_cst);
+    }
     METRONOME_TEST_HOOK(hook_point::worker_before_park);
     // Idle: unmap a little of the node chunks a burst left empty, then look for work
     // again; park once there is none left to unmap.
@@ -298,9 +305,13 @@ task_base* pool_core::park(worker& w, std::unique_lock<std::mutex>& lk) {
     ~leave_guard() {
       p->sleepers_.fetch_sub(1, std::memory_order_seq_cst);
       // A leader that leaves hands the heap to a follower (Java's DelayedWorkQueue).
-      if (!p->manual_ && p->leader_ == nullptr && !p->heap_.empty() && p->followers_ > p->wake_tokens_) {
-        ++p->wake_tokens_;
-        p->follower_cv_.notify_one();
+      if (!p->manual_ && p->leader_ == nullptr && !p->heap_.empty()) {
+        if (p->followers_ > p->wake_tokens_) {
+          ++p->wake_tokens_;
+          p->follower_cv_.notify_one();
+        } else {
+          p->interrupt_reactor_locked(); // the worker in the reactor times it
+        }
       }
     }
   } guard{this};
@@ -345,6 +356,18 @@ task_base* pool_core::park(worker& w, std::unique_lock<std::mutex>& lk) {
       ++awake_;
       clock_told = true;
       continue;
+    }
+    // With a reactor, one parked worker waits in it (timing the heap too, when no leader
+    // does and the head is at least a millisecond away: epoll counts milliseconds, the
+    // leader's condition variable is precise).
+    if (reactor_.load(std::memory_order_relaxed) != nullptr && reactor_waiter_ == nullptr) {
+      const bool heap_untimed = !heap_.empty() && !manual_ && leader_ == nullptr;
+      if (!heap_untimed || heap_.top()->due() - clock::now() >= std::chrono::milliseconds(1)) {
+        park_in_reactor(w, lk, heap_untimed);
+        clock_told = false;
+        if (w.local_head) return retry_marker; // a completion deferred work on this thread
+        continue;
+      }
     }
     --awake_;
     bool timed_out = false;
@@ -405,7 +428,11 @@ void pool_core::wake_some_locked(std::size_t n) noexcept {
     follower_cv_.notify_one();
     --n;
   }
-  if (n > 0 && leader_ != nullptr) leader_cv_.notify_one();
+  if (n == 0) return;
+  if (leader_ != nullptr && leader_ != reactor_waiter_)
+    leader_cv_.notify_one();
+  else
+    interrupt_reactor_locked();
 }
 
 void pool_core::wake_all_locked() noexcept {
@@ -416,6 +443,53 @@ void pool_core::wake_all_locked() noexcept {
   wake_tokens_ = followers_;
   follower_cv_.notify_all();
   leader_cv_.notify_all();
+  interrupt_reactor_locked();
+}
+
+// ---------------------------------------------------------------- the reactor
+
+// The reactor invariant: while a reactor exists, a worker that parks with no leader
+// needed takes the reactor role if it is free (park()), and every wake-up that would
+// notify a condition variable nobody waits on interrupts the reactor instead
+// (wake_some_locked, wake_all_locked, wake_for_new_head_locked, park's hand-off): the
+// role is taken and given up under mtx_, and an interrupt made before the waiter enters
+// epoll_wait still ends that wait (Asio's interrupter is edge-triggered and re-armed by
+// the interrupt). Stop-here test: hook reactor_before_wait (test/unit/pool_io.cpp).
+void pool_core::attach_reactor(boost::asio::detail::scheduler_task* reactor) noexcept {
+  std::lock_guard lk(mtx_); // (the scheduler's mutex is held: its lock comes before ours)
+  reactor_.store(reactor, std::memory_order_relaxed);
+  wake_some_locked(1); // a worker parked on a condition variable moves into the reactor
+}
+
+void pool_core::interrupt_reactor_locked() noexcept {
+  if (reactor_waiter_ == nullptr || reactor_waiter_ == this_worker) return; // (itself: it looks again after its completion)
+  reactor_.load(std::memory_order_relaxed)->interrupt();
+}
+
+void pool_core::park_in_reactor(worker& w, std::unique_lock<std::mutex>& lk, bool times_heap) {
+  reactor_waiter_ = &w;
+  long usec = -1; // no deadline
+  if (times_heap) {
+    leader_ = &w;
+    // Whole milliseconds only (epoll rounds up): the rest is waited on the leader's
+    // condition variable, once less than a millisecond is left.
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(heap_.top()->due() - clock::now());
+    usec = left.count() >= std::numeric_limits<long>::max() / 1000 ? std::numeric_limits<long>::max()
+                                                                    : static_cast<long>(left.count()) * 1000;
+  }
+  --awake_;
+  lk.unlock();
+  METRONOME_TEST_HOOK(hook_point::reactor_before_wait);
+  try {
+    boost::system::error_code ignored;
+    io_->wait_one(usec, ignored); // runs at most one completion, on this worker
+  } catch (...) {
+    report(std::current_exception()); // a completion handler threw
+  }
+  lk.lock();
+  ++awake_;
+  if (leader_ == &w) leader_ = nullptr;
+  reactor_waiter_ = nullptr;
 }
 
 void pool_core::maybe_wake_after_push() noexcept {

@@ -135,10 +135,15 @@ void pool_core::wake_for_new_head_locked() noexcept {
     return;
   }
   if (leader_ != nullptr) {
-    leader_cv_.notify_one();
+    if (leader_ == reactor_waiter_)
+      interrupt_reactor_locked();
+    else
+      leader_cv_.notify_one();
   } else if (followers_ > wake_tokens_) {
     ++wake_tokens_;
     follower_cv_.notify_one();
+  } else if (reactor_waiter_ != nullptr) {
+    interrupt_reactor_locked(); // it waits without a deadline: it comes back to time the heap
   } else if (spinning_.load() == 0 && threads_.load() < max_threads_ && !shutdown_.load()) {
     // Every worker is busy and none times the heap: an elastic pool below its maximum
     // starts a thread, which parks as the leader - as one starts for ready work nobody

@@ -68,6 +68,7 @@ void pool_core::terminate_locked() noexcept {
   }
   follower_cv_.notify_all();
   leader_cv_.notify_all();
+  interrupt_reactor_locked();
   terminated_cv_.notify_all();
 }
 

@@ -4,9 +4,24 @@
 #include <metronome/detail/pool_locator.hpp>
 #include <metronome/detail/report.hpp>
 
+#include <boost/asio/detail/reactor.hpp>
+#include <boost/asio/detail/scheduler.hpp>
+
 #include <stdexcept>
 
 namespace metronome {
+
+namespace {
+
+// Asio's scheduler asks for its reactor when the first I/O object is made on the pool:
+// the pool's workers start waiting in it from then on.
+boost::asio::detail::scheduler_task* pool_reactor(boost::asio::execution_context& ctx) {
+  boost::asio::detail::scheduler_task* reactor = &boost::asio::use_service<boost::asio::detail::reactor>(ctx);
+  if (detail::pool_core* core = detail::pool_locator::find(ctx)) core->attach_reactor(reactor);
+  return reactor;
+}
+
+} // namespace
 
 scheduled_thread_pool::scheduled_thread_pool(std::size_t threads)
     : scheduled_thread_pool(pool_options::fixed(threads)) {}
@@ -16,6 +31,14 @@ scheduled_thread_pool::scheduled_thread_pool(pool_options options)
   try {
     core_->set_context(this);
     boost::asio::make_service<detail::pool_locator>(*this, *core_);
+    // Asio's scheduler for I/O objects made on the pool, registered before any exists,
+    // with no thread of its own (Asio's reactor makes one for any other context): the
+    // pool's workers run it. One unit of work, never finished, so that it never stops
+    // for lack of work between sockets.
+    const int hint = core_->max_thread_count() == 1 ? 1 : 0; // 1: Asio's single-thread shortcuts
+    auto& io = boost::asio::make_service<boost::asio::detail::scheduler>(*this, hint, false, &pool_reactor);
+    io.work_started();
+    core_->attach_io(&io);
   } catch (...) {
     core_->close(); // the workers are running: join them before the core goes
     throw;

@@ -27,6 +27,11 @@ namespace metronome {
 class manual_clock;
 } // namespace metronome
 
+namespace boost::asio::detail {
+class scheduler;
+class scheduler_task;
+} // namespace boost::asio::detail
+
 namespace metronome::detail {
 
 // Names the calling library thread (the last 15 characters) and sets its timer slack to
@@ -217,11 +222,20 @@ public:
   void wheel_wait_started() noexcept { wheel_waits_.fetch_add(1, std::memory_order_seq_cst); }
   void wheel_wait_done() noexcept;
   std::size_t thread_count() const noexcept { return threads_.load(std::memory_order_relaxed); }
+  std::size_t max_thread_count() const noexcept { return max_threads_; }
 
   void report(const std::exception_ptr& e) noexcept;
 
   void on_time_advanced() override;
   bool quiescent(clock::time_point& next_due) noexcept override;
+
+  // ---- I/O on the pool's threads. The pool registers Asio's scheduler in itself with no
+  // thread of its own (scheduled_thread_pool.cpp): sockets, timers and streams made on
+  // the pool reach their reactor through it, and the pool's idle workers run it. The
+  // reactor appears (attach_reactor, from the scheduler's init_task) with the first I/O
+  // object; from then on one parked worker waits in it (park_in_reactor).
+  void attach_io(boost::asio::detail::scheduler* io) noexcept { io_ = io; }
+  void attach_reactor(boost::asio::detail::scheduler_task* reactor) noexcept;
 
   // ---- Hosted core (host != nullptr). Called on a host thread, never on two at once:
   // runs what is ready or due (at most `budget` tasks) and says what the host must time.
@@ -256,6 +270,10 @@ private:
   void worker_main(worker& w);
   task_base* next_task(worker& w);
   task_base* park(worker& w, std::unique_lock<std::mutex>& lk);
+  // The reactor role of park(): waits in Asio's reactor (and runs what it completes)
+  // instead of on a condition variable. Caller holds mtx_, which is released meanwhile.
+  void park_in_reactor(worker& w, std::unique_lock<std::mutex>& lk, bool times_heap);
+  void interrupt_reactor_locked() noexcept;
   void run_task(worker& w, task_base* t) noexcept;
   void record_start(const timed_node* t, clock::time_point started) noexcept;
   void reschedule(scheduled_task_base* t, clock::time_point started) noexcept;
@@ -331,6 +349,12 @@ private:
   delay_heap heap_;
   std::uint64_t next_seq_ = 0;
   worker* leader_ = nullptr;
+  // I/O (attach_io): Asio's scheduler registered in the pool, its reactor once an I/O
+  // object exists (atomic: read by workers before they take mtx_), and the worker waiting
+  // in it (mtx_).
+  boost::asio::detail::scheduler* io_ = nullptr;
+  std::atomic<boost::asio::detail::scheduler_task*> reactor_{nullptr};
+  worker* reactor_waiter_ = nullptr;
   int followers_ = 0;   // workers in follower_cv_ wait
   int wake_tokens_ = 0; // notifications not yet consumed
   int awake_ = 0;       // live workers not parked

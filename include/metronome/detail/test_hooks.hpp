@@ -41,6 +41,7 @@ enum class hook_point {
   ready_push_before_link,      // a producer exchanged the ready queue's tail; its node not yet linked
   hosted_drive_before_arm,     // a host thread drove a hosted core and read its head; the timer not yet armed
   hosted_drive_before_idle,    // ... armed it; the drive not yet marked idle
+  reactor_before_wait,         // a worker took the reactor role and let go of the pool mutex; not in epoll yet
 };
 
 using hook_function = void (*)(hook_point);

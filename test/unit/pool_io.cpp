@@ -1,0 +1,172 @@
+// Sockets, acceptors and Asio timers made on a scheduled_thread_pool: Asio's reactor runs
+// on the pool's own workers, with no thread of its own (pool_core::park_in_reactor).
+#include <metronome/scheduled_thread_pool.hpp>
+
+#include "common/hooks.hpp"
+#include "common/poll_until.hpp"
+
+#include <boost/asio/buffer.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/read.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/test/unit_test.hpp>
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <future>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+
+namespace asio = boost::asio;
+using asio::ip::tcp;
+using boost::system::error_code;
+using metronome::scheduled_thread_pool;
+using namespace std::chrono_literals;
+
+namespace {
+
+std::size_t process_threads() {
+  std::size_t n = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/task")) ++n;
+  return n;
+}
+
+// Echoes one line per connection, on the pool.
+asio::awaitable<void> echo_once(tcp::socket s, std::atomic<int>& on_pool, scheduled_thread_pool& pool) {
+  std::array<char, 64> buf{};
+  const std::size_t n = co_await s.async_read_some(asio::buffer(buf), asio::use_awaitable);
+  if (pool.get_executor().running_in_this_thread()) on_pool.fetch_add(1);
+  co_await asio::async_write(s, asio::buffer(buf.data(), n), asio::use_awaitable);
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(pool_io)
+
+BOOST_AUTO_TEST_CASE(sockets_on_the_pool_run_on_its_workers_and_start_no_thread) {
+  const std::size_t before = process_threads();
+  std::atomic<int> on_pool{0};
+  {
+    scheduled_thread_pool pool(1);
+    tcp::acceptor acceptor(pool, tcp::endpoint(asio::ip::address_v4::loopback(), 0));
+    const auto port = acceptor.local_endpoint().port();
+    constexpr int connections = 20;
+    asio::co_spawn(
+        pool,
+        [&]() -> asio::awaitable<void> {
+          for (int i = 0; i < connections; ++i) {
+            tcp::socket s = co_await acceptor.async_accept(asio::use_awaitable);
+            asio::co_spawn(pool, echo_once(std::move(s), on_pool, pool), asio::detached);
+          }
+        },
+        asio::detached);
+    BOOST_TEST(process_threads() == before + 1); // the pool's one worker, and no reactor thread
+    asio::io_context client_io;
+    for (int i = 0; i < connections; ++i) {
+      tcp::socket c(client_io);
+      c.connect(tcp::endpoint(asio::ip::address_v4::loopback(), port));
+      const std::string msg = "line " + std::to_string(i);
+      asio::write(c, asio::buffer(msg));
+      std::array<char, 64> back{};
+      const std::size_t n = asio::read(c, asio::buffer(back.data(), msg.size()));
+      BOOST_TEST(std::string(back.data(), n) == msg);
+    }
+    BOOST_TEST(process_threads() == before + 1);
+    BOOST_TEST(metronome::test::poll_until([&] { return on_pool.load() == connections; }));
+  }
+  BOOST_TEST(process_threads() == before);
+}
+
+BOOST_AUTO_TEST_CASE(an_asio_timer_on_the_pool_and_its_delayed_tasks_fire_beside_pending_io) {
+  scheduled_thread_pool pool(1);
+  tcp::acceptor acceptor(pool, tcp::endpoint(asio::ip::address_v4::loopback(), 0));
+  std::optional<error_code> accept_result;
+  acceptor.async_accept([&](error_code ec, tcp::socket) { accept_result = ec; }); // pending throughout
+  asio::steady_timer timer(pool, 5ms);
+  std::promise<std::thread::id> timer_thread;
+  timer.async_wait([&](error_code) { timer_thread.set_value(std::this_thread::get_id()); });
+  auto f = timer_thread.get_future();
+  BOOST_REQUIRE((f.wait_for(20s) == std::future_status::ready));
+  std::promise<bool> ran_on_pool;
+  const auto start = std::chrono::steady_clock::now();
+  auto h = pool.schedule([&] { ran_on_pool.set_value(pool.get_executor().running_in_this_thread()); }, 5ms);
+  auto g = ran_on_pool.get_future();
+  BOOST_REQUIRE((g.wait_for(20s) == std::future_status::ready));
+  BOOST_TEST(g.get());
+  BOOST_TEST((std::chrono::steady_clock::now() - start >= 5ms));
+  asio::post(pool, [&] { acceptor.close(); });
+  BOOST_TEST(metronome::test::poll_until([&] { return accept_result.has_value(); }));
+  BOOST_TEST((*accept_result == asio::error::operation_aborted));
+}
+
+BOOST_AUTO_TEST_CASE(destroying_the_pool_with_io_pending_destroys_its_handlers_unrun) {
+  auto token = std::make_shared<int>(0);
+  bool called = false;
+  {
+    scheduled_thread_pool pool(2);
+    auto acceptor = std::make_shared<tcp::acceptor>(pool, tcp::endpoint(asio::ip::address_v4::loopback(), 0));
+    acceptor->async_accept([&called, token, acceptor](error_code, tcp::socket) { called = true; });
+    BOOST_TEST(token.use_count() == 2);
+  } // the acceptor lives in its own handler: destroyed with the handler at the pool's shutdown
+  BOOST_TEST(!called);
+  BOOST_TEST(token.use_count() == 1);
+}
+
+#if defined(METRONOME_TEST_HOOKS)
+
+using metronome::detail::hook_point;
+
+namespace {
+// Stops the worker the second time it is about to wait in the reactor: the first wait
+// returns at once (a new reactor's interrupter starts out readable), the second is a real one.
+struct reactor_stop {
+  std::atomic<int> arrivals{0};
+  metronome::test::gate gate;
+  metronome::test::counter stopped;
+};
+std::atomic<reactor_stop*> current_stop{nullptr};
+void stop_second_reactor_wait(hook_point p) {
+  reactor_stop* s = current_stop.load();
+  if (s && p == hook_point::reactor_before_wait && s->arrivals.fetch_add(1) == 1) {
+    s->stopped.add();
+    s->gate.wait();
+  }
+}
+} // namespace
+
+// The reactor invariant: work (or a new earliest delayed task) that arrives after a
+// worker took the reactor role but before it entered epoll_wait still ends that wait.
+BOOST_AUTO_TEST_CASE(work_pushed_before_the_reactor_waiter_enters_epoll_wakes_it) {
+  for (int round = 0; round < 2; ++round) {
+    reactor_stop stop;
+    current_stop.store(&stop);
+    metronome::detail::test_hook.store(&stop_second_reactor_wait);
+    scheduled_thread_pool pool(1);
+    tcp::acceptor acceptor(pool, tcp::endpoint(asio::ip::address_v4::loopback(), 0)); // the reactor appears
+    acceptor.async_accept([](error_code, tcp::socket) {});
+    BOOST_REQUIRE(stop.stopped.wait_for_at_least(1)); // role held, mutex released, not in epoll yet
+    std::promise<void> ran;
+    if (round == 0)
+      asio::post(pool, [&] { ran.set_value(); });
+    else
+      (void)pool.schedule([&] { ran.set_value(); }, 2ms); // a new head nobody times
+    stop.gate.open();
+    BOOST_TEST((ran.get_future().wait_for(20s) == std::future_status::ready));
+    metronome::detail::test_hook.store(nullptr);
+    current_stop.store(nullptr);
+    asio::post(pool, [&] { acceptor.close(); });
+    pool.join();
+  }
+}
+
+#endif
+
+BOOST_AUTO_TEST_SUITE_END()
