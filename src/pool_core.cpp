@@ -6,8 +6,6 @@
 #include <metronome/detail/report.hpp>
 #include <metronome/manual_clock.hpp>
 
-#include <boost/asio/detail/scheduler.hpp>
-#include <boost/asio/detail/scheduler_task.hpp>
 
 #include "platform.hpp"
 #include "pool_internal.hpp"
@@ -357,17 +355,13 @@ task_base* pool_core::park(worker& w, std::unique_lock<std::mutex>& lk) {
       clock_told = true;
       continue;
     }
-    // With a reactor, one parked worker waits in it (timing the heap too, when no leader
-    // does and the head is at least a millisecond away: epoll counts milliseconds, the
-    // leader's condition variable is precise).
+    // With a reactor, one parked worker waits in it (timing the heap too, when no
+    // leader does).
     if (reactor_.load(std::memory_order_relaxed) != nullptr && reactor_waiter_ == nullptr) {
-      const bool heap_untimed = !heap_.empty() && !manual_ && leader_ == nullptr;
-      if (!heap_untimed || heap_.top()->due() - clock::now() >= std::chrono::milliseconds(1)) {
-        park_in_reactor(w, lk, heap_untimed);
-        clock_told = false;
-        if (w.local_head) return retry_marker; // a completion deferred work on this thread
-        continue;
-      }
+      park_in_reactor(w, lk, !heap_.empty() && !manual_ && leader_ == nullptr);
+      clock_told = false;
+      if (w.local_head) return retry_marker; // a completion deferred work on this thread
+      continue;
     }
     --awake_;
     bool timed_out = false;
@@ -444,52 +438,6 @@ void pool_core::wake_all_locked() noexcept {
   follower_cv_.notify_all();
   leader_cv_.notify_all();
   interrupt_reactor_locked();
-}
-
-// ---------------------------------------------------------------- the reactor
-
-// The reactor invariant: while a reactor exists, a worker that parks with no leader
-// needed takes the reactor role if it is free (park()), and every wake-up that would
-// notify a condition variable nobody waits on interrupts the reactor instead
-// (wake_some_locked, wake_all_locked, wake_for_new_head_locked, park's hand-off): the
-// role is taken and given up under mtx_, and an interrupt made before the waiter enters
-// epoll_wait still ends that wait (Asio's interrupter is edge-triggered and re-armed by
-// the interrupt). Stop-here test: hook reactor_before_wait (test/unit/pool_io.cpp).
-void pool_core::attach_reactor(boost::asio::detail::scheduler_task* reactor) noexcept {
-  std::lock_guard lk(mtx_); // (the scheduler's mutex is held: its lock comes before ours)
-  reactor_.store(reactor, std::memory_order_relaxed);
-  wake_some_locked(1); // a worker parked on a condition variable moves into the reactor
-}
-
-void pool_core::interrupt_reactor_locked() noexcept {
-  if (reactor_waiter_ == nullptr || reactor_waiter_ == this_worker) return; // (itself: it looks again after its completion)
-  reactor_.load(std::memory_order_relaxed)->interrupt();
-}
-
-void pool_core::park_in_reactor(worker& w, std::unique_lock<std::mutex>& lk, bool times_heap) {
-  reactor_waiter_ = &w;
-  long usec = -1; // no deadline
-  if (times_heap) {
-    leader_ = &w;
-    // Whole milliseconds only (epoll rounds up): the rest is waited on the leader's
-    // condition variable, once less than a millisecond is left.
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(heap_.top()->due() - clock::now());
-    usec = left.count() >= std::numeric_limits<long>::max() / 1000 ? std::numeric_limits<long>::max()
-                                                                    : static_cast<long>(left.count()) * 1000;
-  }
-  --awake_;
-  lk.unlock();
-  METRONOME_TEST_HOOK(hook_point::reactor_before_wait);
-  try {
-    boost::system::error_code ignored;
-    io_->wait_one(usec, ignored); // runs at most one completion, on this worker
-  } catch (...) {
-    report(std::current_exception()); // a completion handler threw
-  }
-  lk.lock();
-  ++awake_;
-  if (leader_ == &w) leader_ = nullptr;
-  reactor_waiter_ = nullptr;
 }
 
 void pool_core::maybe_wake_after_push() noexcept {

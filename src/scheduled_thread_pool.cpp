@@ -47,6 +47,7 @@ scheduled_thread_pool::scheduled_thread_pool(pool_options options)
 
 scheduled_thread_pool::~scheduled_thread_pool() {
   core_->close();
+  core_->release_io();
   // Services (e.g. anything registered with use_service) go before the core.
   boost::asio::execution_context::shutdown();
   boost::asio::execution_context::destroy();

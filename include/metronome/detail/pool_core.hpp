@@ -39,6 +39,7 @@ namespace metronome::detail {
 void init_library_thread(const std::string& name) noexcept;
 
 struct worker;
+struct reactor_timer;
 
 // The counters behind pool_stats::queue_wait and ::lateness.
 struct latency_counters {
@@ -236,6 +237,9 @@ public:
   // object; from then on one parked worker waits in it (park_in_reactor).
   void attach_io(boost::asio::detail::scheduler* io) noexcept { io_ = io; }
   void attach_reactor(boost::asio::detail::scheduler_task* reactor) noexcept;
+  // After close(), before the pool's services shut down: lets go of what the pool holds
+  // of them (its reactor timer).
+  void release_io() noexcept;
 
   // ---- Hosted core (host != nullptr). Called on a host thread, never on two at once:
   // runs what is ready or due (at most `budget` tasks) and says what the host must time.
@@ -355,6 +359,8 @@ private:
   boost::asio::detail::scheduler* io_ = nullptr;
   std::atomic<boost::asio::detail::scheduler_task*> reactor_{nullptr};
   worker* reactor_waiter_ = nullptr;
+  reactor_timer* reactor_timer_ = nullptr; // the reactor waiter's alone (pool_reactor.cpp)
+  clock::time_point reactor_timer_due_ = clock::time_point::max();
   int followers_ = 0;   // workers in follower_cv_ wait
   int wake_tokens_ = 0; // notifications not yet consumed
   int awake_ = 0;       // live workers not parked

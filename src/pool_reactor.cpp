@@ -1,0 +1,125 @@
+// The pool's reactor: Asio's scheduler registered in the pool (scheduled_thread_pool.cpp)
+// with no thread of its own, run by a parked worker (the reactor role of park()).
+#include <metronome/detail/pool_core.hpp>
+#include <metronome/detail/test_hooks.hpp>
+#include <metronome/scheduled_thread_pool.hpp>
+
+#include "pool_internal.hpp"
+
+#include <boost/asio/basic_waitable_timer.hpp>
+#include <boost/asio/detail/scheduler.hpp>
+#include <boost/asio/detail/scheduler_task.hpp>
+#include <boost/asio/execution.hpp>
+#include <boost/asio/wait_traits.hpp>
+
+namespace metronome::detail {
+
+namespace {
+
+// The pool's executor, except that work it is asked to track is not tracked: the reactor
+// timer's pending wait must not keep the pool from terminating (join() would wait for a
+// far-off delayed task's due time).
+class untracked_executor {
+public:
+  explicit untracked_executor(scheduled_thread_pool::executor_type ex) noexcept : ex_(ex) {}
+  scheduled_thread_pool& query(boost::asio::execution::context_t) const noexcept {
+    return boost::asio::query(ex_, boost::asio::execution::context);
+  }
+  static constexpr boost::asio::execution::blocking_t query(boost::asio::execution::blocking_t) noexcept {
+    return boost::asio::execution::blocking.possibly;
+  }
+  template <class F>
+  void execute(F&& f) const {
+    ex_.execute(std::forward<F>(f));
+  }
+  friend bool operator==(const untracked_executor& a, const untracked_executor& b) noexcept { return a.ex_ == b.ex_; }
+  friend bool operator!=(const untracked_executor& a, const untracked_executor& b) noexcept { return a.ex_ != b.ex_; }
+
+private:
+  scheduled_thread_pool::executor_type ex_;
+};
+
+} // namespace
+
+struct reactor_timer {
+  explicit reactor_timer(scheduled_thread_pool& pool) : timer(untracked_executor(pool.get_executor())) {}
+  boost::asio::basic_waitable_timer<clock, boost::asio::wait_traits<clock>, untracked_executor> timer;
+};
+
+reactor_timer* make_reactor_timer(pool_core& core) {
+  auto* ctx = const_cast<boost::asio::execution_context*>(core.context());
+  return new reactor_timer(*static_cast<scheduled_thread_pool*>(ctx));
+}
+
+void arm_reactor_timer(reactor_timer& t, clock::time_point due) {
+  if (due == clock::time_point::max()) {
+    t.timer.cancel();
+    return;
+  }
+  t.timer.expires_at(due); // a wait still pending completes with operation_aborted: a no-op
+  t.timer.async_wait([](const boost::system::error_code&) {}); // its completion ends wait_one()
+}
+
+void destroy_reactor_timer(reactor_timer* t) noexcept { delete t; }
+
+// ---------------------------------------------------------------- the reactor
+
+// The reactor invariant: while a reactor exists, a worker that parks with no leader
+// needed takes the reactor role if it is free (park()), and every wake-up that would
+// notify a condition variable nobody waits on interrupts the reactor instead
+// (wake_some_locked, wake_all_locked, wake_for_new_head_locked, park's hand-off): the
+// role is taken and given up under mtx_, and an interrupt made before the waiter enters
+// epoll_wait still ends that wait (Asio's interrupter is edge-triggered and re-armed by
+// the interrupt). Stop-here test: hook reactor_before_wait (test/unit/pool_io.cpp).
+void pool_core::attach_reactor(boost::asio::detail::scheduler_task* reactor) noexcept {
+  std::lock_guard lk(mtx_); // (the scheduler's mutex is held: its lock comes before ours)
+  reactor_.store(reactor, std::memory_order_relaxed);
+  wake_some_locked(1); // a worker parked on a condition variable moves into the reactor
+}
+
+void pool_core::interrupt_reactor_locked() noexcept {
+  if (reactor_waiter_ == nullptr || reactor_waiter_ == this_worker) return; // (itself: it looks again after its completion)
+  reactor_.load(std::memory_order_relaxed)->interrupt();
+}
+
+void pool_core::park_in_reactor(worker& w, std::unique_lock<std::mutex>& lk, bool times_heap) {
+  reactor_waiter_ = &w;
+  clock::time_point due = clock::time_point::max();
+  if (times_heap) {
+    leader_ = &w;
+    due = heap_.top()->due();
+  }
+  --awake_;
+  lk.unlock();
+  METRONOME_TEST_HOOK(hook_point::reactor_before_wait);
+  try {
+    // The heap's head is timed by a timer of the reactor (a timerfd: as precise as the
+    // condition variable, where epoll's own timeout counts milliseconds). Only the
+    // worker holding the role touches it.
+    if (due != reactor_timer_due_) {
+      if (!reactor_timer_) reactor_timer_ = make_reactor_timer(*this);
+      arm_reactor_timer(*reactor_timer_, due);
+      reactor_timer_due_ = due;
+    }
+    boost::system::error_code ignored;
+    io_->wait_one(-1, ignored); // runs at most one completion (the timer's, or I/O), on this worker
+    if (reactor_timer_due_ != clock::time_point::max() && clock::now() >= reactor_timer_due_)
+      reactor_timer_due_ = clock::time_point::min(); // expired: a head due at the same time needs it armed again
+  } catch (...) {
+    report(std::current_exception()); // a completion handler threw, or no memory to arm the timer
+    reactor_timer_due_ = clock::time_point::min(); // arm again next time
+  }
+  lk.lock();
+  ++awake_;
+  if (leader_ == &w) leader_ = nullptr;
+  reactor_waiter_ = nullptr;
+}
+
+
+void pool_core::release_io() noexcept {
+  // Before the pool's services (the reactor's timer service among them) shut down.
+  destroy_reactor_timer(reactor_timer_);
+  reactor_timer_ = nullptr;
+}
+
+} // namespace metronome::detail
