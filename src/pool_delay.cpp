@@ -314,7 +314,12 @@ bool pool_core::heap_remove_locked(timed_node* n) noexcept {
   if (n->heap_index_ == not_in_heap) return false;
   const bool was_head = heap_.is_head(n);
   heap_.remove(n);
-  if (was_head) update_next_due_locked();
+  if (was_head) {
+    update_next_due_locked();
+    // A hosted core's host times the old head: let it time the new one (or nothing, so
+    // that its context may run out of work).
+    if (host_) host_->request_drive();
+  }
   heap_.shrink_if_sparse();
   return true;
 }

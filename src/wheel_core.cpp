@@ -40,7 +40,7 @@ private:
 
 } // namespace
 
-wheel_core::wheel_core(wheel_options opts, boost::asio::any_io_executor ex, pool_core* pool)
+wheel_core::wheel_core(wheel_options opts, boost::asio::any_io_executor ex, pool_core* pool, pool_core* host)
     : enrolled_(this), mtx_(enrolled_.anchor->mtx), opts_(std::move(opts)), ex_(std::move(ex)), pool_(pool),
       manual_(opts_.time_source) {
   if (opts_.exception_handler)
@@ -67,15 +67,27 @@ wheel_core::wheel_core(wheel_options opts, boost::asio::any_io_executor ex, pool
   if (opts_.levels > 1) marks_.resize(slots); // a level-0 slot is then one tick
   start_ = now();
   if (pool_) pool_->attach_wheel(this);
-  if (manual_)
+  if (manual_) {
     manual_->attach(this);
-  else
+  } else if (host) {
+    tick_ = make_wheel_tick(*enrolled_.anchor, enrolled_.id);
+    host_ = host;
+    sleeping_until_.store(never, std::memory_order_relaxed); // nothing timed: any deadline asks
+  } else {
     thread_ = std::thread([this] { run(); });
+  }
 }
 
 wheel_core::~wheel_core() {
   auto left = stop();
   for (auto* e : left) e->release();
+  if (tick_) {
+    std::lock_guard lk(mtx_);
+    // Idle (stop() took it out of the heap, or it never went in): ours to free. Queued
+    // on the host or running: it frees itself, finding the wheel gone (wheel_tick.cpp).
+    if (tick_state_ == tick_state::idle) free_wheel_tick(tick_);
+    tick_ = nullptr;
+  }
   if (manual_) manual_->detach(this);
   // From here handles find the wheel gone: only entries handed to the executor are
   // still pending, and those need nothing of the wheel.
@@ -195,10 +207,12 @@ void wheel_core::enter(wheel_entry* e, clock::duration delay) {
       // Linked, or fired when its tick has come already (counted removed), as a drained
       // inbox entry is.
       e->next_.store(nullptr, std::memory_order_relaxed);
-      const bool earlier = place_locked(e, fired, no_level) < sleeping_until_.load(std::memory_order_relaxed);
+      const std::uint64_t linked = place_locked(e, fired, no_level);
+      const bool earlier = linked < sleeping_until_.load(std::memory_order_relaxed);
+      if (earlier && tick_) rearm_tick_locked(linked);
       lk.unlock();
       dispatch(fired);
-      if (earlier) cv_.notify_one(); // we held the mutex: the timer thread is waiting or will see the slot
+      if (earlier && !tick_) cv_.notify_one(); // we held the mutex: the timer thread is waiting or will see the slot
       return;
     }
   }
@@ -221,7 +235,14 @@ void wheel_core::enter(wheel_entry* e, clock::duration delay) {
     e->release();
   }
   // Dekker pair with run(): it stores sleeping_until_ and then drains the inbox.
-  if (when < sleeping_until_.load(std::memory_order_seq_cst)) wake();
+  if (when < sleeping_until_.load(std::memory_order_seq_cst)) {
+    if (tick_) {
+      std::lock_guard lk(mtx_);
+      rearm_tick_locked(when);
+    } else {
+      wake();
+    }
+  }
 }
 
 bool wheel_core::cancel_locked(wheel_entry* e, chain& fired) noexcept {
@@ -234,6 +255,13 @@ bool wheel_core::cancel_locked(wheel_entry* e, chain& fired) noexcept {
   unlink_locked(e);
   e->state_.store(wheel_entry::cancelled, std::memory_order_release);
   count_removed_locked(1);
+  // Hosted ticks run only while the wheel holds timeouts: the last one cancelled, the
+  // tick leaves the host (whose context may then run out of work, as with a timer).
+  if (tick_ && tick_state_ == tick_state::armed && pending() == 0 &&
+      pool_core::withdraw_wait(host_->anchor(), host_->anchor_generation(), wheel_tick_node(tick_))) {
+    tick_state_ = tick_state::idle;
+    sleeping_until_.store(never, std::memory_order_relaxed);
+  }
   return true;
 }
 
@@ -257,7 +285,12 @@ bool wheel_core::reset_locked(wheel_entry* e, clock::duration delay, chain& fire
   link_locked(e, no_level);
   // An earlier deadline than the timer thread sleeps until: wake it (it waits on the
   // mutex we hold, so it sees the new link).
-  if (e->when_ < sleeping_until_.load(std::memory_order_relaxed)) cv_.notify_one();
+  if (e->when_ < sleeping_until_.load(std::memory_order_relaxed)) {
+    if (tick_)
+      rearm_tick_locked(e->when_);
+    else
+      cv_.notify_one();
+  }
   return true;
 }
 
@@ -289,6 +322,9 @@ std::vector<wheel_entry*> wheel_core::stop() {
     for (auto& m : marks_) m.clear();
     count_removed_locked(left.size());
     cv_.notify_all();
+    if (tick_ && tick_state_ == tick_state::armed &&
+        pool_core::withdraw_wait(host_->anchor(), host_->anchor_generation(), wheel_tick_node(tick_)))
+      tick_state_ = tick_state::idle; // (else it is queued on the host: it finds the wheel stopped)
   }
   if (thread_.joinable()) {
     if (thread_.get_id() == std::this_thread::get_id())

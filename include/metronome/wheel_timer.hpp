@@ -6,6 +6,7 @@
 #include <metronome/detail/handler_op.hpp>
 #include <metronome/detail/node_cache.hpp>
 #include <metronome/detail/pool_of.hpp>
+#include <metronome/detail/timing_of.hpp>
 #include <metronome/detail/wheel_core.hpp>
 #include <metronome/errors.hpp>
 #include <metronome/scheduled_thread_pool.hpp>
@@ -243,9 +244,10 @@ public:
   template <class Executor>
   requires(!std::is_convertible_v<Executor&, scheduled_thread_pool&>) explicit wheel_timer(const Executor& ex,
                                                                                            wheel_options opts = {})
-      : core_(std::make_unique<detail::wheel_core>(std::move(opts), boost::asio::any_io_executor(ex), nullptr)) {}
+      : core_(std::make_unique<detail::wheel_core>(std::move(opts), boost::asio::any_io_executor(ex), nullptr,
+                                                   hosted_ticks(ex))) {}
 
-  /// Stops the wheel (cancelling what never fired) and joins its thread.
+  /// Stops the wheel (cancelling what never fired) and joins its thread, if it has one.
   ~wheel_timer() = default;
 
   /// Runs `f` on the executor once `delay` has passed (at tick resolution).
@@ -319,6 +321,15 @@ public:
 
 private:
   friend struct detail::core_access;
+  // Over an executor that does not run on a metronome pool: the hosted timing core of its
+  // context, which times the wheel's ticks on that context's threads (no thread of the
+  // wheel's own). Over a pool: nullptr (a thread of the wheel times it).
+  template <class Executor>
+  static detail::pool_core* hosted_ticks(const Executor& ex) {
+    detail::pool_core& core = detail::pool_core_of(ex);
+    return core.is_hosted() ? &core : nullptr;
+  }
+
   std::unique_ptr<detail::wheel_core> core_;
 };
 

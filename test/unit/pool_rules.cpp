@@ -211,10 +211,10 @@ BOOST_AUTO_TEST_CASE(caller_runs_after_shutdown_never_runs_delayed_or_periodic_w
 #define METRONOME_TEST_TSAN 1
 #endif
 #if !defined(METRONOME_TEST_TSAN) // TSan refuses threads started after fork()
-BOOST_AUTO_TEST_CASE(after_fork_the_shared_timing_pool_runs_delayed_serial_work_in_the_child) {
+BOOST_AUTO_TEST_CASE(after_fork_an_io_context_s_timing_runs_delayed_serial_work_in_the_child) {
   boost::asio::io_context io;
   auto serial = metronome::make_serial_executor(io.get_executor());
-  // The shared timing pool exists before the fork, busy with far-future work.
+  // The io_context's timing service exists before the fork, busy with far-future work.
   auto far = serial.schedule([] {}, 1h);
   // A pool and a wheel of the parent keep running across the fork.
   scheduled_thread_pool parent_pool(2);

@@ -6,6 +6,7 @@
 #include <metronome/cancel_after.hpp>
 #include <metronome/interval.hpp>
 #include <metronome/serial_executor.hpp>
+#include <metronome/wheel_timer.hpp>
 
 #include "common/hooks.hpp"
 #include "common/poll_until.hpp"
@@ -187,6 +188,31 @@ BOOST_AUTO_TEST_CASE(a_thread_pool_times_its_waits_on_its_own_threads_and_accoun
   BOOST_TEST(where.size() <= 2u);
 }
 
+BOOST_AUTO_TEST_CASE(a_wheel_over_an_io_context_ticks_on_its_thread_and_starts_no_thread) {
+  asio::io_context io;
+  const std::size_t before = process_threads();
+  metronome::wheel_options o;
+  o.tick = 1ms;
+  metronome::wheel_timer wheel(io.get_executor(), o);
+  BOOST_TEST(process_threads() == before); // no wheel thread
+  std::vector<int> order;
+  std::set<std::thread::id> where;
+  const auto start = steady::now();
+  auto far = wheel.schedule([&] { order.push_back(9); }, 1h);
+  for (int i = 3; i >= 1; --i)
+    wheel.schedule([&, i] {
+      order.push_back(i);
+      where.insert(std::this_thread::get_id());
+      if (i == 3) far.cancel(); // then nothing is left: run() returns
+    }, i * 4ms);
+  io.run();
+  BOOST_TEST((steady::now() - start >= 12ms));
+  BOOST_TEST((order == std::vector<int>{1, 2, 3}));
+  BOOST_TEST((where == std::set<std::thread::id>{std::this_thread::get_id()}));
+  BOOST_TEST(wheel.pending() == 0u);
+  BOOST_TEST(process_threads() == before);
+}
+
 #if defined(METRONOME_TEST_HOOKS)
 
 using metronome::detail::hook_point;
@@ -243,6 +269,56 @@ BOOST_AUTO_TEST_CASE(an_earlier_head_pushed_before_the_timer_is_armed_is_timed) 
   BOOST_TEST((fired - pushed >= 20ms));
   BOOST_REQUIRE(far_result.has_value());
   BOOST_TEST((*far_result == asio::error::operation_aborted));
+}
+
+// The hosted tick invariant: a timeout pushed into the inbox (the tick holds the wheel's
+// mutex) while the tick chooses its deadline is seen by the tick's last look, and the
+// tick is armed for it - not for the hour-long timeout.
+namespace {
+struct tick_stop {
+  metronome::wheel_timer* wheel = nullptr;
+  std::atomic<bool> done{false};
+  metronome::test::gate gate;
+  metronome::test::counter stopped;
+};
+std::atomic<tick_stop*> current_tick_stop{nullptr};
+void stop_when_only_the_far_timeout_is_left(hook_point p) {
+  tick_stop* s = current_tick_stop.load();
+  // (pending() reads counters only: safe while the wheel's mutex is held)
+  if (s && p == hook_point::wheel_timer_before_sleep && s->wheel->pending() == 1 && !s->done.exchange(true)) {
+    s->stopped.add();
+    s->gate.wait();
+  }
+}
+} // namespace
+
+BOOST_AUTO_TEST_CASE(a_timeout_pushed_while_the_hosted_tick_chooses_its_deadline_fires_on_time) {
+  asio::io_context io;
+  metronome::wheel_options o;
+  o.tick = 1ms;
+  metronome::wheel_timer wheel(io.get_executor(), o);
+  tick_stop stop;
+  stop.wheel = &wheel;
+  auto far = wheel.schedule([] {}, 1h);
+  wheel.schedule([] {}, 1ms); // the tick runs for it, then chooses its next deadline: far
+  current_tick_stop.store(&stop);
+  metronome::detail::test_hook.store(&stop_when_only_the_far_timeout_is_left);
+  std::thread runner([&] { io.run(); });
+  BOOST_REQUIRE(stop.stopped.wait_for_at_least(1)); // holding the mutex, `until` chosen, not published
+  const auto pushed = steady::now();
+  std::atomic<bool> near_fired{false};
+  steady::time_point fired;
+  wheel.schedule([&] {
+    fired = steady::now();
+    near_fired.store(true);
+    far.cancel(); // nothing left: run() returns
+  }, 5ms); // the mutex is held: into the inbox
+  stop.gate.open();
+  BOOST_TEST(metronome::test::poll_until([&] { return near_fired.load(); }, 10s));
+  runner.join();
+  metronome::detail::test_hook.store(nullptr);
+  current_tick_stop.store(nullptr);
+  BOOST_TEST((fired - pushed >= 5ms));
 }
 
 #endif

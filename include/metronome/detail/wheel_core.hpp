@@ -152,9 +152,17 @@ struct alignas(64) wheel_anchor {
   std::uint32_t next_free = 0; // the registry's free list (index + 1)
 };
 
+struct wheel_tick;
+wheel_tick* make_wheel_tick(wheel_anchor& a, std::uint64_t id);
+void free_wheel_tick(wheel_tick* t) noexcept;
+wait_node* wheel_tick_node(wheel_tick* t) noexcept;
+
 class wheel_core final : public clock_listener, public pool_shutdown_listener {
 public:
-  wheel_core(wheel_options opts, boost::asio::any_io_executor ex, pool_core* pool);
+  // pool: the metronome pool `ex` runs on, if any. host: else, the hosted timing core of
+  // ex's context (timing_service.hpp): the wheel's ticks are then a wait in it, driven by
+  // that context's threads, and the wheel has no thread of its own (wheel_tick.cpp).
+  wheel_core(wheel_options opts, boost::asio::any_io_executor ex, pool_core* pool, pool_core* host = nullptr);
   ~wheel_core();
 
   // Takes the wheel's reference on e. Throws rejected_execution (stopped, full) after
@@ -283,6 +291,14 @@ private:
   static bool enrolled(const wheel_anchor& a, std::uint64_t id) noexcept;
   void wake() noexcept;
   void run();
+  // Hosted ticks (wheel_tick.cpp), all under mtx_: the tick must run no later than tick
+  // `when`; one turn of run()'s loop on a host thread (false: the wheel is gone).
+  void rearm_tick_locked(std::uint64_t when) noexcept;
+  bool tick_once(std::unique_lock<std::mutex>& lk) noexcept;
+  friend struct wheel_tick;
+  // In the host engine: idle (nowhere: no deadline), armed (in its heap at tick_at_),
+  // running (taken out of the heap: queued on the host, or inside tick_once()).
+  enum class tick_state : std::uint8_t { idle, armed, running };
 
   enrollment enrolled_;
   std::mutex& mtx_; // the anchor's
@@ -326,6 +342,10 @@ private:
   std::atomic<bool> pool_shut_down_{false};
   std::atomic<bool> detached_{false}; // stopped: detached from its pool
   std::thread thread_;
+  pool_core* host_ = nullptr;   // hosted ticks: the engine that times them
+  wheel_tick* tick_ = nullptr;  // ... and their node (wheel_tick.cpp says who frees it)
+  tick_state tick_state_ = tick_state::idle;
+  std::uint64_t tick_at_ = never;
 };
 
 } // namespace metronome::detail

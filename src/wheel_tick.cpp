@@ -1,0 +1,116 @@
+// A wheel over an Asio context that is not a metronome pool has no thread of its own: its
+// ticks are one wait in that context's hosted timing core (timing_service.hpp), driven by
+// the context's threads, armed only while the wheel holds timeouts.
+#include <metronome/detail/pool_core.hpp>
+#include <metronome/detail/report.hpp>
+#include <metronome/detail/test_hooks.hpp>
+#include <metronome/detail/wheel_core.hpp>
+
+#include <new>
+
+namespace metronome::detail {
+
+// The tick node. It names its wheel by anchor and id, never by pointer: the wheel may be
+// gone while the host still holds the node. Who frees it: the wheel's destructor when it
+// is idle (in no queue); otherwise the node itself, when the host runs or discards it and
+// it finds the wheel gone.
+struct wheel_tick final : wait_node {
+  wheel_tick(wheel_anchor& a, std::uint64_t wheel_id) noexcept : wait_node(&complete), anchor(&a), id(wheel_id) {}
+
+  static void complete(task_base* b, unsigned action) noexcept {
+    auto* t = static_cast<wheel_tick*>(b);
+    wheel_anchor& a = *t->anchor;
+    std::unique_lock lk(a.mtx);
+    if (!wheel_core::enrolled(a, t->id)) {
+      lk.unlock();
+      delete t;
+      return;
+    }
+    wheel_core& w = *a.core;
+    if (action != run_action || t->aborted_) {
+      // The host context shuts down (its core closed): no more ticks; the wheel must be
+      // destroyed before its executor's context, as any I/O object.
+      w.tick_state_ = wheel_core::tick_state::idle;
+      w.sleeping_until_.store(0, std::memory_order_relaxed); // producers ask no more
+      return;
+    }
+    w.tick_state_ = wheel_core::tick_state::running;
+    if (!w.tick_once(lk)) { // the wheel went away meanwhile (a timeout's drop destroyed it)
+      lk.unlock();
+      delete t;
+    }
+  }
+
+  wheel_anchor* anchor;
+  std::uint64_t id;
+};
+
+wheel_tick* make_wheel_tick(wheel_anchor& a, std::uint64_t id) { return new wheel_tick(a, id); }
+void free_wheel_tick(wheel_tick* t) noexcept { delete t; }
+wait_node* wheel_tick_node(wheel_tick* t) noexcept { return t; }
+
+// The hosted tick invariant: while the wheel holds a deadline, the tick is armed no later
+// than it, or running (and then, before it goes idle, it reads every deadline under the
+// mutex and arms itself for the earliest). sleeping_until_ is the armed tick (never when
+// idle, 0 while running): a producer whose deadline is earlier takes the mutex and re-arms
+// (a Dekker pair with tick_once(), which stores it before its last look at the inbox).
+// Kept by rearm_tick_locked() and tick_once(); tested by
+// `a_timeout_pushed_while_the_hosted_tick_chooses_its_deadline_fires_on_time` (hook
+// wheel_timer_before_sleep) (test/unit/timing_service.cpp).
+void wheel_core::rearm_tick_locked(std::uint64_t when) noexcept {
+  if (stopped_ || forked_child_.load(std::memory_order_relaxed) || tick_state_ == tick_state::running) return;
+  if (tick_state_ == tick_state::armed) {
+    if (tick_at_ <= when) return;
+    // Taken out of the heap by the host meanwhile: it is about to run, and will look.
+    if (!pool_core::withdraw_wait(host_->anchor(), host_->anchor_generation(), wheel_tick_node(tick_))) return;
+    tick_state_ = tick_state::idle;
+  }
+  wheel_tick_node(tick_)->aborted_ = false;
+  try {
+    if (host_->add_wait(wheel_tick_node(tick_), time_of_tick(when), now())) {
+      tick_state_ = tick_state::armed;
+      tick_at_ = when;
+      sleeping_until_.store(when, std::memory_order_seq_cst);
+    } else {
+      sleeping_until_.store(0, std::memory_order_relaxed); // the host context has shut down
+    }
+  } catch (...) { // no memory to grow the host's heap: the next deadline tries again
+    sleeping_until_.store(never, std::memory_order_relaxed);
+    report_here(std::current_exception(), "wheel_timer");
+  }
+}
+
+// One turn of the timer thread's loop (wheel_clock.cpp, run()), on a host thread.
+bool wheel_core::tick_once(std::unique_lock<std::mutex>& lk) noexcept {
+  wheel_anchor& a = *enrolled_.anchor;
+  const std::uint64_t id = enrolled_.id;
+  chain fired;
+  for (;;) {
+    if (stopped_ || forked_child_.load(std::memory_order_relaxed)) {
+      tick_state_ = tick_state::idle;
+      return true;
+    }
+    sleeping_until_.store(0, std::memory_order_relaxed);
+    const bool arrived = drain_inbox_locked(fired) != never;
+    advance_locked(tick_of(now()), fired);
+    if (fired.head) {
+      lk.unlock();
+      dispatch(fired);
+      lk.lock();
+      if (!enrolled(a, id)) return false;
+      continue;
+    }
+    std::uint64_t until = next_event_locked();
+    if (arrived && elapsed_ + 1 < until) until = elapsed_ + 1;
+    METRONOME_TEST_HOOK(hook_point::wheel_timer_before_sleep);
+    sleeping_until_.store(until, std::memory_order_seq_cst);
+    // Whatever a producer pushed before it could see `until` is in the inbox now.
+    const bool linked = drain_inbox_locked(fired) != never;
+    if (fired.head || (linked && next_event_locked() < until)) continue;
+    tick_state_ = tick_state::idle;
+    if (until != never) rearm_tick_locked(until);
+    return true;
+  }
+}
+
+} // namespace metronome::detail
