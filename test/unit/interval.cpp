@@ -18,6 +18,7 @@
 
 #include <chrono>
 #include <future>
+#include <limits>
 #include <optional>
 #include <stdexcept>
 #include <vector>
@@ -108,6 +109,39 @@ BOOST_AUTO_TEST_CASE(skip_jumps_to_the_next_grid_point_after_now) {
   BOOST_TEST(not_ready(f));
   c.advance(1ms);
   BOOST_TEST((f.get() == t0 + 40ms));
+}
+
+// `skip` from a start far in the past: (now - due) / period overflowed (UBSan: signed
+// overflow); in an -O2 build the next tick landed ~292 years later, so the interval never
+// ticked again. It goes on at the first grid point after now.
+BOOST_AUTO_TEST_CASE(skip_from_a_start_far_in_the_past_ticks_at_the_next_grid_point) {
+  using fsec = std::chrono::duration<double>;
+  using ftime = std::chrono::time_point<metronome::clock, fsec>;
+  for (int variant = 0; variant < 4; ++variant) {
+    BOOST_TEST_CONTEXT("variant " << variant) {
+      std::optional<interval> it;
+      switch (variant) {
+      case 0: it.emplace(pool.get_executor(), time_point::min(), 300ms, missed_tick::skip); break;
+      case 1: it.emplace(pool.get_executor(), ftime(fsec(-std::numeric_limits<double>::infinity())), 300ms, missed_tick::skip); break;
+      case 2: it.emplace(pool.get_executor(), ftime(fsec(-1e300)), 300ms, missed_tick::skip); break;
+      default:
+        it.emplace(pool.get_executor(), 300ms, missed_tick::skip);
+        it->reset_at(time_point::min());
+        break;
+      }
+      BOOST_TEST((tick_now(*it) == time_point::min())); // the start saturates at the clock's beginning
+      const time_point now = c.now();
+      const time_point next = it->next_tick();
+      BOOST_TEST((next > now));
+      BOOST_TEST((next <= now + 300ms));
+      const auto p = std::chrono::nanoseconds(300ms).count(); // on the grid: next = min + k x 300 ms
+      BOOST_TEST((next.time_since_epoch().count() % p - time_point::min().time_since_epoch().count() % p) % p == 0);
+      auto f = it->async_tick(asio::use_future);
+      c.advance_to(next);
+      BOOST_TEST((f.get() == next));
+      BOOST_TEST((it->next_tick() == next + 300ms));
+    }
+  }
 }
 
 BOOST_AUTO_TEST_CASE(cancel_aborts_the_pending_tick_without_consuming_it) {
