@@ -2,6 +2,7 @@
 #define METRONOME_INTERVAL_HPP
 
 #include <metronome/async_delay.hpp>
+#include <metronome/detail/internal_post.hpp>
 #include <metronome/detail/periodic.hpp>
 #include <metronome/detail/slot_handler.hpp>
 #include <metronome/options.hpp>
@@ -162,6 +163,7 @@ public:
     interval_state& s = *state_;
     if (s.pending) { // one tick at a time: the second completes at once with already_started
       auto hex = boost::asio::get_associated_executor(h, ex_);
+      internal_post_scope internal; // a completion: a shut-down pool still takes it (not outside work)
       boost::asio::post(hex, [h = std::move(h)]() mutable {
         std::move(h)(boost::system::error_code(boost::asio::error::already_started), clock::time_point());
       });
@@ -169,6 +171,7 @@ public:
     }
     if (s.ended) { // the grid ended at time_point::max(): no tick will ever fall due again
       auto hex = boost::asio::get_associated_executor(h, ex_);
+      internal_post_scope internal; // as above
       boost::asio::post(hex, [h = std::move(h)]() mutable {
         std::move(h)(boost::system::error_code(boost::asio::error::eof), clock::time_point::max());
       });

@@ -3,6 +3,7 @@
 #include <metronome/manual_clock.hpp>
 #include <metronome/scheduled_thread_pool.hpp>
 
+#include "common/latch_task.hpp"
 #include "common/manual_pool.hpp"
 #include "common/poll_until.hpp"
 
@@ -255,6 +256,41 @@ BOOST_AUTO_TEST_CASE(a_second_concurrent_tick_completes_with_already_started) {
   BOOST_TEST((p.get_future().get() == asio::error::already_started));
   c.advance(10ms);
   BOOST_TEST((first.get() == t0 + 10ms)); // the outstanding one is untouched
+}
+
+// async_tick's immediate completions (already_started, eof) are the library's own: a
+// shut-down pool that has not terminated takes them from any thread, as it takes a
+// tick's operation_aborted. They were posted as outside work: dropped, "work dropped"
+// reported, the handler destroyed unrun (a coroutine awaiting it was destroyed).
+BOOST_AUTO_TEST_CASE(immediate_completions_reach_a_shut_down_pool_that_still_runs) {
+  interval last(pool.get_executor(), time_point::max(), 1ms);
+  c.advance_to(time_point::max());
+  BOOST_TEST((tick_now(last) == time_point::max())); // the grid's last: eof from now on
+  metronome::test::gate release;
+  struct opener {
+    metronome::test::gate& g;
+    ~opener() { g.open(); } // whatever fails below, the pool's thread is let go
+  } open_at_exit{release};
+  std::promise<void> started;
+  asio::post(pool, [&] {
+    started.set_value();
+    release.wait();
+  });
+  started.get_future().wait();
+  interval busy(pool.get_executor(), 1h);
+  std::promise<error_code> first, second, ended;
+  auto first_done = first.get_future(), second_done = second.get_future(), ended_done = ended.get_future();
+  // Handlers that own their promise: destroyed unrun, the future reports a broken promise.
+  busy.async_tick([p = std::move(first)](error_code ec, time_point) mutable { p.set_value(ec); }); // due: queued behind the task
+  pool.shutdown(); // not terminated: a task still runs
+  busy.async_tick([p = std::move(second)](error_code ec, time_point) mutable { p.set_value(ec); });
+  last.async_tick([p = std::move(ended)](error_code ec, time_point) mutable { p.set_value(ec); });
+  release.open();
+  BOOST_TEST((second_done.get() == asio::error::already_started));
+  BOOST_TEST((ended_done.get() == asio::error::eof));
+  first_done.get();
+  pool.join();
+  BOOST_TEST(pool.stats().rejected == 0u);
 }
 
 BOOST_AUTO_TEST_CASE(reset_restarts_the_grid_and_moves_a_pending_tick) {
