@@ -165,6 +165,14 @@ int forks_while_producers_run() {
   stop = true;
   for (auto& t : producers) t.join();
   pool.reset(); // runs what is queued
+  // A serial executor's delayed task holds no work on io until its drain is posted: a
+  // producer preempted between its async_delay and its serial.schedule left a serial
+  // task due after the last delay, so io.run() could return first and the drain then
+  // went to a stopped (later destroyed) io - counted as lost, or a crash at exit. The
+  // guard stays until every serial task has run (bounded: a loss still fails).
+  const auto limit = std::chrono::steady_clock::now() + 20s;
+  while (serial_ran.load() != serial_scheduled.load() && std::chrono::steady_clock::now() < limit)
+    std::this_thread::yield();
   guard.reset();
   io_thread.join(); // every delay and serial task has completed on io
   if (ran.load() != posted.load() || delays_done.load() != delays_started.load() ||
