@@ -424,16 +424,19 @@ void pool_core::end_periodic(scheduled_task_base* t, std::exception_ptr e) noexc
 void pool_core::reschedule(scheduled_task_base* t, clock::time_point started) noexcept {
   const clock::time_point current = now();
   const task_extras& x = t->extras();
-  const clock::time_point next =
-      x.periodic.jitter > 0.0
-          ? next_jittered_due(t->extras(), t->due(), started, current)
-          : next_periodic_due(x.fixed_delay, x.periodic.missed, x.period, t->due(), started, current);
-  if (next == clock::time_point::max() && t->due() == clock::time_point::max()) {
-    // It ran at the end of the clock's range and no later run exists: the task ends
-    // (due at max again, it would run for ever once a manual clock got there).
+  const bool jittered = x.periodic.jitter > 0.0;
+  // The run's time on the schedule: with jitter, its un-jittered due time (the first
+  // run is not jittered). The run scheduled at the end of the clock's range is the last
+  // (due at max again, it would run for ever once a manual clock got there) - decided
+  // on the schedule, so the jitter's draw cannot move it (a draw below max ran it again).
+  const clock::time_point scheduled = jittered && x.nominal != clock::time_point{} ? x.nominal : t->due();
+  if (scheduled == clock::time_point::max()) {
     end_periodic(t, nullptr);
     return;
   }
+  const clock::time_point next =
+      jittered ? next_jittered_due(t->extras(), t->due(), started, current)
+               : next_periodic_due(x.fixed_delay, x.periodic.missed, x.period, t->due(), started, current);
 
   std::unique_lock lk(mtx_);
   const bool stop = stopped_.load() || closing_ || (shutdown_.load() && !opts_.continue_periodic_after_shutdown);

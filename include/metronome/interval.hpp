@@ -2,6 +2,7 @@
 #define METRONOME_INTERVAL_HPP
 
 #include <metronome/async_delay.hpp>
+#include <metronome/detail/internal_post.hpp>
 #include <metronome/detail/periodic.hpp>
 #include <metronome/detail/slot_handler.hpp>
 #include <metronome/options.hpp>
@@ -25,8 +26,15 @@ namespace metronome {
 namespace detail {
 
 // What an interval and its pending tick share (the tick may outlive the interval).
+//
+// Ground rules. `next` is the due time of the next tick not yet handed out. take() hands
+// out the tick at `next` and provisionally moves `next` one period on (what follows a
+// tick that completes on time); the missed-tick policy is applied only when the tick
+// completes (settle(), at the time it completes), as the pool decides at the end of a
+// run: a wait that completes late is followed by what the policy says, not by the
+// on-time next tick already chosen. An aborted tick is given back (`next` = its due).
 struct interval_state {
-  clock::time_point next;  // due time of the next tick not yet handed out
+  clock::time_point next;  // due time of the next tick not yet handed out (see above)
   clock::duration period;
   missed_tick missed;
   bool pending = false;    // a tick is outstanding
@@ -53,17 +61,23 @@ struct interval_state {
     ended = false;
   }
 
-  // Hands out the tick due at `next` to a wait starting at `now`, and moves `next` on by
-  // the missed-tick policy (a tick handed out on time: one period later).
-  clock::time_point take(clock::time_point now) noexcept {
+  // Hands out the tick due at `next`; `next` moves one period on until settle() applies
+  // the policy (while the tick is outstanding, next_tick() is the on-time successor).
+  clock::time_point take() noexcept {
     const clock::time_point due = next;
     if (due == clock::time_point::max()) { // the end of time: nothing comes after this tick
       ended = true;
       return due;
     }
-    const clock::time_point at = due > now ? due : now;
-    next = next_periodic_due(false, missed, period, due, at, at);
+    next = saturating_add(due, period);
     return due;
+  }
+  // The tick due at `due` completed at `now`: the policy chooses what follows it, as
+  // for a periodic run that started and ended at `now` (on time - the next grid point
+  // still ahead - it is one period on under every policy).
+  void settle(clock::time_point due, clock::time_point now) noexcept {
+    const clock::time_point at = due > now ? due : now; // completes at its due time or later
+    next = next_periodic_due(false, missed, period, due, at, at);
   }
 };
 
@@ -111,7 +125,7 @@ public:
     const bool moved = std::exchange(s.moved, false);
     s.cancelled = false;
     if (ec == boost::asio::error::operation_aborted && rearm) { // reset(): wait again for the new grid
-      s.pending_due = s.take(pool_core_of(self.ex_).now());
+      s.pending_due = s.take();
       const clock::time_point due = s.pending_due;
       const Executor ex = self.ex_;
       async_delay_until(ex, due, std::move(w));
@@ -119,8 +133,13 @@ public:
     }
     s.pending = false;
     s.release_user_slot();
-    if (ec && !moved) s.give_back_tick(); // an aborted tick is not consumed (unless reset)
     const clock::time_point due = s.pending_due;
+    if (!moved) { // else `next` is the reset's grid
+      if (ec)
+        s.give_back_tick(); // an aborted tick is not consumed
+      else
+        s.settle(due, pool_core_of(self.ex_).now()); // now: the moment it completes
+    }
     self.state_.reset();
     std::move(w.handler())(ec, due);
   }
@@ -144,6 +163,7 @@ public:
     interval_state& s = *state_;
     if (s.pending) { // one tick at a time: the second completes at once with already_started
       auto hex = boost::asio::get_associated_executor(h, ex_);
+      internal_post_scope internal; // a completion: a shut-down pool still takes it (not outside work)
       boost::asio::post(hex, [h = std::move(h)]() mutable {
         std::move(h)(boost::system::error_code(boost::asio::error::already_started), clock::time_point());
       });
@@ -151,6 +171,7 @@ public:
     }
     if (s.ended) { // the grid ended at time_point::max(): no tick will ever fall due again
       auto hex = boost::asio::get_associated_executor(h, ex_);
+      internal_post_scope internal; // as above
       boost::asio::post(hex, [h = std::move(h)]() mutable {
         std::move(h)(boost::system::error_code(boost::asio::error::eof), clock::time_point::max());
       });
@@ -163,7 +184,7 @@ public:
       s.user_slot_connected = true;
     }
     const clock::time_point saved = s.next;
-    s.pending_due = s.take(pool_core_of(ex_).now());
+    s.pending_due = s.take();
     s.pending = true;
     try {
       async_delay_until(ex_, s.pending_due, slot_handler<H, tick_link<Executor>>(std::move(h), tick_link<Executor>(state_, ex_)));
@@ -190,12 +211,16 @@ private:
  * waits for the next one (signature `void(error_code, clock::time_point due)`); the wait
  * is one node in the delay queue of the metronome pool behind the executor (else the
  * shared timing pool) and the handler runs on its associated executor (default: the
- * interval's). When the consumer falls behind (it asks for a tick after the next one
- * was already due), the `missed_tick` policy decides what follows, as for
- * `schedule_at_fixed_rate`: `burst` hands the missed ticks out at once, one per call;
- * `delay` shifts the grid to one period after the late tick; `skip` jumps to the first
- * grid point after now. A tick handed out on time is followed one period later under
- * every policy.
+ * interval's). The `missed_tick` policy decides what follows a tick when it completes,
+ * as for `schedule_at_fixed_rate` at the end of a run: a tick that completes before the
+ * next grid point is followed one period later under every policy. One that completes
+ * later - asked for late, or its wait completed late (the clock jumped, the pool was
+ * busy) - is followed, under `burst`, by the missed ticks at once, one per call;
+ * under `delay`, by a tick one period after its completion (the grid shifts); under
+ * `skip`, by the first grid point after its completion. Period 300 ms from t0, a wait
+ * completing at t0 + 950 ms for the tick due at 600: `burst` then hands out 900 at once
+ * and 1200; `delay` 1250, 1550…; `skip` 1200, 1500…. A grid starting far in the past
+ * (`time_point::min()`) follows the same rules.
  *
  * One tick at a time: an `async_tick` while another is outstanding completes at once
  * (posted, never inline) with `asio::error::already_started` and leaves the outstanding
@@ -243,7 +268,8 @@ public:
   executor_type get_executor() const noexcept { return ex_; }
   clock::duration period() const noexcept { return state_->period; }
   missed_tick missed() const noexcept { return state_->missed; }
-  /// Due time of the next tick not yet handed out.
+  /// Due time of the next tick not yet handed out (while a tick is outstanding: the one
+  /// after it if it completes on time; the policy settles it when it completes).
   clock::time_point next_tick() const noexcept { return state_->next; }
 
   /// Waits for the next tick; see the class comment. Signature `void(error_code, clock::time_point)`.

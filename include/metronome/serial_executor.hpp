@@ -89,6 +89,11 @@ private:
           break;
         }
       } else {
+        // Internal work too, as on the pool above: behind a type-erased or wrapped
+        // executor (any_io_executor, a strand) may be a shut-down metronome pool, which
+        // dropped the drain as outside work - a delayed task promoted by the timing pool,
+        // accepted before the shutdown, then never ran and its handle never completed.
+        internal_post_scope internal;
         boost::asio::post(inner_, std::move(drain));
       }
     } catch (...) {

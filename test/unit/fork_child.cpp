@@ -9,6 +9,9 @@
 //  - a pool of the parent, busy: destroyed at once, queued work cancelled;
 //  - fork() from inside a pool task, the child carrying on in that task: the worker
 //    record it runs on was freed in the child (ASan);
+//  - a parent's serial delayed task in the timing pool at the fork, its executor's lock
+//    held by a parent thread: the child's timer thread delivered it and blocked there,
+//    so the child's own delays never completed;
 //  - forks repeated while producers post, schedule and use the timing pool: each child
 //    exits promptly, and the parent accounts for every task (run = posted; every
 //    async_delay on the timing pool completed once);
@@ -28,14 +31,19 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <future>
 #include <memory>
+#include <mutex>
 #include <sys/wait.h>
 #include <thread>
 #include <unistd.h>
 #include <vector>
 
 #include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/execution.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/thread_pool.hpp>
 
 using namespace std::chrono_literals;
 
@@ -157,6 +165,14 @@ int forks_while_producers_run() {
   stop = true;
   for (auto& t : producers) t.join();
   pool.reset(); // runs what is queued
+  // A serial executor's delayed task holds no work on io until its drain is posted: a
+  // producer preempted between its async_delay and its serial.schedule left a serial
+  // task due after the last delay, so io.run() could return first and the drain then
+  // went to a stopped (later destroyed) io - counted as lost, or a crash at exit. The
+  // guard stays until every serial task has run (bounded: a loss still fails).
+  const auto limit = std::chrono::steady_clock::now() + 20s;
+  while (serial_ran.load() != serial_scheduled.load() && std::chrono::steady_clock::now() < limit)
+    std::this_thread::yield();
   guard.reset();
   io_thread.join(); // every delay and serial task has completed on io
   if (ran.load() != posted.load() || delays_done.load() != delays_started.load() ||
@@ -169,6 +185,72 @@ int forks_while_producers_run() {
   return bad;
 }
 #endif
+
+// An executor over an io_context whose execute() takes a mutex first: stands for an
+// executor whose lock (or condition variable) a thread of the parent holds at the fork,
+// as an io_context's is while another thread posts to it or waits in it.
+struct locking_executor {
+  boost::asio::io_context* io;
+  std::mutex* m;
+  boost::asio::execution_context& query(boost::asio::execution::context_t) const noexcept { return *io; }
+  static constexpr boost::asio::execution::blocking_t query(boost::asio::execution::blocking_t) noexcept {
+    return boost::asio::execution::blocking.never;
+  }
+  locking_executor require(boost::asio::execution::blocking_t::never_t) const noexcept { return *this; }
+  template <class F>
+  void execute(F&& f) const {
+    std::lock_guard lk(*m);
+    boost::asio::post(io->get_executor(), std::forward<F>(f));
+  }
+  bool operator==(const locking_executor& o) const noexcept { return io == o.io && m == o.m; }
+  bool operator!=(const locking_executor& o) const noexcept { return !(*this == o); }
+};
+
+// The timing pool restarted in the child delivered the parent's delayed work there: a
+// serial executor's delayed task of the parent fell due in the child and its drain was
+// posted to the parent's executor, whose lock a parent thread held at the fork - the
+// child's only timer thread blocked for good, and the child's own async_delay and
+// serial delayed work never completed (seen: fork_child's producers case, the timer
+// thread in pthread_cond_signal / pthread_mutex_lock of the parent's io_context; and a
+// serial executor over a new asio::thread_pool in the child never running its task).
+int a_parent_s_delayed_work_stays_with_the_parent() {
+  boost::asio::io_context io; // never run: the parent's delayed task is only to be delivered
+  std::mutex m;
+  auto serial = metronome::make_serial_executor(locking_executor{&io, &m});
+  std::atomic<bool> held{false}, let_go{false};
+  std::thread holder([&] { // a thread of the parent, holding the executor's lock at the fork
+    std::lock_guard lk(m);
+    held = true;
+    while (!let_go.load()) std::this_thread::yield();
+  });
+  while (!held.load()) std::this_thread::yield();
+  std::atomic<int> ran{0};
+  // In the timing pool's delay queue at the fork (forked at once), due in the child.
+  (void)serial.schedule([&] { ++ran; }, 300ms);
+  const pid_t pid = ::fork();
+  if (pid < 0) return 1;
+  if (pid == 0) {
+    ::alarm(20);
+    int got = 0;
+    boost::asio::io_context mine;
+    metronome::async_delay(mine.get_executor(), 600ms, [&](boost::system::error_code ec) { got += ec ? 0 : 1; });
+    mine.run_for(5s); // due after the parent's task: the timer thread must not be stuck on it
+    boost::asio::thread_pool tp(1);
+    auto child_serial = metronome::make_serial_executor(tp.get_executor());
+    auto h = child_serial.schedule([] { return 1; }, 2ms);
+    if (h.wait_for(5s) == std::future_status::ready) got += h.get();
+    tp.join();
+    ::_exit(got == 2 && ran.load() == 0 ? 0 : 7);
+  }
+  int bad = reap(pid, "a parent's delayed work at the fork");
+  let_go = true;
+  holder.join();
+  // The task is the parent's: it runs here, once the timer thread can take the lock.
+  auto guard = boost::asio::make_work_guard(io);
+  while (ran.load() == 0) io.run_one();
+  std::lock_guard lk(m); // the timer thread's execute() is over: io and m may go
+  return bad + (ran.load() == 1 ? 0 : 1);
+}
 
 #if defined(METRONOME_TEST_HOOKS)
 std::atomic<std::thread::id> stop_thread{};
@@ -224,6 +306,7 @@ int fork_while_a_producer_is_mid_push() {
 int main() {
   int bad = parent_objects_in_the_child();
   bad += fork_inside_a_task();
+  bad += a_parent_s_delayed_work_stays_with_the_parent();
   // Not under AddressSanitizer: GCC 12's ASan allocator takes no lock across fork(), so a
   // child forked while a producer allocates can block for ever in the allocator's mutex
   // (seen: the child's first operator new waiting in SizeClassAllocator64::

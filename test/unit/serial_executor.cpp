@@ -20,6 +20,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <future>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -411,6 +412,38 @@ BOOST_AUTO_TEST_CASE(a_wait_bound_to_a_serial_executor_completes_after_the_pool_
   BOOST_CHECK_EQUAL(values.load(), 1);
   BOOST_CHECK_EQUAL(on_serial.load(), 2);
   BOOST_CHECK_EQUAL(pool.stats().rejected, 0u);
+}
+
+// A serial executor over a type-erased executor of a metronome pool (it cannot see the
+// pool there, so the shared timing pool times its delayed work): a delayed task accepted
+// before the pool's shutdown() falls due after it, while a task still runs, and the
+// timing pool's thread posts the drain - the library's delivery of accepted work. It was
+// posted as outside work: dropped ("work dropped" reported), the task never ran and its
+// handle never completed.
+BOOST_AUTO_TEST_CASE(a_delayed_task_over_an_erased_pool_executor_runs_after_shutdown) {
+  std::atomic<int> reports{0};
+  metronome::pool_options o;
+  o.threads = 1;
+  o.exception_handler = [&](std::exception_ptr) { ++reports; };
+  scheduled_thread_pool pool(o);
+  metronome::test::gate release;
+  std::promise<void> started;
+  asio::post(pool, [&] {
+    started.set_value();
+    release.wait();
+  });
+  started.get_future().wait();
+  auto serial = make_serial_executor(asio::any_io_executor(pool.get_executor()));
+  auto h = serial.schedule([] { return 7; }, 1ms);
+  pool.shutdown(); // not terminated: a task still runs
+  // The drain queues behind the running task (it was dropped).
+  BOOST_TEST(metronome::test::poll_until([&] { return pool.stats().ready_queued == 1u; }));
+  release.open();
+  BOOST_TEST_REQUIRE((h.wait_for(10s) == std::future_status::ready));
+  BOOST_TEST(h.get() == 7);
+  pool.join();
+  BOOST_TEST(reports.load() == 0);
+  BOOST_TEST(pool.stats().rejected == 0u);
 }
 
 BOOST_AUTO_TEST_CASE(zero_batch_is_invalid) {

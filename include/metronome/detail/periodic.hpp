@@ -32,9 +32,14 @@ inline clock::time_point next_periodic_due(bool fixed_delay, missed_tick missed,
   case missed_tick::skip:
     break;
   }
-  const auto k = (now - due) / period + 1; // >= 1; now >= grid > due
-  if (k > (clock::duration::max() / period)) return clock::time_point::max();
-  return saturating_add(due, period * k);
+  // In 128 bits: now - due overflows 64 when the grid starts far in the past (a start at
+  // time_point::min()); the result, the first grid point after now, is at most
+  // now + period and saturates only past the clock's end.
+  const wide_int span = static_cast<wide_int>(now.time_since_epoch().count()) - due.time_since_epoch().count();
+  const wide_int k = span / period.count() + 1; // >= 1; now >= grid > due
+  const wide_int at = static_cast<wide_int>(due.time_since_epoch().count()) + k * period.count();
+  if (at >= clock::duration::max().count()) return clock::time_point::max();
+  return clock::time_point(clock::duration(static_cast<clock::rep>(at)));
 }
 
 // `nominal` moved by a uniform offset in [-jitter, +jitter] x period, drawn from `state`
