@@ -217,6 +217,10 @@ int a_parent_s_delayed_work_stays_with_the_parent() {
   boost::asio::io_context io; // never run: the parent's delayed task is only to be delivered
   std::mutex m;
   auto serial = metronome::make_serial_executor(locking_executor{&io, &m});
+  std::atomic<int> ran{0};
+  // In the io_context's timing service at the fork (forked at once), due in the child.
+  // (Scheduled first: its host is the executor it came with, whose execute() takes m.)
+  (void)serial.schedule([&] { ++ran; }, 300ms);
   std::atomic<bool> held{false}, let_go{false};
   std::thread holder([&] { // a thread of the parent, holding the executor's lock at the fork
     std::lock_guard lk(m);
@@ -224,9 +228,6 @@ int a_parent_s_delayed_work_stays_with_the_parent() {
     while (!let_go.load()) std::this_thread::yield();
   });
   while (!held.load()) std::this_thread::yield();
-  std::atomic<int> ran{0};
-  // In the timing pool's delay queue at the fork (forked at once), due in the child.
-  (void)serial.schedule([&] { ++ran; }, 300ms);
   const pid_t pid = ::fork();
   if (pid < 0) return 1;
   if (pid == 0) {

@@ -435,9 +435,7 @@ BOOST_AUTO_TEST_CASE(a_delayed_task_over_an_erased_pool_executor_runs_after_shut
   started.get_future().wait();
   auto serial = make_serial_executor(asio::any_io_executor(pool.get_executor()));
   auto h = serial.schedule([] { return 7; }, 1ms);
-  pool.shutdown(); // not terminated: a task still runs
-  // The drain queues behind the running task (it was dropped).
-  BOOST_TEST(metronome::test::poll_until([&] { return pool.stats().ready_queued == 1u; }));
+  pool.shutdown(); // not terminated: a task still runs (it was dropped once due)
   release.open();
   BOOST_TEST_REQUIRE((h.wait_for(10s) == std::future_status::ready));
   BOOST_TEST(h.get() == 7);
