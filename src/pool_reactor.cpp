@@ -12,6 +12,8 @@
 #include <boost/asio/execution.hpp>
 #include <boost/asio/wait_traits.hpp>
 
+#include <utility>
+
 namespace metronome::detail {
 
 namespace {
@@ -21,7 +23,7 @@ namespace {
 // far-off delayed task's due time).
 class untracked_executor {
 public:
-  explicit untracked_executor(scheduled_thread_pool::executor_type ex) noexcept : ex_(ex) {}
+  explicit untracked_executor(scheduled_thread_pool::executor_type ex) noexcept : ex_(std::move(ex)) {}
   scheduled_thread_pool& query(boost::asio::execution::context_t) const noexcept {
     return boost::asio::query(ex_, boost::asio::execution::context);
   }
