@@ -12,7 +12,10 @@
 #include <metronome/scheduled_thread_pool.hpp>
 
 #include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/associated_executor.hpp>
 #include <boost/asio/async_result.hpp>
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/system_executor.hpp>
 #include <boost/asio/cancellation_type.hpp>
 #include <boost/asio/error.hpp>
 #include <boost/system/error_code.hpp>
@@ -252,6 +255,10 @@ public:
 
   /// Runs `f` on the executor once `delay` has passed (at tick resolution).
   /**
+   * A callable with an associated executor of its own (`asio::bind_executor(strand, f)`,
+   * a connection's strand or serial executor) runs there, as Asio runs a handler: when
+   * due it is dispatched from the wheel's executor to its own (inline when that thread
+   * may run it). From then on the timeout is running: `cancel()` returns false.
    * @throws std::invalid_argument if `f` is empty; rejected_execution when stopped or
    * when `max_pending` timeouts are pending.
    */
@@ -260,12 +267,29 @@ public:
     using D = std::decay_t<F>;
     static_assert(std::is_invocable_v<D&>, "metronome: the timeout must be callable with no arguments");
     if (detail::is_empty_callable(f)) throw std::invalid_argument("metronome: empty function");
-    D fn(std::forward<F>(f));
-    auto* e = detail::wheel_task<D>::create(std::move(fn)); // the wheel's reference and the handle's
+    if constexpr (!std::is_same_v<boost::asio::associated_executor_t<D>, boost::asio::system_executor>) {
+      // Its own executor: the timeout hands it there when due.
+      return schedule_callable(
+          [fn = D(std::forward<F>(f))]() mutable {
+            const auto ex = boost::asio::get_associated_executor(fn);
+            boost::asio::dispatch(ex, std::move(fn));
+          },
+          delay);
+    } else {
+      return schedule_callable(D(std::forward<F>(f)), delay);
+    }
+  }
+
+private:
+  template <class D, class Rep, class Period>
+  timeout schedule_callable(D&& fn, std::chrono::duration<Rep, Period> delay) {
+    auto* e = detail::wheel_task<std::decay_t<D>>::create(std::move(fn)); // the wheel's reference and the handle's
     timeout handle(e);
     core_->insert(e, detail::saturating_duration(delay)); // refused: cancelled, the handle lets go
     return handle;
   }
+
+public:
 
   /// Waits for `delay` on the wheel: an Asio operation with signature
   /// `void(boost::system::error_code)`, any completion token, per-operation

@@ -5,6 +5,7 @@
 
 #include <metronome/manual_clock.hpp>
 #include <metronome/scheduled_thread_pool.hpp>
+#include <metronome/serial_executor.hpp>
 
 #include "common/counting_executor.hpp"
 #include "common/exception_log.hpp"
@@ -18,6 +19,7 @@
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/strand.hpp>
 #include <boost/asio/use_future.hpp>
 #include <metronome/detail/node_cache.hpp>
 
@@ -665,6 +667,28 @@ BOOST_AUTO_TEST_CASE(timeouts_scheduled_when_the_manual_clock_stands_at_its_end_
   BOOST_CHECK(w.count.wait_for_at_least(4));
   BOOST_CHECK_EQUAL(w.wheel.pending(), 0u);
   w.check_fired_in_id_order();
+}
+
+// As Asio runs a handler on its associated executor: a timeout bound to a connection's
+// serial executor (or a strand) runs there, with no hand-written re-post.
+BOOST_AUTO_TEST_CASE(a_timeout_bound_to_an_executor_runs_on_it) {
+  scheduled_thread_pool pool(2);
+  wheel_timer wheel(pool);
+  auto serial = metronome::make_serial_executor(pool.get_executor());
+  std::promise<bool> in_serial;
+  auto t = wheel.schedule(asio::bind_executor(serial, [&] { in_serial.set_value(serial.running_in_this_thread()); }), 2ms);
+  auto f = in_serial.get_future();
+  BOOST_REQUIRE((f.wait_for(20s) == std::future_status::ready));
+  BOOST_TEST(f.get());
+  BOOST_TEST(!t.cancel()); // it ran
+
+  asio::io_context io;
+  wheel_timer io_wheel(io.get_executor());
+  auto strand = asio::make_strand(io);
+  bool in_strand = false;
+  io_wheel.schedule(asio::bind_executor(strand, [&] { in_strand = strand.running_in_this_thread(); }), 1ms);
+  io.run();
+  BOOST_TEST(in_strand);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
