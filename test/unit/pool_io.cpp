@@ -34,6 +34,13 @@ using namespace std::chrono_literals;
 namespace {
 
 std::size_t process_threads() {
+  // ThreadSanitizer starts a thread of its own with the first thread a test makes: make
+  // one first, so that it is counted in every reading.
+  static const bool tsan_thread_started = [] {
+    std::thread([] {}).join();
+    return true;
+  }();
+  (void)tsan_thread_started;
   std::size_t n = 0;
   for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/task")) ++n;
   return n;
@@ -88,8 +95,8 @@ BOOST_AUTO_TEST_CASE(sockets_on_the_pool_run_on_its_workers_and_start_no_thread)
 BOOST_AUTO_TEST_CASE(an_asio_timer_on_the_pool_and_its_delayed_tasks_fire_beside_pending_io) {
   scheduled_thread_pool pool(1);
   tcp::acceptor acceptor(pool, tcp::endpoint(asio::ip::address_v4::loopback(), 0));
-  std::optional<error_code> accept_result;
-  acceptor.async_accept([&](error_code ec, tcp::socket) { accept_result = ec; }); // pending throughout
+  std::promise<error_code> accept_result;
+  acceptor.async_accept([&](error_code ec, tcp::socket) { accept_result.set_value(ec); }); // pending throughout
   asio::steady_timer timer(pool, 5ms);
   std::promise<std::thread::id> timer_thread;
   timer.async_wait([&](error_code) { timer_thread.set_value(std::this_thread::get_id()); });
@@ -103,8 +110,9 @@ BOOST_AUTO_TEST_CASE(an_asio_timer_on_the_pool_and_its_delayed_tasks_fire_beside
   BOOST_TEST(g.get());
   BOOST_TEST((std::chrono::steady_clock::now() - start >= 5ms));
   asio::post(pool, [&] { acceptor.close(); });
-  BOOST_TEST(metronome::test::poll_until([&] { return accept_result.has_value(); }));
-  BOOST_TEST((*accept_result == asio::error::operation_aborted));
+  auto accepted = accept_result.get_future();
+  BOOST_REQUIRE((accepted.wait_for(20s) == std::future_status::ready));
+  BOOST_TEST((accepted.get() == asio::error::operation_aborted));
 }
 
 BOOST_AUTO_TEST_CASE(destroying_the_pool_with_io_pending_destroys_its_handlers_unrun) {

@@ -42,6 +42,13 @@ namespace {
 
 // Threads of this process (Linux: /proc/self/task).
 std::size_t process_threads() {
+  // ThreadSanitizer starts a thread of its own with the first thread a test makes: make
+  // one first, so that it is counted in every reading.
+  static const bool tsan_thread_started = [] {
+    std::thread([] {}).join();
+    return true;
+  }();
+  (void)tsan_thread_started;
   std::size_t n = 0;
   for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/task")) ++n;
   return n;
@@ -257,8 +264,9 @@ BOOST_AUTO_TEST_CASE(an_earlier_head_pushed_before_the_timer_is_armed_is_timed) 
   BOOST_REQUIRE(stop.arrived()); // the drive read the hour-long head, the timer not yet armed
   const auto pushed = steady::now();
   steady::time_point fired;
-  async_delay(io, 20ms, [&](error_code ec) {
-    BOOST_TEST(!ec);
+  error_code near_result = asio::error::operation_aborted;
+  async_delay(io, 20ms, [&](error_code ec) { // on the runner: no Boost.Test check here
+    near_result = ec;
     fired = steady::now();
     near_done.store(true);
     far_cancel.emit(asio::cancellation_type::terminal); // on io's thread, as Asio asks
@@ -266,6 +274,7 @@ BOOST_AUTO_TEST_CASE(an_earlier_head_pushed_before_the_timer_is_armed_is_timed) 
   stop.release();
   BOOST_TEST(metronome::test::poll_until([&] { return near_done.load(); }, 10s));
   runner.join(); // the far wait cancelled: run() returns
+  BOOST_TEST(!near_result);
   BOOST_TEST((fired - pushed >= 20ms));
   BOOST_REQUIRE(far_result.has_value());
   BOOST_TEST((*far_result == asio::error::operation_aborted));
