@@ -3,6 +3,7 @@
 #include <metronome/scheduled_thread_pool.hpp>
 
 #include "common/hooks.hpp"
+#include "common/threads.hpp"
 #include "common/poll_until.hpp"
 
 #include <boost/asio/buffer.hpp>
@@ -18,7 +19,6 @@
 #include <array>
 #include <atomic>
 #include <chrono>
-#include <filesystem>
 #include <future>
 #include <memory>
 #include <optional>
@@ -26,25 +26,13 @@
 #include <thread>
 
 namespace asio = boost::asio;
+using metronome::test::process_threads;
 using asio::ip::tcp;
 using boost::system::error_code;
 using metronome::scheduled_thread_pool;
 using namespace std::chrono_literals;
 
 namespace {
-
-std::size_t process_threads() {
-  // ThreadSanitizer starts a thread of its own with the first thread a test makes: make
-  // one first, so that it is counted in every reading.
-  static const bool tsan_thread_started = [] {
-    std::thread([] {}).join();
-    return true;
-  }();
-  (void)tsan_thread_started;
-  std::size_t n = 0;
-  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/task")) ++n;
-  return n;
-}
 
 // Echoes one line per connection, on the pool.
 asio::awaitable<void> echo_once(tcp::socket s, std::atomic<int>& on_pool, scheduled_thread_pool& pool) {

@@ -9,6 +9,7 @@
 #include <metronome/wheel_timer.hpp>
 
 #include "common/hooks.hpp"
+#include "common/threads.hpp"
 #include "common/poll_until.hpp"
 
 #include <boost/asio/any_io_executor.hpp>
@@ -23,7 +24,6 @@
 
 #include <atomic>
 #include <chrono>
-#include <filesystem>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -33,28 +33,11 @@
 #include <vector>
 
 namespace asio = boost::asio;
+using metronome::test::process_threads;
 using namespace std::chrono_literals;
 using boost::system::error_code;
 using metronome::async_delay;
 using steady = metronome::clock;
-
-namespace {
-
-// Threads of this process (Linux: /proc/self/task).
-std::size_t process_threads() {
-  // ThreadSanitizer starts a thread of its own with the first thread a test makes: make
-  // one first, so that it is counted in every reading.
-  static const bool tsan_thread_started = [] {
-    std::thread([] {}).join();
-    return true;
-  }();
-  (void)tsan_thread_started;
-  std::size_t n = 0;
-  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/task")) ++n;
-  return n;
-}
-
-} // namespace
 
 BOOST_AUTO_TEST_SUITE(timing_service)
 
