@@ -6,7 +6,6 @@
 #include <metronome/detail/report.hpp>
 #include <metronome/manual_clock.hpp>
 
-
 #include "platform.hpp"
 #include "pool_internal.hpp"
 #include <metronome/detail/test_hooks.hpp>
@@ -15,8 +14,8 @@
 #include <algorithm>
 #include <cassert>
 #include <cstdio>
-#include <stdexcept>
 #include <limits>
+#include <stdexcept>
 #include <string>
 
 namespace metronome::detail {
@@ -258,23 +257,23 @@ task_base* pool_core::next_task(worker& w) {
     // Spin briefly: a producer that sees a spinning worker does not wake anybody. (Not
     // with a reactor: I/O completions wait for a parked worker, as Asio's threads do not spin.)
     if (reactor_.load(std::memory_order_relaxed) == nullptr) {
-    spinning_.fetch_add(1, std::memory_order_seq_cst);
-    for (int i = 0; i < spin_rounds; ++i) {
-      if (ready_.maybe_nonempty()) {
-        if (task_base* t = ready_.try_pop()) {
-          // The last spinner found work: if more is queued, get another worker going.
-          spinning_.fetch_sub(1, std::memory_order_seq_cst);
-          if (ready_.maybe_nonempty()) maybe_wake_after_push();
-          return t;
+      spinning_.fetch_add(1, std::memory_order_seq_cst);
+      for (int i = 0; i < spin_rounds; ++i) {
+        if (ready_.maybe_nonempty()) {
+          if (task_base* t = ready_.try_pop()) {
+            // The last spinner found work: if more is queued, get another worker going.
+            spinning_.fetch_sub(1, std::memory_order_seq_cst);
+            if (ready_.maybe_nonempty()) maybe_wake_after_push();
+            return t;
+          }
+        }
+        if (i < spin_pause_rounds) {
+          for (int k = 0; k < 16; ++k) cpu_relax();
+        } else {
+          std::this_thread::yield();
         }
       }
-      if (i < spin_pause_rounds) {
-        for (int k = 0; k < 16; ++k) cpu_relax();
-      } else {
-        std::this_thread::yield();
-      }
-    }
-    spinning_.fetch_sub(1, std::memory_order_seq_cst);
+      spinning_.fetch_sub(1, std::memory_order_seq_cst);
     }
     METRONOME_TEST_HOOK(hook_point::worker_before_park);
     // Idle: unmap a little of the node chunks a burst left empty, then look for work
