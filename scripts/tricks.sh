@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Measures what each speed trick the library keeps buys (the ones that did not pay were
 # removed; docs/benchmarks.md has their last measurement): builds the benchmark once as it is
-# and once without each trick (Release, as scripts/bench.sh), then runs the rows the
+# and once without each trick (Release, as scripts/bench.sh; a variant is the checked-out
+# tree with bench/tricks/<variant>.patch applied to a copy: the product code carries no
+# switch for it, and a patch that no longer applies stops the script), then runs the rows the
 # trick exists for with both builds in turn, alternating which goes first, and prints
 # the median of each metronome metric with and without, and their ratio. The node
 # cache is measured the same way against plain operator new, under glibc's malloc and
@@ -20,9 +22,15 @@ reps=${REPS:-3}
 mkdir -p "$out"
 
 build() { # name, cmake args...
-  local name=$1
+  local name=$1 src=.
   shift
-  cmake -S . -B "$out/$name" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMETRONOME_BUILD_BENCH=ON \
+  if [[ -f bench/tricks/$name.patch ]]; then # a copy of the working tree with the trick taken out
+    src="$out/$name-src"
+    rm -rf "$src" && mkdir -p "$src"
+    git ls-files -z | xargs -0 cp --parents -t "$src"
+    patch -p1 -s -d "$src" <"bench/tricks/$name.patch" # stops the script if it no longer applies
+  fi
+  cmake -S "$src" -B "$out/$name" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMETRONOME_BUILD_BENCH=ON \
     -DMETRONOME_TEST_HOOKS=OFF -DMETRONOME_BUILD_TESTS=OFF -DMETRONOME_BUILD_EXAMPLES=OFF "$@" >/dev/null
   cmake --build "$out/$name" --target metronome_bench >/dev/null
 }
@@ -41,9 +49,9 @@ if [[ -z ${SKIP_BUILD:-} ]]; then
 echo "building: as is, and without each trick" >&2
 build base
 if [[ -z $only ]]; then
-  build without-touch-ahead -DMETRONOME_BENCH_WITHOUT=TOUCH_AHEAD
-  build without-local-run -DMETRONOME_BENCH_WITHOUT=LOCAL_RUN
-  build without-delay-run -DMETRONOME_BENCH_WITHOUT=DELAY_RUN
+  build without-touch-ahead
+  build without-local-run
+  build without-delay-run
   build with-prepare-ahead -DMETRONOME_NODE_CACHE_PREPARE_AHEAD=ON
 fi
 build without-node-cache -DMETRONOME_NODE_CACHE=OFF

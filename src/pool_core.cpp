@@ -37,11 +37,7 @@ constexpr int spin_rounds = 32;
 // shared ready queue first on every this-many-th pick, so that outside work is not
 // starved by a thread that keeps deferring (a prime, as in Go's scheduler, so that it
 // does not fall into step with a periodic pattern of the work).
-#if defined(METRONOME_WITHOUT_LOCAL_RUN) // the bench's without-this-trick build (docs/benchmarks.md)
-constexpr unsigned shared_look_every = 1;
-#else
 constexpr unsigned shared_look_every = 61;
-#endif
 constexpr int spin_pause_rounds = 16;
 
 pool_options validated(pool_options o, bool hosted) {

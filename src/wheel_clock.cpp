@@ -39,9 +39,6 @@ void wheel_core::on_time_advanced() {
 // cache misses overlap. The mutex is let go between groups of entry points: a cancel()
 // waits for one group at most. Returns whether it touched anything.
 bool wheel_core::touch_next_tick(std::unique_lock<std::mutex>& lk) noexcept {
-#if defined(METRONOME_WITHOUT_TOUCH_AHEAD) // the bench's without-this-trick build (docs/benchmarks.md)
-  return false;
-#endif
   const std::uint64_t tick = elapsed_ + 1;
   if (marks_.empty() || touched_ >= tick) return false;
   const auto index = static_cast<std::size_t>(tick & mask_);

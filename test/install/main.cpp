@@ -1,3 +1,6 @@
+#if defined(METRONOME_TEST_HOOKS) || defined(METRONOME_NODE_CACHE_OFF) || defined(METRONOME_PORTABLE_FALLBACK)
+#error "the installed metronome exported a define of its own build to its consumer"
+#endif
 #include <metronome/metronome.hpp>
 
 #include <chrono>

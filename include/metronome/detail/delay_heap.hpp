@@ -201,12 +201,7 @@ private:
 
   // ---- the run
   bool fits_run(const entry& e) const noexcept {
-#if defined(METRONOME_WITHOUT_DELAY_RUN) // the bench's without-this-trick build (docs/benchmarks.md)
-    (void)e;
-    return false;
-#else
     return live_ == 0 || !before(e, last_);
-#endif
   }
 
   entry& run_entry(std::size_t k) noexcept { return ring_[(head_ + k) & (ring_size_ - 1)]; }
