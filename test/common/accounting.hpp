@@ -20,31 +20,9 @@
 #include <utility>
 #include <vector>
 
-#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
-#define METRONOME_TEST_SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer) || __has_feature(address_sanitizer)
-#define METRONOME_TEST_SANITIZED 1
-#endif
-#endif
-#ifndef METRONOME_TEST_SANITIZED
-#define METRONOME_TEST_SANITIZED 0
-#endif
-
-#if defined(__SANITIZE_ADDRESS__)
-#define METRONOME_TEST_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define METRONOME_TEST_ASAN 1
-#endif
-#endif
-#ifndef METRONOME_TEST_ASAN
-#define METRONOME_TEST_ASAN 0
-#endif
+#include "common/sanitizers.hpp"
 
 namespace metronome::test {
-
-inline constexpr bool sanitized = METRONOME_TEST_SANITIZED != 0;
 
 // Scales a release-build amount of work down for sanitizer builds.
 constexpr int scaled(int release, int sanitizer) { return sanitized ? sanitizer : release; }

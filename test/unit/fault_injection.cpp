@@ -20,6 +20,8 @@
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/test/unit_test.hpp>
 
+#include "common/counting_new.hpp"
+
 
 #include <atomic>
 #include <chrono>
@@ -27,31 +29,7 @@
 #include <deque>
 #include <new>
 
-namespace {
-thread_local long fail_countdown = -1; // -1: never fail; else allocations left before one fails
-
-void* allocate(std::size_t n, std::size_t align) {
-  if (fail_countdown >= 0 && fail_countdown-- == 0) throw std::bad_alloc();
-  if (n == 0) n = 1;
-  void* p = align > alignof(std::max_align_t) ? std::aligned_alloc(align, (n + align - 1) / align * align)
-                                              : std::malloc(n);
-  if (!p) throw std::bad_alloc();
-  return p;
-}
-} // namespace
-
-void* operator new(std::size_t n) { return allocate(n, 0); }
-void* operator new[](std::size_t n) { return allocate(n, 0); }
-void* operator new(std::size_t n, std::align_val_t a) { return allocate(n, static_cast<std::size_t>(a)); }
-void* operator new[](std::size_t n, std::align_val_t a) { return allocate(n, static_cast<std::size_t>(a)); }
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
-void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+using metronome::test::fail_countdown;
 
 using namespace std::chrono_literals;
 using metronome::manual_clock;

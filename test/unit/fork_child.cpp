@@ -27,6 +27,8 @@
 #include <metronome/detail/test_hooks.hpp>
 #endif
 
+#include "common/sanitizers.hpp"
+
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -120,7 +122,7 @@ int fork_inside_a_task() {
   return reap(child.load(), "fork inside a task");
 }
 
-#if !defined(__SANITIZE_ADDRESS__) // see main()
+#if !METRONOME_TEST_ASAN // see main()
 int forks_while_producers_run() {
   auto pool = std::make_unique<metronome::scheduled_thread_pool>(2);
   boost::asio::io_context io; // the parent's: async_delay on it goes through the timing pool
@@ -312,7 +314,7 @@ int main() {
   // child forked while a producer allocates can block for ever in the allocator's mutex
   // (seen: the child's first operator new waiting in SizeClassAllocator64::
   // GetFromAllocator, held by a parent thread at the fork). glibc's malloc is fork-safe.
-#if !defined(__SANITIZE_ADDRESS__)
+#if !METRONOME_TEST_ASAN
   bad += forks_while_producers_run();
 #endif
 #if defined(METRONOME_TEST_HOOKS)

@@ -26,11 +26,7 @@
 #include <thread>
 #include <vector>
 
-#if defined(__has_feature)
-#define METRONOME_HAS_FEATURE(x) __has_feature(x)
-#else
-#define METRONOME_HAS_FEATURE(x) 0
-#endif
+#include "common/sanitizers.hpp"
 
 using namespace std::chrono_literals;
 using metronome::detail::hook_point;
@@ -645,8 +641,7 @@ BOOST_AUTO_TEST_CASE(a_delay_query_stopped_before_the_anchor_while_the_pool_is_d
   BOOST_CHECK_EQUAL(left.load(), 0);
 }
 
-#if !defined(NDEBUG) && !defined(__SANITIZE_THREAD__) && !defined(__SANITIZE_ADDRESS__) && \
-    !METRONOME_HAS_FEATURE(address_sanitizer) && !METRONOME_HAS_FEATURE(thread_sanitizer)
+#if !defined(NDEBUG) && !METRONOME_TEST_SANITIZED
 // The rule that a pool outlives every call into it (a task may destroy its own pool, but
 // not while another thread is still inside post()): debug builds assert it. The producer
 // is stopped inside post(), after its push and before any wake-up; the task it posted

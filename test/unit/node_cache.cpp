@@ -2,6 +2,8 @@
 
 #include <boost/test/unit_test.hpp>
 
+#include "common/sanitizers.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -25,18 +27,6 @@ using metronome::detail::node_deallocate;
 
 namespace {
 
-#if defined(__SANITIZE_THREAD__)
-constexpr bool thread_sanitizer = true;
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-constexpr bool thread_sanitizer = true;
-#else
-constexpr bool thread_sanitizer = false;
-#endif
-#else
-constexpr bool thread_sanitizer = false;
-#endif
-
 constexpr std::size_t sizes[] = {64, 96, 128, 192, 256, 257};
 constexpr std::size_t mib = 1u << 20;
 // Empty chunks the cache keeps for reuse, plus a chunk or two per thread and class
@@ -49,6 +39,21 @@ bool cache_on() {
   const bool on = node_cache_mapped_bytes() != 0;
   node_deallocate(p, 64);
   return on;
+}
+
+// A case about the cache itself reports itself skipped (not passed) where it is off.
+boost::test_tools::assertion_result cache_is_on(boost::unit_test::test_unit_id) {
+  boost::test_tools::assertion_result r(cache_on());
+  r.message() << "the node cache is off in this build (AddressSanitizer, or METRONOME_NODE_CACHE=OFF)";
+  return r;
+}
+boost::test_tools::assertion_result cache_is_on_and_not_tsan(boost::unit_test::test_unit_id id) {
+  if (metronome::test::under_thread_sanitizer) {
+    boost::test_tools::assertion_result r(false);
+    r.message() << "ThreadSanitizer refuses threads started after fork()";
+    return r;
+  }
+  return cache_is_on(id);
 }
 
 std::vector<void*> allocate_n(std::size_t n, std::size_t size) {
@@ -107,8 +112,7 @@ BOOST_AUTO_TEST_CASE(nodes_are_distinct_aligned_and_hold_their_whole_size) {
   }
 }
 
-BOOST_AUTO_TEST_CASE(freed_nodes_are_reused_not_mapped_again) {
-  if (!cache_on()) return;
+BOOST_AUTO_TEST_CASE(freed_nodes_are_reused_not_mapped_again, *boost::unit_test::precondition(cache_is_on)) {
   auto v = allocate_n(100000, 64);
   free_all(v, 64);
   const std::size_t after_first = node_cache_mapped_bytes();
@@ -121,8 +125,7 @@ BOOST_AUTO_TEST_CASE(freed_nodes_are_reused_not_mapped_again) {
 
 // The producer/worker pattern: one thread allocates, another frees. Once every node
 // of a chunk is back the chunk is empty, and beyond the few kept it is unmapped.
-BOOST_AUTO_TEST_CASE(nodes_freed_on_another_thread_return_their_chunks) {
-  if (!cache_on()) return;
+BOOST_AUTO_TEST_CASE(nodes_freed_on_another_thread_return_their_chunks, *boost::unit_test::precondition(cache_is_on)) {
   const std::size_t before = node_cache_mapped_bytes();
   auto v = allocate_n(300000, 96); // ~28 MiB
   BOOST_TEST(node_cache_mapped_bytes() >= before + 20 * mib);
@@ -133,8 +136,7 @@ BOOST_AUTO_TEST_CASE(nodes_freed_on_another_thread_return_their_chunks) {
 // A pool worker defers: chunks that empty stay mapped until it trims, which it does
 // once no thread has needed a new chunk for node_cache_trim_delay (or when forced, as
 // on its exit).
-BOOST_AUTO_TEST_CASE(a_deferring_thread_keeps_empty_chunks_until_trimmed) {
-  if (!cache_on()) return;
+BOOST_AUTO_TEST_CASE(a_deferring_thread_keeps_empty_chunks_until_trimmed, *boost::unit_test::precondition(cache_is_on)) {
   const std::size_t before = node_cache_mapped_bytes();
   for (const bool force : {false, true}) {
     auto v = allocate_n(300000, 128); // ~37 MiB
@@ -166,8 +168,7 @@ BOOST_AUTO_TEST_CASE(a_deferring_thread_keeps_empty_chunks_until_trimmed) {
 
 // A thread's cached nodes and its half-carved chunk go back when it exits: other
 // threads then reuse them instead of mapping more.
-BOOST_AUTO_TEST_CASE(a_thread_s_cache_is_handed_back_at_exit) {
-  if (!cache_on()) return;
+BOOST_AUTO_TEST_CASE(a_thread_s_cache_is_handed_back_at_exit, *boost::unit_test::precondition(cache_is_on)) {
   for (int t = 0; t < 20; ++t)
     std::thread([] {
       auto v = allocate_n(3000, 192);
@@ -184,8 +185,7 @@ BOOST_AUTO_TEST_CASE(a_thread_s_cache_is_handed_back_at_exit) {
 
 // By default the cache starts no thread of its own: taking new chunks maps them on the
 // allocating thread and prepares none ahead.
-BOOST_AUTO_TEST_CASE(no_background_thread_by_default) {
-  if (!cache_on()) return;
+BOOST_AUTO_TEST_CASE(no_background_thread_by_default, *boost::unit_test::precondition(cache_is_on)) {
   const std::size_t threads_before = live_threads();
   auto v = allocate_n(past_the_kept, 64);
   BOOST_TEST(live_threads() == threads_before);
@@ -194,8 +194,7 @@ BOOST_AUTO_TEST_CASE(no_background_thread_by_default) {
 
 // With prepare-ahead on, a thread that takes new chunks finds them mapped and
 // populated: the background thread keeps two ready while there is demand.
-BOOST_AUTO_TEST_CASE(new_chunks_are_prepared_in_the_background) {
-  if (!cache_on()) return;
+BOOST_AUTO_TEST_CASE(new_chunks_are_prepared_in_the_background, *boost::unit_test::precondition(cache_is_on)) {
   node_cache_prepare_ahead(true);
   auto v = allocate_n(past_the_kept, 64);
   BOOST_TEST(ready_chunks_reach(2));
@@ -204,8 +203,7 @@ BOOST_AUTO_TEST_CASE(new_chunks_are_prepared_in_the_background) {
 
 // fork(): the child has no background thread of its own until it needs one, and then
 // starts it (the parent's, running at the fork, is not copied).
-BOOST_AUTO_TEST_CASE(a_forked_child_prepares_its_own_chunks) {
-  if (!cache_on() || thread_sanitizer) return; // TSan refuses threads started after fork()
+BOOST_AUTO_TEST_CASE(a_forked_child_prepares_its_own_chunks, *boost::unit_test::precondition(cache_is_on_and_not_tsan)) {
   node_cache_prepare_ahead(true);
   auto v = allocate_n(past_the_kept, 64); // the parent's background thread is running
   BOOST_REQUIRE(ready_chunks_reach(2));

@@ -15,6 +15,8 @@
 #include <boost/asio/post.hpp>
 #include <boost/test/unit_test.hpp>
 
+#include "common/sanitizers.hpp"
+
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -202,15 +204,7 @@ BOOST_AUTO_TEST_CASE(caller_runs_after_shutdown_never_runs_delayed_or_periodic_w
 
 // ---------------------------------------------------------------- fork
 
-#if defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define METRONOME_TEST_TSAN 1
-#endif
-#endif
-#if defined(__SANITIZE_THREAD__)
-#define METRONOME_TEST_TSAN 1
-#endif
-#if !defined(METRONOME_TEST_TSAN) // TSan refuses threads started after fork()
+#if !METRONOME_TEST_TSAN // TSan refuses threads started after fork()
 BOOST_AUTO_TEST_CASE(after_fork_an_io_context_s_timing_runs_delayed_serial_work_in_the_child) {
   boost::asio::io_context io;
   auto serial = metronome::make_serial_executor(io.get_executor());

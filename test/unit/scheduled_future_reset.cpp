@@ -13,6 +13,8 @@
 
 #include <boost/test/unit_test.hpp>
 
+#include "common/counting_new.hpp"
+
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -21,36 +23,8 @@
 #include <thread>
 #include <vector>
 
-namespace {
-thread_local long allocations = 0;
-thread_local long frees = 0;
-
-void* allocate(std::size_t n, std::size_t align) {
-  ++allocations;
-  if (n == 0) n = 1;
-  void* p = align > alignof(std::max_align_t) ? std::aligned_alloc(align, (n + align - 1) / align * align)
-                                              : std::malloc(n);
-  if (!p) throw std::bad_alloc();
-  return p;
-}
-void release(void* p) noexcept {
-  if (p) ++frees;
-  std::free(p);
-}
-} // namespace
-
-void* operator new(std::size_t n) { return allocate(n, 0); }
-void* operator new[](std::size_t n) { return allocate(n, 0); }
-void* operator new(std::size_t n, std::align_val_t a) { return allocate(n, static_cast<std::size_t>(a)); }
-void* operator new[](std::size_t n, std::align_val_t a) { return allocate(n, static_cast<std::size_t>(a)); }
-void operator delete(void* p) noexcept { release(p); }
-void operator delete[](void* p) noexcept { release(p); }
-void operator delete(void* p, std::size_t) noexcept { release(p); }
-void operator delete[](void* p, std::size_t) noexcept { release(p); }
-void operator delete(void* p, std::align_val_t) noexcept { release(p); }
-void operator delete[](void* p, std::align_val_t) noexcept { release(p); }
-void operator delete(void* p, std::size_t, std::align_val_t) noexcept { release(p); }
-void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { release(p); }
+using metronome::test::allocations;
+using metronome::test::frees;
 
 using namespace std::chrono_literals;
 using metronome::manual_clock;

@@ -6,6 +6,7 @@
 
 #include "common/latch_task.hpp"
 #include "common/poll_until.hpp"
+#include "common/sanitizers.hpp"
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/bind_executor.hpp>
@@ -30,7 +31,7 @@ using namespace std::chrono_literals;
 using metronome::make_serial_executor;
 using metronome::scheduled_thread_pool;
 
-#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+#if METRONOME_TEST_SANITIZED
 constexpr int big = 100000; // sanitizers are ~10x slower; the property is the same
 #else
 constexpr int big = 1000000;

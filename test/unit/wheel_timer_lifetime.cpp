@@ -34,11 +34,7 @@
 #include <thread>
 #include <vector>
 
-#if defined(__has_feature)
-#define METRONOME_HAS_FEATURE(x) __has_feature(x)
-#else
-#define METRONOME_HAS_FEATURE(x) 0
-#endif
+#include "common/sanitizers.hpp"
 
 namespace asio = boost::asio;
 using namespace std::chrono_literals;
@@ -411,8 +407,7 @@ BOOST_AUTO_TEST_CASE(a_timeout_dropped_on_the_timer_thread_may_destroy_its_wheel
 }
 
 
-#if !defined(NDEBUG) && !defined(__SANITIZE_THREAD__) && !defined(__SANITIZE_ADDRESS__) && \
-    !METRONOME_HAS_FEATURE(address_sanitizer) && !METRONOME_HAS_FEATURE(thread_sanitizer)
+#if !defined(NDEBUG) && !METRONOME_TEST_SANITIZED
 // A wheel fires onto its pool, so the pool must outlive it: debug builds assert it when
 // the pool goes first (the child process must die of the assertion instead of firing a
 // timeout into the freed pool).
