@@ -241,7 +241,7 @@ task_base* pool_core::next_task(worker& w) {
     clock::rep nd = next_due_.load(std::memory_order_relaxed);
     if (nd != no_due && !manual_) {
       const clock::time_point current = clock::now();
-      if (current.time_since_epoch().count() >= nd) promote_due(current);
+      if (current.time_since_epoch().count() >= nd) promote(current, promoter::by_worker);
     }
 
     if (task_base* t = ready_.try_pop()) {
@@ -337,53 +337,26 @@ task_base* pool_core::park(worker& w, std::unique_lock<std::mutex>& lk) {
     }
 
     if (manual_ && !clock_told && manual_->auto_advance() && awake_ == 1 && in_transit_ == 0) {
-      // The last awake worker, about to park: count itself parked, and let the clock
-      // decide (its mutex before ours: ours is released). Then look at everything again:
-      // while the mutex was released, time may have moved, work may have come, and the
-      // pool may have been shut down (whose wake-up found nobody waiting).
-      --awake_;
-      lk.unlock();
-      manual_->idle_point();
-      METRONOME_TEST_HOOK(hook_point::worker_after_idle_point);
-      lk.lock();
-      ++awake_;
+      let_manual_clock_decide(lk);
       clock_told = true;
-      continue;
+      continue; // look at everything again
     }
-    // With a reactor, one parked worker waits in it (timing the heap too, when no
-    // leader does).
+    // The roles: with a reactor, one parked worker waits in it (timing the heap too,
+    // when no leader does); else the first to find the heap untimed leads (waits for its
+    // head), the others follow (wait to be woken).
+    clock_told = false;
     if (reactor_.load(std::memory_order_relaxed) != nullptr && reactor_waiter_ == nullptr) {
       park_in_reactor(w, lk, !heap_.empty() && !manual_ && leader_ == nullptr);
-      clock_told = false;
       if (w.local_head) return retry_marker; // a completion deferred work on this thread
       continue;
     }
     --awake_;
     bool timed_out = false;
-    if (!heap_.empty() && !manual_ && leader_ == nullptr) {
-      leader_ = &w;
-      auto due = heap_.top()->due();
-      if (node_cache_trim_pending()) // wake to unmap the node chunks a burst left empty
-        leader_cv_.wait_until(lk, std::min(due, clock::now() + node_cache_trim_delay));
-      else if (due == clock::time_point::max())
-        leader_cv_.wait(lk);
-      else
-        leader_cv_.wait_until(lk, due);
-      leader_ = nullptr;
-    } else {
-      ++followers_;
-      if (node_cache_trim_pending()) // wake to unmap the node chunks a burst left empty
-        follower_cv_.wait_for(lk, node_cache_trim_delay);
-      else if (const auto until = w.core ? clock::time_point::max() : saturating_add(clock::now(), opts_.keep_alive);
-               until != clock::time_point::max())
-        timed_out = follower_cv_.wait_until(lk, until) == std::cv_status::timeout; // (wait_for overflowed on a huge keep_alive)
-      else
-        follower_cv_.wait(lk); // a core thread, or an elastic one kept for ever
-      --followers_;
-      if (wake_tokens_ > 0) --wake_tokens_;
-    }
+    if (!heap_.empty() && !manual_ && leader_ == nullptr)
+      wait_as_leader(w, lk);
+    else
+      timed_out = wait_as_follower(w, lk);
     ++awake_;
-    clock_told = false;
     if (terminated_.load()) METRONOME_TEST_HOOK(hook_point::worker_woken_by_termination);
     if (timed_out && ready_.empty() && !terminated_.load() && (heap_.empty() || leader_ != nullptr)) {
       --awake_; // this elastic thread retires
@@ -396,6 +369,53 @@ task_base* pool_core::park(worker& w, std::unique_lock<std::mutex>& lk) {
       lk.lock();
     }
   }
+}
+
+// The last awake worker, about to park on an auto-advancing manual clock: counts itself
+// parked, and lets the clock decide (its mutex before ours: ours is released). The caller
+// then looks at everything again: while the mutex was released, time may have moved, work
+// may have come, and the pool may have been shut down (whose wake-up found nobody waiting).
+void pool_core::let_manual_clock_decide(std::unique_lock<std::mutex>& lk) {
+  assert(lk.owns_lock());
+  --awake_;
+  lk.unlock();
+  manual_->idle_point();
+  METRONOME_TEST_HOOK(hook_point::worker_after_idle_point);
+  lk.lock();
+  ++awake_;
+}
+
+// The leader times the heap's head for every parked worker (Java's DelayedWorkQueue):
+// woken by a new earlier head, a termination, or the due time. Caller holds mtx_.
+void pool_core::wait_as_leader(worker& w, std::unique_lock<std::mutex>& lk) {
+  assert(lk.owns_lock());
+  leader_ = &w;
+  const auto due = heap_.top()->due();
+  if (node_cache_trim_pending()) // wake to unmap the node chunks a burst left empty
+    leader_cv_.wait_until(lk, std::min(due, clock::now() + node_cache_trim_delay));
+  else if (due == clock::time_point::max())
+    leader_cv_.wait(lk);
+  else
+    leader_cv_.wait_until(lk, due);
+  leader_ = nullptr;
+}
+
+// A follower waits to be woken (a wake token) - an elastic thread at most keep_alive:
+// returns true when that ran out. Caller holds mtx_.
+bool pool_core::wait_as_follower(worker& w, std::unique_lock<std::mutex>& lk) {
+  assert(lk.owns_lock());
+  bool timed_out = false;
+  ++followers_;
+  if (node_cache_trim_pending()) // wake to unmap the node chunks a burst left empty
+    follower_cv_.wait_for(lk, node_cache_trim_delay);
+  else if (const auto until = w.core ? clock::time_point::max() : saturating_add(clock::now(), opts_.keep_alive);
+           until != clock::time_point::max())
+    timed_out = follower_cv_.wait_until(lk, until) == std::cv_status::timeout; // (wait_for overflowed on a huge keep_alive)
+  else
+    follower_cv_.wait(lk); // a core thread, or an elastic one kept for ever
+  --followers_;
+  if (wake_tokens_ > 0) --wake_tokens_;
+  return timed_out;
 }
 
 void pool_core::wake_one() noexcept {

@@ -218,38 +218,37 @@ void pool_core::cancel_delivered() noexcept {
   leave_transit_locked();
 }
 
-void pool_core::promote_due(clock::time_point current) {
-  // Opportunistic: if the mutex is busy, the next pick, or park(), which promotes under
-  // the lock, catches up.
-  std::unique_lock lk(mtx_, std::try_to_lock);
-  if (!lk) return;
+// Promotion outside park(), by who asks:
+// - a worker's pick (`by_worker`): opportunistic - if the mutex is busy, the next pick,
+//   or park(), which promotes under the lock, catches up; the worker takes one task
+//   itself and wakes others for the rest when nobody is spinning;
+// - a producer of due-now work (`by_producer`): only when the heap's head (next_due_,
+//   read with acquire) is due; waits for a promotion in progress elsewhere to finish, so
+//   its own work queues behind everything due (promote_due_before);
+// - the manual clock (`by_clock`): always, under the mutex (next_due_ read without it
+//   could miss a head pushed by a thread this one never synchronised with).
+void pool_core::promote(clock::time_point current, promoter who) noexcept {
+  if (who == promoter::by_producer) {
+    const clock::rep nd = next_due_.load(std::memory_order_acquire);
+    if (nd == no_due || nd > current.time_since_epoch().count()) return;
+  }
+  std::unique_lock lk(mtx_, std::defer_lock);
+  if (who == promoter::by_worker) {
+    if (!lk.try_lock()) return;
+  } else {
+    lk.lock();
+  }
   task_sink* owed = nullptr;
-  std::size_t n = promote_due_locked(current, owed);
-  // This worker takes one; wake others for the rest when nobody is spinning.
-  if (n > 1 && spinning_.load() == 0) wake_some_locked(n - 1);
+  const std::size_t n = promote_due_locked(current, owed);
+  if (who != promoter::by_worker)
+    wake_some_locked(n);
+  else if (n > 1 && spinning_.load() == 0)
+    wake_some_locked(n - 1);
   lk.unlock();
   post_owed_drains(owed);
 }
 
-void pool_core::promote_due_before(clock::time_point current) noexcept {
-  const clock::rep nd = next_due_.load(std::memory_order_acquire);
-  if (nd == no_due || nd > current.time_since_epoch().count()) return;
-  std::unique_lock lk(mtx_); // a promotion in progress elsewhere finishes first
-  task_sink* owed = nullptr;
-  std::size_t n = promote_due_locked(current, owed);
-  if (n > 0) wake_some_locked(n);
-  lk.unlock();
-  post_owed_drains(owed);
-}
-
-void pool_core::on_time_advanced() {
-  std::unique_lock lk(mtx_);
-  task_sink* owed = nullptr;
-  std::size_t n = promote_due_locked(now(), owed);
-  if (n > 0) wake_some_locked(n);
-  lk.unlock();
-  post_owed_drains(owed);
-}
+void pool_core::on_time_advanced() { promote(now(), promoter::by_clock); }
 
 bool pool_core::quiescent(clock::time_point& next_due) noexcept {
   std::lock_guard lk(mtx_);

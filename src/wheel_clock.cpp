@@ -80,35 +80,50 @@ bool wheel_core::touch_next_tick(std::unique_lock<std::mutex>& lk) noexcept {
 // deadline.
 void wheel_core::run() {
   init_library_thread("metronome-wheel");
-  wheel_anchor& a = *enrolled_.anchor; // outlives the wheel
-  const std::uint64_t id = enrolled_.id;
   chain fired;
-  std::unique_lock lk(a.mtx);
+  std::unique_lock lk(enrolled_.anchor->mtx); // the anchor outlives the wheel
   while (!stopped_) {
-    sleeping_until_.store(0, std::memory_order_relaxed);
-    const bool arrived = drain_inbox_locked(fired) != never;
-    advance_locked(tick_of(now()), fired);
-    if (fired.head) {
-      lk.unlock();
-      dispatch(fired);
-      lk.lock();
-      if (!enrolled(a, id)) return; // destroyed from this thread (stop() detached it)
-      continue;
-    }
-    if (touch_next_tick(lk)) continue; // the lock was let go: look again
-    std::uint64_t until = next_event_locked();
-    if (arrived && elapsed_ + 1 < until) until = elapsed_ + 1;
-    METRONOME_TEST_HOOK(hook_point::wheel_timer_before_sleep);
-    sleeping_until_.store(until, std::memory_order_seq_cst);
-    // Whatever a producer pushed before it could see `until` is in the inbox now.
-    const bool linked = drain_inbox_locked(fired) != never;
-    if (fired.head || (linked && next_event_locked() < until)) continue;
+    std::uint64_t until = never;
+    const turn next = turn_locked(lk, fired, true, until);
+    if (next == turn::wheel_gone) return; // destroyed from this thread (stop() detached it)
+    if (next == turn::again) continue;
     if (until == never)
       cv_.wait(lk);
     else
       cv_.wait_until(lk, time_of_tick(until));
   }
   sleeping_until_.store(0, std::memory_order_relaxed);
+}
+
+// One turn of the wheel's loop, the timer thread's (run()) or a hosted tick's
+// (tick_once()): takes the inbox, moves the wheel to now and dispatches what fell due
+// (the mutex let go meanwhile: that code may destroy the wheel, turn::wheel_gone); else,
+// with `touch_ahead`, walks the next tick's timeouts (the mutex let go); else chooses the
+// tick to sleep until (`until`, never for none) and publishes it in sleeping_until_: a
+// producer with an earlier deadline then wakes the loop. A Dekker pair with the producers
+// (wheel_producer_* hooks): whatever a producer pushed before it could see `until` is in
+// the inbox at the last look, so turn::sleep misses nothing.
+wheel_core::turn wheel_core::turn_locked(std::unique_lock<std::mutex>& lk, chain& fired, bool touch_ahead,
+                                         std::uint64_t& until) noexcept {
+  wheel_anchor& a = *enrolled_.anchor;
+  const std::uint64_t id = enrolled_.id;
+  sleeping_until_.store(0, std::memory_order_relaxed);
+  const bool arrived = drain_inbox_locked(fired) != never;
+  advance_locked(tick_of(now()), fired);
+  if (fired.head) {
+    lk.unlock();
+    dispatch(fired);
+    lk.lock();
+    return enrolled(a, id) ? turn::again : turn::wheel_gone;
+  }
+  if (touch_ahead && touch_next_tick(lk)) return turn::again; // the lock was let go: look again
+  until = next_event_locked();
+  if (arrived && elapsed_ + 1 < until) until = elapsed_ + 1;
+  METRONOME_TEST_HOOK(hook_point::wheel_timer_before_sleep);
+  sleeping_until_.store(until, std::memory_order_seq_cst);
+  const bool linked = drain_inbox_locked(fired) != never;
+  if (fired.head || (linked && next_event_locked() < until)) return turn::again;
+  return turn::sleep;
 }
 
 } // namespace metronome::detail

@@ -257,11 +257,7 @@ bool wheel_core::cancel_locked(wheel_entry* e, chain& fired) noexcept {
   count_removed_locked(1);
   // Hosted ticks run only while the wheel holds timeouts: the last one cancelled, the
   // tick leaves the host (whose context may then run out of work, as with a timer).
-  if (tick_ && tick_state_ == tick_state::armed && pending() == 0 &&
-      pool_core::withdraw_wait(host_->anchor(), host_->anchor_generation(), wheel_tick_node(tick_))) {
-    tick_state_ = tick_state::idle;
-    sleeping_until_.store(never, std::memory_order_relaxed);
-  }
+  if (pending() == 0 && withdraw_tick_locked()) sleeping_until_.store(never, std::memory_order_relaxed);
   return true;
 }
 
@@ -322,9 +318,7 @@ std::vector<wheel_entry*> wheel_core::stop() {
     for (auto& m : marks_) m.clear();
     count_removed_locked(left.size());
     cv_.notify_all();
-    if (tick_ && tick_state_ == tick_state::armed &&
-        pool_core::withdraw_wait(host_->anchor(), host_->anchor_generation(), wheel_tick_node(tick_)))
-      tick_state_ = tick_state::idle; // (else it is queued on the host: it finds the wheel stopped)
+    withdraw_tick_locked(); // (if it is queued on the host already, it finds the wheel stopped)
   }
   if (thread_.joinable()) {
     if (thread_.get_id() == std::this_thread::get_id())

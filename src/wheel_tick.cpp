@@ -62,8 +62,7 @@ void wheel_core::rearm_tick_locked(std::uint64_t when) noexcept {
   if (tick_state_ == tick_state::armed) {
     if (tick_at_ <= when) return;
     // Taken out of the heap by the host meanwhile: it is about to run, and will look.
-    if (!pool_core::withdraw_wait(host_->anchor(), host_->anchor_generation(), wheel_tick_node(tick_))) return;
-    tick_state_ = tick_state::idle;
+    if (!withdraw_tick_locked()) return;
   }
   wheel_tick_node(tick_)->aborted_ = false;
   try {
@@ -80,33 +79,29 @@ void wheel_core::rearm_tick_locked(std::uint64_t when) noexcept {
   }
 }
 
-// One turn of the timer thread's loop (wheel_clock.cpp, run()), on a host thread.
+// An armed tick taken back out of the host's heap. False when the host took it first (it
+// is queued there, or running): it will look at the wheel.
+bool wheel_core::withdraw_tick_locked() noexcept {
+  if (!tick_ || tick_state_ != tick_state::armed ||
+      !pool_core::withdraw_wait(host_->anchor(), host_->anchor_generation(), wheel_tick_node(tick_)))
+    return false;
+  tick_state_ = tick_state::idle;
+  return true;
+}
+
+// The hosted tick: the wheel's turns (turn_locked(), as the timer thread's run() takes
+// them) on a host thread, until the wheel may sleep; then it arms itself for that.
 bool wheel_core::tick_once(std::unique_lock<std::mutex>& lk) noexcept {
-  wheel_anchor& a = *enrolled_.anchor;
-  const std::uint64_t id = enrolled_.id;
   chain fired;
   for (;;) {
     if (stopped_ || forked_child_.load(std::memory_order_relaxed)) {
       tick_state_ = tick_state::idle;
       return true;
     }
-    sleeping_until_.store(0, std::memory_order_relaxed);
-    const bool arrived = drain_inbox_locked(fired) != never;
-    advance_locked(tick_of(now()), fired);
-    if (fired.head) {
-      lk.unlock();
-      dispatch(fired);
-      lk.lock();
-      if (!enrolled(a, id)) return false;
-      continue;
-    }
-    std::uint64_t until = next_event_locked();
-    if (arrived && elapsed_ + 1 < until) until = elapsed_ + 1;
-    METRONOME_TEST_HOOK(hook_point::wheel_timer_before_sleep);
-    sleeping_until_.store(until, std::memory_order_seq_cst);
-    // Whatever a producer pushed before it could see `until` is in the inbox now.
-    const bool linked = drain_inbox_locked(fired) != never;
-    if (fired.head || (linked && next_event_locked() < until)) continue;
+    std::uint64_t until = never;
+    const turn next = turn_locked(lk, fired, false, until);
+    if (next == turn::wheel_gone) return false;
+    if (next == turn::again) continue;
     tick_state_ = tick_state::idle;
     if (until != never) rearm_tick_locked(until);
     return true;

@@ -107,7 +107,6 @@ public:
   // The execution context (scheduled_thread_pool) that owns this core.
   const boost::asio::execution_context* context() const noexcept { return context_; }
   void set_context(const boost::asio::execution_context* c) noexcept { context_ = c; }
-  bool is_manual_clock() const noexcept { return manual_ != nullptr; }
   pool_anchor* anchor() const noexcept { return anchor_; }
   std::uint32_t anchor_generation() const noexcept { return generation_; }
 
@@ -166,7 +165,7 @@ public:
   // Typed work due now (submit, schedule with a delay <= 0, a serial executor's) queues
   // behind every heap task already due at `current`: promotes them first, so due work
   // keeps (due time, submission) order. One load when nothing is due.
-  void promote_due_before(clock::time_point current) noexcept;
+  void promote_due_before(clock::time_point current) noexcept { promote(current, promoter::by_producer); }
   // Queues ready work on this pool (internal: also after shutdown). True when the push
   // met a terminated pool: the work was dropped and reported, except a typed task not
   // yet run, which is left to its producer (see push_ready_chain).
@@ -273,7 +272,11 @@ private:
                               pool_core* pool) noexcept;
   void worker_main(worker& w);
   task_base* next_task(worker& w);
+  // park() and its roles (pool_core.cpp); each is called with mtx_ held.
   task_base* park(worker& w, std::unique_lock<std::mutex>& lk);
+  void let_manual_clock_decide(std::unique_lock<std::mutex>& lk);
+  void wait_as_leader(worker& w, std::unique_lock<std::mutex>& lk);
+  bool wait_as_follower(worker& w, std::unique_lock<std::mutex>& lk);
   // The reactor role of park(): waits in Asio's reactor (and runs what it completes)
   // instead of on a condition variable. Caller holds mtx_, which is released meanwhile.
   void park_in_reactor(worker& w, std::unique_lock<std::mutex>& lk, bool times_heap);
@@ -294,7 +297,8 @@ private:
   std::size_t promote_due_locked(clock::time_point now, task_sink*& owed) noexcept;
   void post_owed_drains(task_sink* owed) noexcept;
   void leave_transit_locked() noexcept;
-  void promote_due(clock::time_point current);
+  enum class promoter { by_worker, by_producer, by_clock }; // see promote() in pool_delay.cpp
+  void promote(clock::time_point current, promoter who) noexcept;
   void update_next_due_locked() noexcept;
   void heap_push_locked(timed_node* n);
   void ask_clock_after_outside_push(std::unique_lock<std::mutex>& lk) noexcept;

@@ -292,9 +292,12 @@ private:
   void wake() noexcept;
   void run();
   // Hosted ticks (wheel_tick.cpp), all under mtx_: the tick must run no later than tick
-  // `when`; one turn of run()'s loop on a host thread (false: the wheel is gone).
+  // `when`; the wheel's turns on a host thread (false: the wheel is gone).
   void rearm_tick_locked(std::uint64_t when) noexcept;
+  bool withdraw_tick_locked() noexcept;
   bool tick_once(std::unique_lock<std::mutex>& lk) noexcept;
+  enum class turn { again, sleep, wheel_gone }; // see turn_locked() (wheel_clock.cpp)
+  turn turn_locked(std::unique_lock<std::mutex>& lk, chain& fired, bool touch_ahead, std::uint64_t& until) noexcept;
   friend struct wheel_tick;
   // In the host engine: idle (nowhere: no deadline), armed (in its heap at tick_at_),
   // running (taken out of the heap: queued on the host, or inside tick_once()).
