@@ -7,6 +7,7 @@
 #
 # Usage: cmake -DSOURCE_DIR=<repository> -P check_readme_examples.cmake
 
+cmake_minimum_required(VERSION 3.20)
 if(NOT SOURCE_DIR)
   message(FATAL_ERROR "SOURCE_DIR is not set")
 endif()
