@@ -8,6 +8,9 @@
 # plain test program (a function `int name()` at the start of a line), under test/.
 # File names (with a dot) and other backticked text in the citation are ignored.
 #
+# A line containing `Hook:` names test hooks: each backticked name on it must be in
+# include/ or src/.
+#
 # Outside citations, a backticked lower_snake_case name of six words or more is taken
 # for a test case name too unless it names something in include/, src/ or bench/: it
 # must exist, so that a test name cited in prose cannot go stale either.
@@ -89,6 +92,18 @@ foreach(doc IN LISTS docs)
         math(EXPR missing "${missing} + 1")
       endif()
     endforeach()
+    # Test hooks named on a `Hook:` line exist in the product.
+    if(line MATCHES "Hook:(.*)$")
+      string(REGEX MATCHALL "`[a-z][a-z0-9_]*`" names "${CMAKE_MATCH_1}")
+      foreach(n IN LISTS names)
+        string(REPLACE "`" "" n "${n}")
+        string(FIND "${product}" "${n}" at)
+        if(at EQUAL -1)
+          message(SEND_ERROR "${doc_name}:${line_no}: names test hook '${n}', which is not in include/ or src/")
+          math(EXPR missing "${missing} + 1")
+        endif()
+      endforeach()
+    endif()
     # Long names anywhere else.
     if(span STREQUAL "")
       string(REGEX MATCHALL "`[a-z][a-z0-9]*(_[a-z0-9]+)(_[a-z0-9]+)(_[a-z0-9]+)(_[a-z0-9]+)(_[a-z0-9]+)[a-z0-9_]*`" names "${line}")
