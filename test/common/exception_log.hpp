@@ -1,6 +1,7 @@
 #ifndef METRONOME_TEST_EXCEPTION_LOG_HPP
 #define METRONOME_TEST_EXCEPTION_LOG_HPP
 
+#include <cstring>
 #include <exception>
 #include <functional>
 #include <mutex>
@@ -37,6 +38,25 @@ public:
       }
     }
     return out;
+  }
+  std::size_t count() {
+    std::lock_guard lk(m_);
+    return seen_.size();
+  }
+  // Every report carried an exception with this message.
+  bool all_are(const char* what) {
+    std::lock_guard lk(m_);
+    for (auto& e : seen_) {
+      if (!e) return false;
+      try {
+        std::rethrow_exception(e);
+      } catch (const std::exception& ex) {
+        if (std::strcmp(ex.what(), what) != 0) return false;
+      } catch (...) {
+        return false;
+      }
+    }
+    return true;
   }
 
 private:

@@ -1,4 +1,4 @@
-// The model-based test's reference model and its driver (test/unit/model.cpp): the
+// The model-based test's reference model and its driver (test/model/model.cpp): the
 // model's tasks and log, the model of the pool's rules (delay queue by (due, sequence),
 // ready FIFO, periodic re-arming and missed ticks, serial order), quiescence without
 // sleeps, and the comparison of the real pool against the model after every step. The

@@ -2,6 +2,7 @@
 #define METRONOME_TEST_POLL_UNTIL_HPP
 
 #include <chrono>
+#include <future>
 #include <thread>
 
 namespace metronome::test {
@@ -18,6 +19,9 @@ bool poll_until(Pred&& pred, std::chrono::milliseconds limit = std::chrono::seco
   }
   return true;
 }
+
+// A wait_for() that found the result ready.
+inline bool ready(std::future_status s) { return s == std::future_status::ready; }
 
 } // namespace metronome::test
 

@@ -4,7 +4,10 @@
 #include <metronome/manual_clock.hpp>
 #include <metronome/scheduled_thread_pool.hpp>
 
+#include "common/exception_log.hpp"
+#include "common/held_pool.hpp"
 #include "common/latch_task.hpp"
+#include "common/manual_pool.hpp"
 #include "common/poll_until.hpp"
 #include "common/sanitizers.hpp"
 
@@ -12,6 +15,7 @@
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/dispatch.hpp>
+#include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/thread_pool.hpp>
@@ -23,13 +27,23 @@
 #include <chrono>
 #include <future>
 #include <memory>
+#include <mutex>
 #include <thread>
 #include <vector>
 
 namespace asio = boost::asio;
 using namespace std::chrono_literals;
 using metronome::make_serial_executor;
+using metronome::manual_clock;
+using metronome::pool_options;
 using metronome::scheduled_thread_pool;
+using metronome::test::counter;
+using metronome::test::gate;
+using metronome::test::held_pool;
+using metronome::test::on_clock;
+using metronome::test::poll_until;
+using metronome::test::ready;
+using reported = metronome::test::exception_log;
 
 #if METRONOME_TEST_SANITIZED
 constexpr int big = 100000; // sanitizers are ~10x slower; the property is the same
@@ -484,6 +498,143 @@ BOOST_AUTO_TEST_CASE(dispatch_runs_a_free_serial_executor_inline_on_its_underlyi
   });
   io.run();
   BOOST_TEST((order == std::vector<int>{1, 2, 3, 4}));
+}
+
+// ---- delayed work, and over a shut-down pool
+
+BOOST_AUTO_TEST_CASE(delayed_serial_work_over_io_context_survives_a_cancel) {
+  boost::asio::io_context io;
+  auto guard = boost::asio::make_work_guard(io);
+  std::thread runner([&] { io.run(); });
+  auto serial = metronome::make_serial_executor(io.get_executor());
+  auto first = serial.schedule([] {}, 100ms);
+  BOOST_CHECK(first.cancel());
+  std::this_thread::sleep_for(20ms);
+  auto second = serial.schedule([] {}, 100ms); // due after the cancelled one
+  BOOST_CHECK_MESSAGE(ready(second.wait_for(10s)), "delayed serial work lost on the shared timing pool");
+  serial.dispose(); // the timing pool's thread is out of io's post() (it may still be when the task ran)
+  guard.reset();
+  runner.join();
+}
+
+BOOST_AUTO_TEST_CASE(a_pool_task_waiting_for_a_serial_task_over_the_same_pool_is_not_stranded) {
+  scheduled_thread_pool pool(2);
+  auto serial = metronome::make_serial_executor(pool);
+  for (int round = 0; round < 5; ++round) {
+    pool.submit([] {}).wait();
+    std::this_thread::sleep_for(20ms); // the scenario: the other worker has gone to sleep
+    auto waited = pool.submit([&] { return ready(serial.submit([] {}).wait_for(10s)); });
+    BOOST_CHECK_MESSAGE(waited.get(), "the serial drain was queued without waking the idle worker");
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_serial_executor_over_a_shut_down_pool_refuses_outside_work_and_runs_inside_work) {
+  reported r;
+  pool_options o;
+  o.exception_handler = r.handler();
+  held_pool hp(o);
+  auto serial = metronome::make_serial_executor(hp.pool);
+  std::atomic<int> ran{0};
+  // Queued before shutdown: it posts to the serial executor from a pool thread.
+  boost::asio::post(hp.pool.get_executor(), [&] { boost::asio::post(serial, [&] { ++ran; }); });
+  hp.pool.shutdown();
+  boost::asio::post(serial, [&] { ran += 100; });                           // outside: dropped, reported
+  BOOST_CHECK_THROW(serial.submit([] {}), metronome::rejected_execution); // outside, typed: refused
+  hp.release();
+  BOOST_CHECK(poll_until([&] { return ran.load() == 1; }, 10s));
+  BOOST_CHECK(hp.pool.await_termination(10s));
+  BOOST_CHECK_EQUAL(ran.load(), 1);
+  BOOST_CHECK_EQUAL(r.count(), 1u);
+  BOOST_CHECK_EQUAL(hp.pool.stats().rejected, 2u);
+}
+
+// ---- due order
+
+// The same on a serial executor: a serial task due now joins behind serial tasks already due.
+BOOST_AUTO_TEST_CASE(a_due_now_serial_task_queues_behind_a_delayed_serial_task_already_due) {
+  scheduled_thread_pool pool(pool_options::single_thread());
+  auto serial = metronome::make_serial_executor(pool);
+  gate hold;
+  counter held;
+  pool.submit([&] {
+    held.add();
+    hold.wait();
+  });
+  BOOST_REQUIRE(held.wait_for_at_least(1));
+  std::mutex m;
+  std::vector<int> order;
+  auto record = [&](int id) {
+    return [&, id] {
+      std::lock_guard lk(m);
+      order.push_back(id);
+    };
+  };
+  auto a = serial.schedule(record(1), 1ms);
+  BOOST_REQUIRE(poll_until([&] { return a.delay() <= std::chrono::nanoseconds::zero(); }, 10s));
+  auto c = serial.submit(record(2)); // went straight to the serial queue, ahead of 1 (adversary pass 6)
+  auto b = serial.schedule(record(3), 0ms);
+  auto d = serial.schedule_at_fixed_rate(record(4), 0ms, 1h);
+  hold.open();
+  c.wait();
+  b.wait();
+  a.wait();
+  BOOST_CHECK(poll_until([&] {
+    std::lock_guard lk(m);
+    return order.size() == 4u;
+  }));
+  d.cancel();
+  std::lock_guard lk(m);
+  BOOST_CHECK((order == std::vector<int>{1, 2, 3, 4}));
+}
+
+BOOST_AUTO_TEST_CASE(delayed_serial_tasks_run_in_due_order_on_four_threads) {
+  scheduled_thread_pool pool(4);
+  for (int round = 0; round < 5; ++round) {
+    auto serial = metronome::make_serial_executor(pool);
+    std::mutex m;
+    std::vector<int> order;
+    std::vector<metronome::scheduled_future<void>> hs;
+    for (int i = 0; i < 30; ++i) {
+      const auto d = std::chrono::milliseconds(20 * (i % 3)); // 0, 20, 40, 0, 20, 40...
+      hs.push_back(serial.schedule(
+          [&, i] {
+            std::lock_guard lk(m);
+            order.push_back(i);
+          },
+          d));
+    }
+    for (auto& h : hs) BOOST_REQUIRE(ready(h.wait_for(20s)));
+    std::vector<int> expected;
+    for (int r = 0; r < 3; ++r)
+      for (int i = r; i < 30; i += 3) expected.push_back(i);
+    BOOST_CHECK_EQUAL_COLLECTIONS(order.begin(), order.end(), expected.begin(), expected.end());
+  }
+}
+
+BOOST_AUTO_TEST_CASE(delayed_serial_tasks_falling_due_together_run_in_due_order_on_four_threads) {
+  manual_clock clk;
+  scheduled_thread_pool pool(on_clock(clk, 4));
+  for (int round = 0; round < 20; ++round) {
+    auto serial = metronome::make_serial_executor(pool);
+    std::mutex m;
+    std::vector<int> order;
+    std::vector<metronome::scheduled_future<void>> hs;
+    for (int i = 0; i < 30; ++i) {
+      const auto d = std::chrono::milliseconds(1 + (i % 3)); // 1, 2, 3, 1, 2, 3...
+      hs.push_back(serial.schedule(
+          [&, i] {
+            std::lock_guard lk(m);
+            order.push_back(i);
+          },
+          d));
+    }
+    clk.advance(3ms); // all due at once
+    for (auto& h : hs) BOOST_REQUIRE(ready(h.wait_for(20s)));
+    std::vector<int> expected;
+    for (int r = 0; r < 3; ++r)
+      for (int i = r; i < 30; i += 3) expected.push_back(i);
+    BOOST_CHECK_EQUAL_COLLECTIONS(order.begin(), order.end(), expected.begin(), expected.end());
+  }
 }
 
 BOOST_AUTO_TEST_SUITE_END()

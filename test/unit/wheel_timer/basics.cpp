@@ -1,6 +1,6 @@
 // The wheel timer's rules on a manual clock: options, never early and at most a tick
 // late, deadline and scheduling order, cascades, cancel and memory, max_pending, stop(),
-// the real clock, and async_wait. Lifetimes and failures are in wheel_timer_lifetime.cpp.
+// the real clock, and async_wait. Lifetimes and failures are in lifetime.cpp.
 #include <metronome/wheel_timer.hpp>
 
 #include <metronome/manual_clock.hpp>

@@ -191,7 +191,7 @@ BOOST_AUTO_TEST_CASE(a_typed_submission_whose_push_meets_a_terminated_pool_is_re
 // The same submission held after its push, while shutdown_now() takes its task out of
 // the ready queue (returned) and the pool terminates: when it finds the termination, its
 // task is the pending_task's now - not handed back, not rejected (rejecting it freed the
-// node the pending_task holds: ASan, stress_pool).
+// node the pending_task holds: ASan, test/stress/pool.cpp).
 BOOST_AUTO_TEST_CASE(a_typed_submission_whose_task_shutdown_now_returned_is_not_rejected_after_termination) {
   scheduled_thread_pool pool(1);
   gate busy;

@@ -8,6 +8,7 @@
 
 #include "common/counting_executor.hpp"
 #include "common/exception_log.hpp"
+#include "common/held_pool.hpp"
 #include "common/io_churn.hpp"
 #include "common/latch_task.hpp"
 #include "common/poll_until.hpp"
@@ -35,9 +36,13 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <vector>
 
 using namespace std::chrono_literals;
+using metronome::pool_options;
 using metronome::scheduled_future;
+using metronome::scheduled_thread_pool;
+using metronome::test::held_pool;
 
 namespace {
 struct manual_pool {
@@ -439,6 +444,67 @@ BOOST_AUTO_TEST_CASE(a_wait_in_an_awaitable_or_and_under_cancel_after_ends_on_ti
   BOOST_TEST(timed.get());
   BOOST_TEST(!f.is_done()); // neither touched the task
   BOOST_TEST(f.cancel());
+}
+
+// ---- handles after the pool
+
+BOOST_AUTO_TEST_CASE(a_pending_task_and_its_handle_outlive_the_pool) {
+  std::vector<metronome::pending_task> left;
+  metronome::scheduled_future<int> delayed, ready;
+  std::atomic<int> ran{0};
+  {
+    held_pool hp(pool_options::fixed(1));
+    ready = hp.pool.submit([&] { return ++ran; });
+    delayed = hp.pool.schedule([&] { return ++ran; }, 1h);
+    left = hp.pool.shutdown_now();
+    BOOST_CHECK_EQUAL(left.size(), 2u);
+    hp.release();
+  } // the pool is gone
+  BOOST_CHECK(!delayed.is_done());
+  BOOST_CHECK(delayed.delay() <= 0ns);
+  BOOST_CHECK(delayed.cancel());
+  BOOST_CHECK(delayed.is_cancelled());
+  BOOST_CHECK(!delayed.cancel());
+  for (auto& t : left) t(); // the cancelled one does not run
+  BOOST_CHECK_EQUAL(ran.load(), 1);
+  BOOST_CHECK_EQUAL(ready.get(), 1);
+  BOOST_CHECK(!ready.cancel());
+}
+
+BOOST_AUTO_TEST_CASE(handles_of_work_the_destructor_cancelled_stay_usable) {
+  metronome::scheduled_future<void> h, p;
+  {
+    scheduled_thread_pool pool(1);
+    h = pool.schedule([] {}, 1h);
+    p = pool.schedule_at_fixed_rate([] {}, 1h, 1h);
+  }
+  BOOST_CHECK(h.is_cancelled());
+  BOOST_CHECK(p.is_cancelled());
+  BOOST_CHECK(!h.cancel());
+  BOOST_CHECK(!p.cancel());
+  BOOST_CHECK(h.delay() == 0ns);
+  BOOST_CHECK_THROW(h.get(), metronome::cancelled_error);
+}
+
+BOOST_AUTO_TEST_CASE(cancels_racing_the_pool_s_destruction_are_safe) {
+  for (int round = 0; round < 20; ++round) {
+    std::vector<metronome::scheduled_future<void>> handles;
+    auto pool = std::make_unique<scheduled_thread_pool>(2);
+    for (int i = 0; i < 200; ++i) handles.push_back(pool->schedule([] {}, 1h + i * 1ms));
+    std::atomic<bool> go{false};
+    std::thread canceller([&] {
+      while (!go.load()) {
+      }
+      for (auto& h : handles) {
+        h.cancel();
+        (void)h.delay();
+      }
+    });
+    go = true;
+    pool.reset();
+    canceller.join();
+    for (auto& h : handles) BOOST_CHECK(h.is_cancelled());
+  }
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -1,6 +1,6 @@
 // Stress with accounting, the pool itself: producers race the pool's lifecycle
 // (shutdown, shutdown_now, the destructor) with every kind of submission (lost wake-ups
-// of delayed work are in stress_wakeups.cpp). Every
+// of delayed work are in wakeups.cpp). Every
 // callable carries a token whose destructor counts, so each round checks that every
 // callable was destroyed exactly once and that every submission is accounted for: ran,
 // cancelled, returned by shutdown_now, or rejected.
