@@ -113,6 +113,7 @@ void pool_core::reject_scheduled(scheduled_task_base* t, bool timed) {
 void pool_core::heap_push_locked(timed_node* n) {
   n->timed_ = true;
   if (heap_.push(n, next_seq_++)) heap_changed_locked();
+  if (is_tick(n)) ++ticks_in_heap_;
 }
 
 // The head changed: publish its due time and, if it is a new earliest, wake the leader.
@@ -169,6 +170,7 @@ std::size_t pool_core::promote_due_locked(clock::time_point current, task_sink*&
   while (!heap_.empty() && heap_.top_due() <= limit) {
     timed_node* n = heap_.pop();
     popped = true;
+    if (is_tick(n)) --ticks_in_heap_;
     if (n->is_scheduled()) {
       auto* st = static_cast<scheduled_task_base*>(n);
       if (task_sink* sink = st->sink()) {
@@ -295,10 +297,11 @@ bool pool_core::add_wait(wait_node* n, clock::time_point due, clock::time_point 
   METRONOME_POOL_CALL(calls_);
   n->set_due(due);
   if (terminated_.load()) return false;
-  if (due > current && !shutdown_.load()) {
+  // A wheel's tick is timed after shutdown() too: the wheel delivers until termination.
+  if (due > current && (!shutdown_.load() || n->untracked_)) {
     std::unique_lock lk(mtx_);
     if (terminated_.load()) return false;
-    if (!shutdown_.load()) {
+    if (!shutdown_.load() || n->untracked_) {
       heap_push_locked(n); // may throw std::bad_alloc with nothing queued
       ask_clock_after_outside_push(lk);
       return true;
@@ -313,6 +316,7 @@ bool pool_core::heap_remove_locked(timed_node* n) noexcept {
   if (n->heap_index_ == not_in_heap) return false;
   const bool was_head = heap_.is_head(n);
   heap_.remove(n);
+  if (is_tick(n)) --ticks_in_heap_;
   if (was_head) {
     update_next_due_locked();
     // A hosted core's host times the old head: let it time the new one (or nothing, so

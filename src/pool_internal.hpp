@@ -42,6 +42,12 @@ extern thread_local bool this_thread_orphaned;
 
 inline constexpr clock::rep no_due = std::numeric_limits<clock::rep>::max();
 
+// A wheel's tick in the heap (wait_node::untracked_): timed like any wait, but not work
+// that keeps the pool from terminating (idle_for_termination_locked, ticks_in_heap_).
+inline bool is_tick(const timed_node* n) noexcept {
+  return n->kind_ == task_kind::wait && static_cast<const wait_node*>(n)->untracked_;
+}
+
 // Debug builds check the rule that no other thread is inside a call on a pool while it
 // is destroyed (a task may destroy its own pool): the calls that queue work count
 // themselves, and close() asserts that only its own thread's call, if any, is counted.

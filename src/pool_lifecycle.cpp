@@ -46,7 +46,7 @@ Node* reversed(Node* head) noexcept {
 // be finished by work from the pool's own threads, and none is left. A producer that
 // pushes after the check sees terminated_ and drops (and reports) its work.
 bool pool_core::idle_for_termination_locked(int awake_expected) const noexcept {
-  return awake_ == awake_expected && ready_.empty() && heap_.empty() && in_transit_ == 0 &&
+  return awake_ == awake_expected && ready_.empty() && heap_.size() == ticks_in_heap_ && in_transit_ == 0 &&
          wheel_waits_.load() == 0 && (tracked_work_.load() == 0 || shutdown_.load() || closing_);
 }
 
@@ -109,7 +109,7 @@ void pool_core::detach_wheel(pool_shutdown_listener* w) noexcept {
 void pool_core::sweep_for_shutdown_locked(timed_node*& gone) noexcept {
   heap_.remove_if(
       [this](timed_node* n) {
-        if (n->kind_ == task_kind::wait) return true;
+        if (n->kind_ == task_kind::wait) return !is_tick(n); // a wheel's tick stays (add_wait)
         if (n->kind_ == task_kind::periodic) return !opts_.continue_periodic_after_shutdown;
         return !opts_.run_delayed_after_shutdown;
       },
@@ -144,6 +144,7 @@ timed_node* pool_core::queue_aborted_waits_locked(timed_node* gone) noexcept {
 timed_node* pool_core::drain_heap_locked() noexcept {
   timed_node* gone = nullptr;
   heap_.drain([&](timed_node* n) { link_front(gone, n); });
+  ticks_in_heap_ = 0;
   update_next_due_locked();
   return queue_aborted_waits_locked(reversed(gone));
 }
@@ -341,7 +342,7 @@ pool_stats pool_core::stats() const {
     w->latency.add_to(s);
   }
   s.ready_queued = ready_.size();
-  s.delayed_queued = heap_.size();
+  s.delayed_queued = heap_.size() - ticks_in_heap_; // (wheels' ticks are not the user's work)
   s.rejected = rejected_.load();
   s.largest_pool_size = largest_.load();
   return s;
@@ -489,6 +490,7 @@ void pool_core::restart_in_child() noexcept {
   forget_threads_in_child();
   if (!host_) { // (a hosted core keeps its work, as its context's own operations do)
     heap_.drain([](timed_node*) noexcept {}); // allocates nothing; marks each node out of the heap
+    ticks_in_heap_ = 0;
     update_next_due_locked();
     ready_.consumer_lock().lock();
     ready_.abandon_after_fork();

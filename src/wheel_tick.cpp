@@ -1,6 +1,11 @@
-// A wheel over an Asio context that is not a metronome pool has no thread of its own: its
-// ticks are one wait in that context's hosted timing core (timing_service.hpp), driven by
-// the context's threads, armed only while the wheel holds timeouts.
+// A wheel has no thread of its own: its ticks are one wait in the engine of the context it
+// fires onto - the pool's own heap, or, over any other Asio context, that context's hosted
+// timing core (timing_service.hpp) - run by that context's threads, armed only while the
+// wheel holds timeouts. In a pool the tick is untracked: it does not keep the pool from
+// terminating, and it stays timed after shutdown() (the wheel keeps delivering: what
+// falls due then is refused by the pool, or runs on the executor it was bound to) until
+// termination. Once its pool has terminated the wheel no longer ticks: what it still
+// holds is destroyed unrun with the wheel.
 #include <metronome/detail/pool_core.hpp>
 #include <metronome/detail/report.hpp>
 #include <metronome/detail/test_hooks.hpp>
@@ -15,7 +20,9 @@ namespace metronome::detail {
 // is idle (in no queue); otherwise the node itself, when the host runs or discards it and
 // it finds the wheel gone.
 struct wheel_tick final : wait_node {
-  wheel_tick(wheel_anchor& a, std::uint64_t wheel_id) noexcept : wait_node(&complete), anchor(&a), id(wheel_id) {}
+  wheel_tick(wheel_anchor& a, std::uint64_t wheel_id) noexcept : wait_node(&complete), anchor(&a), id(wheel_id) {
+    untracked_ = true; // a pool hosting it terminates while it waits (pool_internal.hpp)
+  }
 
   static void complete(task_base* b, unsigned action) noexcept {
     auto* t = static_cast<wheel_tick*>(b);

@@ -241,7 +241,8 @@ public:
 
   /// A wheel firing onto `pool`. @throws std::invalid_argument on bad options.
   explicit wheel_timer(scheduled_thread_pool& pool, wheel_options opts = {})
-      : core_(std::make_unique<detail::wheel_core>(std::move(opts), pool.get_executor(), &detail::pool_of(pool))) {}
+      : core_(std::make_unique<detail::wheel_core>(std::move(opts), pool.get_executor(), &detail::pool_of(pool),
+                                                   &detail::pool_of(pool))) {}
 
   /// A wheel firing onto any Asio executor.
   template <class Executor>
@@ -250,7 +251,7 @@ public:
       : core_(std::make_unique<detail::wheel_core>(std::move(opts), boost::asio::any_io_executor(ex), nullptr,
                                                    hosted_ticks(ex))) {}
 
-  /// Stops the wheel (cancelling what never fired) and joins its thread, if it has one.
+  /// Stops the wheel (cancelling what never fired).
   ~wheel_timer() = default;
 
   /// Runs `f` on the executor once `delay` has passed (at tick resolution).
@@ -345,13 +346,11 @@ public:
 
 private:
   friend struct detail::core_access;
-  // Over an executor that does not run on a metronome pool: the hosted timing core of its
-  // context, which times the wheel's ticks on that context's threads (no thread of the
-  // wheel's own). Over a pool: nullptr (a thread of the wheel times it).
+  // The engine that times the wheel's ticks on its context's threads (no thread of the
+  // wheel's own): the pool's, or the hosted timing core of any other context.
   template <class Executor>
   static detail::pool_core* hosted_ticks(const Executor& ex) {
-    detail::pool_core& core = detail::pool_core_of(ex);
-    return core.is_hosted() ? &core : nullptr;
+    return &detail::pool_core_of(ex);
   }
 
   std::unique_ptr<detail::wheel_core> core_;

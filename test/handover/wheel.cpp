@@ -1,5 +1,5 @@
 // Hand-overs of the wheel timer, with one thread stopped exactly at the hand-over point
-// (the library's test hooks): producers and the timer thread's sleep, and a cancel
+// (the library's test hooks): producers and the wheel's tick choosing its sleep, and a cancel
 // racing the executor's settlement of a due timeout. docs/design.md states each invariant.
 #include <metronome/detail/test_hooks.hpp>
 
@@ -58,7 +58,8 @@ BOOST_AUTO_TEST_CASE(a_timeout_whose_deadline_the_manual_clock_passes_before_it_
   BOOST_CHECK_EQUAL(wheel.pending(), 0u);
 }
 
-// Wheel inbox and the timer's sleep, timer second: the timer thread is held (with the
+// Wheel inbox and the tick's sleep, tick second: the pool worker turning the wheel (its
+// tick, which a first timeout brought) is held (with the
 // wheel's mutex) just before it publishes how long it will sleep; a producer, finding
 // the mutex taken, pushes its timeout onto the inbox and sees no sleeper to wake. The
 // timer must drain the inbox after publishing, so the timeout fires on time — long
@@ -68,8 +69,9 @@ BOOST_AUTO_TEST_CASE(a_timeout_pushed_while_the_timer_thread_prepares_to_sleep_f
   metronome::wheel_timer wheel(pool);
   hook_stop stop(hook_point::wheel_timer_before_sleep, true);
   std::atomic<bool> far_fired{false};
-  auto far = wheel.schedule([&] { far_fired = true; }, 30s); // wakes the timer, if asleep
-  BOOST_REQUIRE(stop.arrived());                             // the timer holds the mutex
+  auto kick = wheel.schedule([] {}, 1ms); // its tick: the pool's worker turns the wheel soon
+  auto far = wheel.schedule([&] { far_fired = true; }, 30s);
+  BOOST_REQUIRE(stop.arrived()); // the worker turning the wheel holds the mutex
   std::atomic<bool> near_fired{false};
   std::atomic<bool> far_was_pending{false};
   auto near = wheel.schedule(
@@ -92,6 +94,7 @@ BOOST_AUTO_TEST_CASE(a_producer_that_pushes_after_the_timer_went_to_sleep_wakes_
   metronome::wheel_timer wheel(pool);
   metronome::test::hook_stops stops{{hook_point::wheel_timer_before_sleep, true},
                                     {hook_point::wheel_producer_before_push, false}};
+  auto kick = wheel.schedule([] {}, 1ms); // its tick: the pool's worker turns the wheel soon
   auto far = wheel.schedule([] {}, 30s);
   BOOST_REQUIRE(stops.arrived(hook_point::wheel_timer_before_sleep));
   std::atomic<bool> near_fired{false};
@@ -123,6 +126,7 @@ BOOST_AUTO_TEST_CASE(a_producer_held_after_its_push_does_not_hold_up_its_timeout
   metronome::wheel_timer wheel(pool);
   metronome::test::hook_stops stops{{hook_point::wheel_timer_before_sleep, true},
                                     {hook_point::wheel_producer_after_push, false}};
+  auto kick = wheel.schedule([] {}, 1ms); // its tick: the pool's worker turns the wheel soon
   auto far = wheel.schedule([] {}, 30s);
   BOOST_REQUIRE(stops.arrived(hook_point::wheel_timer_before_sleep));
   std::atomic<bool> near_fired{false};
@@ -253,7 +257,7 @@ BOOST_AUTO_TEST_CASE(a_hand_over_held_after_unlocking_keeps_the_wheel_s_destruct
 }
 
 // The wheel's pool shutting down against a wait's producer: the producer found the
-// wheel's mutex taken (the timer thread holds it) and is held before its push while the
+// wheel's mutex taken (the worker running its tick holds it) and is held before its push while the
 // pool's shutdown() aborts the wheel's waits (none pushed yet) and the wheel refuses
 // waits from then on. The producer then pushes: it must see that the pool shut down and
 // cancel its own wait, which completes with operation_aborted - not an hour later.
@@ -262,8 +266,9 @@ BOOST_AUTO_TEST_CASE(a_wait_pushed_after_the_pool_s_shutdown_aborted_the_wheel_s
   metronome::wheel_timer wheel(pool);
   metronome::test::hook_stops stops{{hook_point::wheel_timer_before_sleep, true},
                                     {hook_point::wheel_producer_before_push, false}};
+  auto kick = wheel.schedule([] {}, 1ms); // its tick: the pool's worker turns the wheel soon
   auto far = wheel.schedule([] {}, 30s);
-  BOOST_REQUIRE(stops.arrived(hook_point::wheel_timer_before_sleep)); // the timer holds the mutex
+  BOOST_REQUIRE(stops.arrived(hook_point::wheel_timer_before_sleep)); // the tick holds the mutex
   std::atomic<int> calls{0};
   boost::system::error_code result;
   std::thread producer([&] {

@@ -369,6 +369,7 @@ private:
   int wake_tokens_ = 0; // notifications not yet consumed
   int awake_ = 0;       // live workers not parked
   int in_transit_ = 0;  // promotions whose serial drains, and cancels whose completions, are not delivered yet
+  std::size_t ticks_in_heap_ = 0; // untracked waits (wheels' ticks) in heap_: not work that keeps the pool busy
   bool joining_ = false;
   bool closing_ = false;        // destructor: ignore tracked work
   bool closer_in_pool_ = false; // the destructor runs on one of our workers

@@ -86,6 +86,9 @@ struct timed_node : task_base {
 struct wait_node : timed_node {
   explicit wait_node(complete_fn fn) noexcept : timed_node(fn) { kind_ = task_kind::wait; }
   bool aborted_ = false;
+  // A wheel's tick (wheel_tick.cpp): does not keep its pool from terminating, and
+  // outlives shutdown() in the heap (the wheel keeps delivering until termination).
+  bool untracked_ = false;
 };
 
 // Saturating now + d: never wraps past time_point::max().

@@ -368,42 +368,52 @@ BOOST_AUTO_TEST_CASE(a_timeout_refused_by_its_executor_may_cancel_another_of_its
   }
 }
 
-// The timer thread hands a due timeout to a terminated pool, which drops it: its
-// callable is destroyed on the timer thread, and here destroys the wheel itself. The
-// timer thread must leave the destroyed wheel alone. (It read the freed wheel.)
-BOOST_AUTO_TEST_CASE(a_timeout_dropped_on_the_timer_thread_may_destroy_its_wheel) {
-  // Kept for good: the timer thread is still inside the pool's drop path when the
-  // callable's destructor (the last thing a test can see) returns.
-  auto pool_kept = std::make_shared<scheduled_thread_pool>(1);
-  metronome::test::leak(pool_kept);
-  scheduled_thread_pool& pool = *pool_kept;
+// A shut-down pool still turns its wheels until it terminates (a second worker, held in
+// a task, keeps it from terminating): a timeout falling due then runs, and here destroys
+// its wheel from the pool's thread while the wheel's tick may still be turning. Neither
+// may touch the destroyed wheel.
+BOOST_AUTO_TEST_CASE(a_timeout_run_by_a_shut_down_pool_may_destroy_its_wheel) {
+  scheduled_thread_pool pool(2);
+  metronome::test::gate release;
+  metronome::test::counter entered;
+  BOOST_REQUIRE(metronome::test::occupy_worker(pool, release, entered));
   auto wheel = std::make_shared<std::unique_ptr<wheel_timer>>(std::make_unique<wheel_timer>(pool));
   pool.shutdown();
-  pool.join();
-  // Destroys the wheel once schedule() has returned (no call may be inside the wheel).
-  struct destroys_the_wheel {
-    std::shared_ptr<std::unique_ptr<wheel_timer>> wheel;
-    std::atomic<bool>* scheduled;
-    std::atomic<bool>* done;
-    destroys_the_wheel(std::shared_ptr<std::unique_ptr<wheel_timer>> w, std::atomic<bool>* s, std::atomic<bool>* d)
-        : wheel(std::move(w)), scheduled(s), done(d) {}
-    destroys_the_wheel(destroys_the_wheel&& x) noexcept = default;
-    destroys_the_wheel& operator=(destroys_the_wheel&&) = delete;
-    ~destroys_the_wheel() {
-      if (wheel && done) {
-        while (!scheduled->load()) std::this_thread::yield();
+  std::atomic<bool> done{false};
+  (*wheel)->schedule(
+      [wheel, &done] {
         wheel->reset();
-        done->store(true);
-      }
-    }
-    void operator()() const {}
-  };
-  std::atomic<bool> scheduled{false}, done{false};
-  (*wheel)->schedule(destroys_the_wheel(wheel, &scheduled, &done), 2ms);
-  scheduled = true;
+        done = true;
+      },
+      2ms);
   BOOST_CHECK(metronome::test::poll_until([&] { return done.load(); }, std::chrono::seconds(10)));
   BOOST_CHECK(!*wheel);
-  BOOST_CHECK_EQUAL(pool.stats().rejected, 1u);
+  BOOST_CHECK_EQUAL(pool.stats().rejected, 0u);
+  release.open();
+  pool.join();
+}
+
+// Once its pool has terminated a wheel no longer ticks (it has no thread of its own): a
+// timeout it holds then, or is given after, never runs and is destroyed unrun with the
+// wheel; its handle says cancelled. Nothing is handed to the terminated pool.
+BOOST_AUTO_TEST_CASE(a_wheel_over_a_terminated_pool_fires_nothing_and_destroys_what_it_holds) {
+  scheduled_thread_pool pool(1);
+  auto wheel = std::make_unique<wheel_timer>(pool);
+  auto before = wheel->schedule([] {}, 1h);
+  pool.shutdown();
+  pool.join();
+  std::atomic<int> runs{0};
+  auto destroyed = std::make_shared<int>(0);
+  std::weak_ptr<int> alive = destroyed;
+  auto after = wheel->schedule([&runs, d = std::move(destroyed)] { ++runs; }, 1ms);
+  BOOST_CHECK(!metronome::test::poll_until([&] { return runs.load() > 0 || alive.expired(); }, 50ms));
+  BOOST_CHECK_EQUAL(wheel->pending(), 2u);
+  wheel.reset();
+  BOOST_CHECK(alive.expired());
+  BOOST_CHECK_EQUAL(runs.load(), 0);
+  BOOST_CHECK(before.is_cancelled());
+  BOOST_CHECK(after.is_cancelled());
+  BOOST_CHECK_EQUAL(pool.stats().rejected, 0u);
 }
 
 
