@@ -13,6 +13,7 @@
 #include "common/latch_task.hpp"
 #include "common/poll_until.hpp"
 #include "common/stderr_capture.hpp"
+#include "common/threads.hpp"
 
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/bind_executor.hpp>
@@ -114,6 +115,32 @@ void fires_each_on_its_tick(manual_wheel& w, const std::vector<long>& delays, lo
 } // namespace
 
 BOOST_AUTO_TEST_SUITE(wheel_timer_suite)
+
+// A wheel over a pool has no thread of its own: the pool's worker turns it (its tick is
+// a wait in the pool's heap) and runs its timeouts; nothing is added while it holds
+// timeouts, and the pool still terminates at join() while the wheel holds a far one.
+BOOST_AUTO_TEST_CASE(a_wheel_over_a_pool_starts_no_thread_and_its_timeouts_run_on_the_pool) {
+  const std::size_t before = metronome::test::process_threads();
+  scheduled_thread_pool pool(1);
+  auto wheel = std::make_unique<wheel_timer>(pool);
+  auto far = wheel->schedule([] {}, std::chrono::hours(1));
+  std::promise<bool> on_pool[3];
+  for (int i = 0; i < 3; ++i)
+    wheel->schedule([&, i] { on_pool[i].set_value(pool.get_executor().running_in_this_thread()); },
+                    std::chrono::milliseconds(2 + 3 * i));
+  BOOST_TEST(metronome::test::process_threads() == before + 1); // the pool's one worker
+  for (auto& p : on_pool) {
+    auto f = p.get_future();
+    BOOST_REQUIRE((f.wait_for(20s) == std::future_status::ready));
+    BOOST_TEST(f.get());
+  }
+  BOOST_TEST(metronome::test::process_threads() == before + 1);
+  BOOST_CHECK_EQUAL(wheel->pending(), 1u);
+  pool.shutdown();
+  BOOST_TEST(pool.await_termination(20s)); // the far timeout's tick does not hold it
+  wheel.reset();
+  BOOST_TEST(far.is_cancelled());
+}
 
 BOOST_AUTO_TEST_CASE(rejects_bad_options) {
   scheduled_thread_pool pool(1);
