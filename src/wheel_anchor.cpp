@@ -39,7 +39,7 @@ public:
   }
 
   // fork(): the registry's mutex, then every anchor's (the wheels' mutexes), are held
-  // across it; in the child each live wheel forgets its timer thread (wheel_core).
+  // across it; in the child each live wheel refuses new timeouts (wheel_core).
   void prepare_fork() noexcept {
     m_.lock();
     for (std::uint64_t i = 0; i < used_; ++i) at(i).mtx.lock();
@@ -183,13 +183,10 @@ std::uint32_t own_hand_overs(const wheel_anchor& a) noexcept {
 }
 } // namespace
 
-// In the child (the wheel's mutex held): the timer thread does not exist here. Forget it
-// (the destructor would join it, or wait on a condition variable it was parked on) and
-// refuse new timeouts, as a stopped wheel does; the destructor stops it as usual.
-// Hand-overs of the parent's other threads never finish here.
+// In the child (the wheel's mutex held): refuse new timeouts, as a stopped wheel does
+// (its tick, if it runs here, finds forked_child_ and stops); the destructor stops it as
+// usual. Hand-overs of the parent's other threads never finish here.
 void wheel_core::terminate_in_child(wheel_anchor& a) noexcept {
-  ::new (&thread_) std::thread();
-  ::new (&cv_) std::condition_variable();
   forked_child_.store(true, std::memory_order_relaxed);
   a.handing_over.store(own_hand_overs(a), std::memory_order_relaxed);
 }

@@ -1,5 +1,5 @@
-// The wheel's clock: reading the time, the timer thread and its sleep, the walk that
-// brings the next tick's timeouts into cache, and moving on a manual clock.
+// The wheel's clock: reading the time, the loop's turn and the sleep it chooses, the walk
+// that brings the next tick's timeouts into cache, and moving on a manual clock.
 #include <metronome/detail/report.hpp>
 #include <metronome/detail/test_hooks.hpp>
 #include <metronome/detail/wheel_core.hpp>
@@ -13,11 +13,6 @@ namespace metronome::detail {
 
 clock::time_point wheel_core::now() const noexcept { return manual_ ? manual_->now() : clock::now(); }
 
-void wheel_core::wake() noexcept {
-  { std::lock_guard lk(mtx_); }
-  cv_.notify_one();
-}
-
 void wheel_core::on_time_advanced() {
   chain fired;
   {
@@ -30,11 +25,11 @@ void wheel_core::on_time_advanced() {
   const std::uint64_t id = enrolled_.id;
   dispatch(fired); // a timeout run or dropped here may destroy the wheel
   std::unique_lock lk(a.mtx);
-  if (enrolled(a, id) && !stopped_) touch_next_tick(lk); // as the timer thread does while it waits
+  if (enrolled(a, id) && !stopped_) touch_next_tick(lk); // as a tick does before it sleeps
 }
 
-// Brings the next tick's timeouts into this thread's cache while it waits for that tick,
-// so that the workers find them in a nearby cache rather than in memory (a miss paid one
+// Brings the next tick's timeouts into this thread's cache before that tick (the tick's
+// last turn, before it sleeps), so that they are found in a nearby cache rather than in memory (a miss paid one
 // entry after another: each entry's link is in the one before). The slot's list is walked from all its entry points side by side, so the
 // cache misses overlap. The mutex is let go between groups of entry points: a cancel()
 // waits for one group at most. Returns whether it touched anything.
@@ -71,32 +66,8 @@ bool wheel_core::touch_next_tick(std::unique_lock<std::mutex>& lk) noexcept {
   return true;
 }
 
-// The timer thread: moves timeouts. User code runs here only when the executor does
-// something at once with a due timeout it is handed (a pool shut down or terminated
-// drops it, destroying its callable; a strand over a terminated pool runs it), and that
-// code may destroy the wheel. While timeouts keep arriving it wakes every tick to take
-// them from the inbox; otherwise it sleeps until the next event (a slot due, a slot
-// starting or continuing to move down), and a producer wakes it only for an earlier
-// deadline.
-void wheel_core::run() {
-  init_library_thread("metronome-wheel");
-  chain fired;
-  std::unique_lock lk(enrolled_.anchor->mtx); // the anchor outlives the wheel
-  while (!stopped_) {
-    std::uint64_t until = never;
-    const turn next = turn_locked(lk, fired, true, until);
-    if (next == turn::wheel_gone) return; // destroyed from this thread (stop() detached it)
-    if (next == turn::again) continue;
-    if (until == never)
-      cv_.wait(lk);
-    else
-      cv_.wait_until(lk, time_of_tick(until));
-  }
-  sleeping_until_.store(0, std::memory_order_relaxed);
-}
-
-// One turn of the wheel's loop, the timer thread's (run()) or a hosted tick's
-// (tick_once()): takes the inbox, moves the wheel to now and dispatches what fell due
+// One turn of the wheel's loop (a tick takes them until the wheel may sleep: tick_once(),
+// wheel_tick.cpp): takes the inbox, moves the wheel to now and dispatches what fell due
 // (the mutex let go meanwhile: that code may destroy the wheel, turn::wheel_gone); else,
 // with `touch_ahead`, walks the next tick's timeouts (the mutex let go); else chooses the
 // tick to sleep until (`until`, never for none) and publishes it in sleeping_until_: a

@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <bit>
+#include <cassert>
 #include <stdexcept>
 #include <utility>
 
@@ -69,12 +70,11 @@ wheel_core::wheel_core(wheel_options opts, boost::asio::any_io_executor ex, pool
   if (pool_) pool_->attach_wheel(this);
   if (manual_) {
     manual_->attach(this);
-  } else if (host) {
+  } else {
+    assert(host != nullptr); // the engine of the executor's context (wheel_timer.hpp)
     tick_ = make_wheel_tick(*enrolled_.anchor, enrolled_.id);
     host_ = host;
     sleeping_until_.store(never, std::memory_order_relaxed); // nothing timed: any deadline asks
-  } else {
-    thread_ = std::thread([this] { run(); });
   }
 }
 
@@ -188,8 +188,8 @@ void wheel_core::enter(wheel_entry* e, clock::duration delay) {
     } while (!inserted_.compare_exchange_weak(before, before + 1, std::memory_order_relaxed));
   }
   // Uncontended: link it here, while the node is hot in this core's cache. Contended
-  // (the timer thread is moving a tick's timeouts): never wait, leave it in the inbox.
-  // On a manual clock always here: no timer thread drains the inbox, and a deadline the
+  // (a tick is moving timeouts): never wait, leave it in the inbox.
+  // On a manual clock always here: no tick drains the inbox, and a deadline the
   // clock passed meanwhile (or the clock's last tick, when it stands at its end) would
   // wait there for the next advance.
   METRONOME_TEST_HOOK(hook_point::wheel_producer_before_lock);
@@ -212,7 +212,6 @@ void wheel_core::enter(wheel_entry* e, clock::duration delay) {
       if (earlier && tick_) rearm_tick_locked(linked);
       lk.unlock();
       dispatch(fired);
-      if (earlier && !tick_) cv_.notify_one(); // we held the mutex: the timer thread is waiting or will see the slot
       return;
     }
   }
@@ -234,14 +233,10 @@ void wheel_core::enter(wheel_entry* e, clock::duration delay) {
     if (pool_shut_down_.load(std::memory_order_seq_cst)) e->cancel();
     e->release();
   }
-  // Dekker pair with run(): it stores sleeping_until_ and then drains the inbox.
+  // Dekker pair with turn_locked(): it stores sleeping_until_ and then drains the inbox.
   if (when < sleeping_until_.load(std::memory_order_seq_cst)) {
-    if (tick_) {
-      std::lock_guard lk(mtx_);
-      rearm_tick_locked(when);
-    } else {
-      wake();
-    }
+    std::lock_guard lk(mtx_);
+    rearm_tick_locked(when);
   }
 }
 
@@ -279,14 +274,8 @@ bool wheel_core::reset_locked(wheel_entry* e, clock::duration delay, chain& fire
     return true;
   }
   link_locked(e, no_level);
-  // An earlier deadline than the timer thread sleeps until: wake it (it waits on the
-  // mutex we hold, so it sees the new link).
-  if (e->when_ < sleeping_until_.load(std::memory_order_relaxed)) {
-    if (tick_)
-      rearm_tick_locked(e->when_);
-    else
-      cv_.notify_one();
-  }
+  // An earlier deadline than the tick sleeps until: re-arm it.
+  if (e->when_ < sleeping_until_.load(std::memory_order_relaxed)) rearm_tick_locked(e->when_);
   return true;
 }
 
@@ -317,14 +306,7 @@ std::vector<wheel_entry*> wheel_core::stop() {
     for (auto& o : occupied_) o = 0;
     for (auto& m : marks_) m.clear();
     count_removed_locked(left.size());
-    cv_.notify_all();
     withdraw_tick_locked(); // (if it is queued on the host already, it finds the wheel stopped)
-  }
-  if (thread_.joinable()) {
-    if (thread_.get_id() == std::this_thread::get_id())
-      thread_.detach();
-    else
-      thread_.join();
   }
   for (auto* e : left) e->drop();
   // Stopped, the wheel hands nothing more to the pool: the pool may go first from here

@@ -65,7 +65,7 @@ wait_node* wheel_tick_node(wheel_tick* t) noexcept { return t; }
 // `a_timeout_pushed_while_the_hosted_tick_chooses_its_deadline_fires_on_time` (hook
 // wheel_timer_before_sleep) (test/unit/timing_service.cpp).
 void wheel_core::rearm_tick_locked(std::uint64_t when) noexcept {
-  if (stopped_ || forked_child_.load(std::memory_order_relaxed) || tick_state_ == tick_state::running) return;
+  if (!tick_ || stopped_ || forked_child_.load(std::memory_order_relaxed) || tick_state_ == tick_state::running) return;
   if (tick_state_ == tick_state::armed) {
     if (tick_at_ <= when) return;
     // Taken out of the heap by the host meanwhile: it is about to run, and will look.
@@ -96,8 +96,8 @@ bool wheel_core::withdraw_tick_locked() noexcept {
   return true;
 }
 
-// The hosted tick: the wheel's turns (turn_locked(), as the timer thread's run() takes
-// them) on a host thread, until the wheel may sleep; then it arms itself for that.
+// The tick: the wheel's turns (turn_locked(), wheel_clock.cpp) on a host thread, until
+// the wheel may sleep; then it arms itself for that.
 bool wheel_core::tick_once(std::unique_lock<std::mutex>& lk) noexcept {
   chain fired;
   for (;;) {
@@ -106,7 +106,7 @@ bool wheel_core::tick_once(std::unique_lock<std::mutex>& lk) noexcept {
       return true;
     }
     std::uint64_t until = never;
-    const turn next = turn_locked(lk, fired, false, until);
+    const turn next = turn_locked(lk, fired, true, until);
     if (next == turn::wheel_gone) return false;
     if (next == turn::again) continue;
     tick_state_ = tick_state::idle;

@@ -166,7 +166,7 @@ struct wheel_options {
   /// Most timeouts pending at once; 0 = unbounded. Beyond it schedule() throws
   /// rejected_execution (Netty's maxPendingTimeouts).
   std::size_t max_pending = 0;
-  /// Time source: nullptr = the real clock (a timer thread); else a manual clock that
+  /// Time source: nullptr = the real clock (ticks timed by the executor's context); else a manual clock that
   /// moves the wheel synchronously in advance(). Must outlive the wheel.
   manual_clock* time_source = nullptr;
   /// Receives the exceptions that timeouts throw (never a null pointer), on the thread

@@ -178,9 +178,12 @@ private:
  * deadline (plus scheduling noise).
  *
  * Due timeouts run on the executor given at construction (a metronome pool's executor
- * costs no allocation per firing). The timer thread only moves timeouts; it never runs
- * user code. With `wheel_options::time_source` set to a manual clock there is no
- * thread: `advance()` moves the wheel.
+ * costs no allocation per firing). The wheel has no thread of its own: its tick is one
+ * wait in the engine of that executor's context (the pool's heap, or the context's timing
+ * service), run by the context's threads while the wheel holds timeouts; it only moves
+ * timeouts and never runs user code. Once a pool it fires onto has terminated, the wheel
+ * fires nothing more: what it holds is destroyed unrun with it. With
+ * `wheel_options::time_source` set to a manual clock, `advance()` moves the wheel.
  *
  * A timeout that throws: to `wheel_options::exception_handler`, by default (and once
  * the wheel is destroyed) to the exception handler of the metronome pool running it,

@@ -1,23 +1,51 @@
 #ifndef METRONOME_TEST_THREADS_HPP
 #define METRONOME_TEST_THREADS_HPP
 
+#include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <filesystem>
+#include <string>
 #include <thread>
+
+#include <sys/syscall.h>
+#include <unistd.h>
 
 namespace metronome::test {
 
-// Threads of this process (Linux: /proc/self/task). ThreadSanitizer starts a thread of
-// its own with the first thread a program makes: one is made first, so that every
+// Threads of this process (Linux: /proc/self/task). A joined thread can still be listed
+// for a moment (the kernel reaps it after join() returns): readings after threads end go
+// through settled_threads(). ThreadSanitizer starts a thread of its own with the first
+// thread a program makes: one is made (and waited out of the list) first, so that every
 // reading counts it.
+inline std::size_t count_task_entries() {
+  std::size_t n = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/task")) ++n;
+  return n;
+}
+
 inline std::size_t process_threads() {
   static const bool sanitizer_thread_started = [] {
-    std::thread([] {}).join();
+    std::atomic<long> tid{0};
+    std::thread([&] { tid = ::syscall(SYS_gettid); }).join();
+    const std::filesystem::path entry = "/proc/self/task/" + std::to_string(tid.load());
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (std::filesystem::exists(entry) && std::chrono::steady_clock::now() < give_up) std::this_thread::yield();
     return true;
   }();
   (void)sanitizer_thread_started;
-  std::size_t n = 0;
-  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/task")) ++n;
+  return count_task_entries();
+}
+
+// The thread count once it has come down to `expected` (threads that ended are reaped),
+// or what it is after 5 s.
+inline std::size_t settled_threads(std::size_t expected) {
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  std::size_t n = process_threads();
+  while (n != expected && std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::yield();
+    n = process_threads();
+  }
   return n;
 }
 

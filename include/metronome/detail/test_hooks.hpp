@@ -26,7 +26,7 @@ enum class hook_point {
   wheel_producer_before_lock, // a wheel producer computed its deadline tick; the mutex not yet tried
   wheel_producer_before_push, // a wheel producer found the mutex taken; its timeout is not in the inbox yet
   wheel_producer_after_push,  // ... it is in the inbox; the producer has not read the timer's deadline
-  wheel_timer_before_sleep,   // the timer thread (holding the mutex) chose its deadline, not yet published
+  wheel_timer_before_sleep,   // a tick (holding the wheel's mutex) chose its deadline, not yet published
   worker_terminating,         // a worker (holding the mutex) set terminated_, not yet re-checked the ready queue
   wheel_cancel_after_claim,   // a cancel() claimed a timeout queued on the executor; not yet dropped it
   worker_woken_by_termination, // a parked worker woke (holding the mutex) in a terminated pool, looked at nothing yet

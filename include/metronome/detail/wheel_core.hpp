@@ -9,13 +9,11 @@
 #include <boost/asio/any_io_executor.hpp>
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <exception>
 #include <functional>
 #include <memory>
 #include <mutex>
-#include <thread>
 #include <vector>
 
 namespace metronome::detail {
@@ -283,14 +281,12 @@ private:
   static void wait_for_hand_overs(wheel_anchor& a) noexcept;
 
 public:
-  // fork(): in the child, this wheel of the parent has no timer thread (wheel_anchor.cpp).
+  // fork(): in the child, this wheel of the parent refuses new timeouts (wheel_anchor.cpp).
   void terminate_in_child(wheel_anchor& a) noexcept;
 
 private:
   // Whether the wheel enrolled as `id` is still there (its generation unchanged).
   static bool enrolled(const wheel_anchor& a, std::uint64_t id) noexcept;
-  void wake() noexcept;
-  void run();
   // Hosted ticks (wheel_tick.cpp), all under mtx_: the tick must run no later than tick
   // `when`; the wheel's turns on a host thread (false: the wheel is gone).
   void rearm_tick_locked(std::uint64_t when) noexcept;
@@ -316,22 +312,21 @@ private:
   clock::time_point start_;
 
   // Producers' line: new timeouts go onto a lock-free stack that the mutex holder
-  // (timer thread, cancel, advance) moves into the slots; `closed_inbox` once stopped.
+  // (a tick, cancel, advance) moves into the slots; `closed_inbox` once stopped.
   alignas(64) std::atomic<wheel_entry*> inbox_{nullptr};
   std::atomic<std::size_t> inserted_{0};
-  // The tick the timer thread sleeps until (a producer with an earlier deadline wakes
-  // it); 0 while it is awake or when there is no thread.
+  // The tick the wheel sleeps until (a producer with an earlier deadline re-arms
+  // it); 0 while a tick runs, on a manual clock, and once the host refused the tick.
   alignas(64) std::atomic<std::uint64_t> sleeping_until_{0};
   std::atomic<std::size_t> removed_{0}; // fired, cancelled or stopped (written under mtx_)
   std::atomic<std::size_t> linked_{0};  // inserted by a producer holding mtx_ (written under it)
 
-  std::condition_variable cv_;
   std::vector<slot_list> slots_;        // levels * slots
   std::vector<cascade> cascades_;       // per level (level 0 never cascades)
   std::vector<std::uint64_t> occupied_; // one bit per slot, words_per_level_ words per level
   // Entry points of each level-0 slot's list (the entry linked whenever the slot's
   // count is a multiple of mark_every, at most 255; nullptr where one was unlinked):
-  // the timer thread walks them side by side to bring the next tick's timeouts into
+  // a tick walks them side by side to bring the next tick's timeouts into
   // cache before the workers need them (touch_next_tick).
   static constexpr std::size_t mark_every = 32, touch_at_least = 256;
   std::vector<std::vector<wheel_entry*>> marks_;
@@ -344,7 +339,6 @@ private:
   // The pool shut down: waits are refused (written under mtx_, read by producers too).
   std::atomic<bool> pool_shut_down_{false};
   std::atomic<bool> detached_{false}; // stopped: detached from its pool
-  std::thread thread_;
   pool_core* host_ = nullptr;   // hosted ticks: the engine that times them
   wheel_tick* tick_ = nullptr;  // ... and their node (wheel_tick.cpp says who frees it)
   tick_state tick_state_ = tick_state::idle;

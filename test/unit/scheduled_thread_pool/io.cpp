@@ -77,7 +77,7 @@ BOOST_AUTO_TEST_CASE(sockets_on_the_pool_run_on_its_workers_and_start_no_thread)
     BOOST_TEST(process_threads() == before + 1);
     BOOST_TEST(metronome::test::poll_until([&] { return on_pool.load() == connections; }));
   }
-  BOOST_TEST(process_threads() == before);
+  BOOST_TEST(metronome::test::settled_threads(before) == before);
 }
 
 BOOST_AUTO_TEST_CASE(an_asio_timer_on_the_pool_and_its_delayed_tasks_fire_beside_pending_io) {
