@@ -104,7 +104,9 @@ void pool_core::park_in_reactor(worker& w, std::unique_lock<std::mutex>& lk, boo
       reactor_timer_due_ = due;
     }
     boost::system::error_code ignored;
-    io_->wait_one(-1, ignored); // runs at most one completion (the timer's, or I/O), on this worker
+    // One completion (the timer's, or I/O), on this worker; then every other one already
+    // ready, in one go (poll(): no blocking), before the pool's queues are looked at again.
+    if (io_->wait_one(-1, ignored) != 0) io_->poll(ignored);
     if (reactor_timer_due_ != clock::time_point::max() && clock::now() >= reactor_timer_due_)
       reactor_timer_due_ = clock::time_point::min(); // expired: a head due at the same time needs it armed again
   } catch (...) {
