@@ -8,7 +8,7 @@
 
 #include <boost/asio/post.hpp>
 
-#include <metronome/detail/wheel_slots.hpp>
+#include "wheel_slots.hpp"
 
 #include <atomic>
 #include <bit>

@@ -1,9 +1,9 @@
 // The wheel's levels: ticks from time, linking and unlinking entries in slots, the
 // occupied-slot bitmap, slots moving down a level (cascades) and the step from tick to
 // tick. Everything here runs under the wheel's mutex; the arithmetic is in
-// detail/wheel_slots.hpp.
+// src/wheel_slots.hpp.
 #include <metronome/detail/wheel_core.hpp>
-#include <metronome/detail/wheel_slots.hpp>
+#include "wheel_slots.hpp"
 
 #include <algorithm>
 #include <utility>

@@ -1,6 +1,6 @@
-// The timing wheel's arithmetic (detail/wheel_slots.hpp), checked against the plain
+// The timing wheel's arithmetic (src/wheel_slots.hpp), checked against the plain
 // definitions it computes.
-#include <metronome/detail/wheel_slots.hpp>
+#include "wheel_slots.hpp" // src/: the engine's own, not installed
 
 #include <boost/test/unit_test.hpp>
 
