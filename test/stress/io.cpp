@@ -1,0 +1,156 @@
+// Stress, I/O on the pool's own workers: sockets, Asio timers, posts, delayed tasks and a
+// wheel's timeouts all at once on a pool of 2-3 workers, so that the reactor role
+// (park_in_reactor) is taken, given up and interrupted while work of every kind arrives
+// from the pool's threads and from outside. Every echo comes back, every post runs, every
+// delayed task and timeout either runs or is cancelled (exactly one), every Asio timer
+// completes - within a generous bound of real time. Seeds as in common/stress_rounds.hpp.
+
+#include "common/stress_rounds.hpp"
+#include "common/poll_until.hpp"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/buffer.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/read.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+
+#include <array>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using tcp = boost::asio::ip::tcp;
+
+// Echoes lines of 16 bytes until the peer closes.
+asio::awaitable<void> echo(tcp::socket s, std::atomic<long>& echoed) {
+  std::array<char, 16> buf{};
+  for (;;) {
+    auto [ec, n] = co_await asio::async_read(s, asio::buffer(buf), asio::as_tuple(asio::use_awaitable));
+    if (ec) co_return;
+    auto [wec, w] = co_await asio::async_write(s, asio::buffer(buf.data(), n), asio::as_tuple(asio::use_awaitable));
+    if (wec) co_return;
+    echoed.fetch_add(1);
+  }
+}
+
+struct tallies {
+  std::atomic<long> echoed{0}, posts{0}, delayed_ran{0}, timeouts_ran{0}, timers{0};
+};
+
+// One round; returns a description of what went wrong, or an empty string.
+std::string io_round(std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  const std::size_t threads = 2 + rng() % 2;
+  const int connections = 4 + static_cast<int>(rng() % 8);
+  const int lines = 20 + static_cast<int>(rng() % 40);
+  const int posts = 200 + static_cast<int>(rng() % 400);
+  const int delayed = 50 + static_cast<int>(rng() % 150);
+  const int timeouts = 50 + static_cast<int>(rng() % 150);
+  const int timers = 20 + static_cast<int>(rng() % 60);
+  tallies t;
+  std::atomic<long> echo_errors{0}, delayed_cancelled{0}, timeouts_cancelled{0};
+  {
+    scheduled_thread_pool pool(threads);
+    metronome::wheel_timer wheel(pool);
+    tcp::acceptor acceptor(pool, tcp::endpoint(asio::ip::address_v4::loopback(), 0));
+    const auto port = acceptor.local_endpoint().port();
+    asio::co_spawn(
+        pool,
+        [&]() -> asio::awaitable<void> {
+          for (int i = 0; i < connections; ++i) {
+            auto [ec, s] = co_await acceptor.async_accept(asio::as_tuple(asio::use_awaitable));
+            if (ec) co_return;
+            asio::co_spawn(acceptor.get_executor(), echo(std::move(s), t.echoed), asio::detached);
+          }
+        },
+        asio::detached);
+    std::vector<std::unique_ptr<asio::steady_timer>> asio_timers;
+    for (int i = 0; i < timers; ++i) asio_timers.push_back(std::make_unique<asio::steady_timer>(pool));
+
+    std::vector<std::thread> outside;
+    // Clients: blocking sockets on threads of their own.
+    for (int c = 0; c < connections; ++c) {
+      outside.emplace_back([&, c] {
+        try {
+          asio::io_context io;
+          tcp::socket s(io);
+          s.connect(tcp::endpoint(asio::ip::address_v4::loopback(), port));
+          for (int l = 0; l < lines; ++l) {
+            std::array<char, 16> out{}, back{};
+            const std::string text = std::to_string(c) + ":" + std::to_string(l);
+            std::copy(text.begin(), text.end(), out.begin());
+            asio::write(s, asio::buffer(out));
+            asio::read(s, asio::buffer(back));
+            if (back != out) echo_errors.fetch_add(1);
+          }
+        } catch (...) {
+          echo_errors.fetch_add(1);
+        }
+      });
+    }
+    // Posts, delayed tasks with cancels, wheel timeouts with cancels, Asio timers: half
+    // from outside, half from the pool's own threads.
+    auto submit_some = [&](std::uint64_t s, int share, int of) {
+      std::mt19937_64 r(s);
+      for (int i = share; i < posts; i += of) asio::post(pool, [&] { t.posts.fetch_add(1); });
+      for (int i = share; i < delayed; i += of) {
+        auto h = pool.schedule([&] { t.delayed_ran.fetch_add(1); }, std::chrono::microseconds(r() % 3000));
+        if (r() % 4 == 0 && h.cancel()) delayed_cancelled.fetch_add(1);
+      }
+      for (int i = share; i < timeouts; i += of) {
+        auto h = wheel.schedule([&] { t.timeouts_ran.fetch_add(1); }, std::chrono::microseconds(r() % 5000));
+        if (r() % 4 == 0 && h.cancel()) timeouts_cancelled.fetch_add(1);
+      }
+      for (int i = share; i < timers; i += of) {
+        asio_timers[static_cast<std::size_t>(i)]->expires_after(std::chrono::microseconds(r() % 3000));
+        asio_timers[static_cast<std::size_t>(i)]->async_wait([&](error_code) { t.timers.fetch_add(1); });
+      }
+    };
+    outside.emplace_back([&, s = rng()] { submit_some(s, 0, 2); });
+    asio::post(pool, [&, s = rng()] { submit_some(s, 1, 2); });
+
+    const bool done = metronome::test::poll_until(
+        [&] {
+          return t.echoed.load() + echo_errors.load() >= long{connections} * lines && t.posts.load() == posts &&
+                 t.delayed_ran.load() + delayed_cancelled.load() == delayed &&
+                 t.timeouts_ran.load() + timeouts_cancelled.load() == timeouts && t.timers.load() == timers;
+        },
+        std::chrono::seconds(30));
+    for (auto& th : outside) th.join(); // (the acceptor's loop ended with its last connection)
+    if (!done || echo_errors.load() != 0)
+      return "echoed " + std::to_string(t.echoed.load()) + "/" + std::to_string(long{connections} * lines) +
+             " (errors " + std::to_string(echo_errors.load()) + "), posts " + std::to_string(t.posts.load()) + "/" +
+             std::to_string(posts) + ", delayed " + std::to_string(t.delayed_ran.load()) + "+" +
+             std::to_string(delayed_cancelled.load()) + "/" + std::to_string(delayed) + ", timeouts " +
+             std::to_string(t.timeouts_ran.load()) + "+" + std::to_string(timeouts_cancelled.load()) + "/" +
+             std::to_string(timeouts) + ", timers " + std::to_string(t.timers.load()) + "/" + std::to_string(timers);
+  }
+  return {};
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(stress_io)
+
+BOOST_AUTO_TEST_CASE(sockets_timers_posts_delayed_work_and_a_wheel_share_the_pool_s_workers) {
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::milliseconds(scaled(4000, 6000));
+  int rounds = 0;
+  std::uint64_t seed = run_seed;
+  do {
+    const std::string failure = io_round(seed);
+    BOOST_TEST(failure.empty(), "round seed " << seed << ": " << failure);
+    ++rounds;
+    seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+  } while (std::chrono::steady_clock::now() < give_up && rounds < 200);
+  BOOST_TEST_MESSAGE("stress_io: " << rounds << " rounds");
+  BOOST_TEST(rounds >= 1);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
