@@ -10,6 +10,7 @@
 #include <metronome/latency_histogram.hpp>
 #include <metronome/manual_clock.hpp>
 #include <metronome/options.hpp>
+#include <metronome/retry.hpp>
 #include <metronome/scheduled_future.hpp>
 #include <metronome/scheduled_thread_pool.hpp>
 #include <metronome/serial_executor.hpp>
