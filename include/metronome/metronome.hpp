@@ -3,6 +3,7 @@
 #define METRONOME_METRONOME_HPP
 
 #include <metronome/async_delay.hpp>
+#include <metronome/async_timeout.hpp>
 #include <metronome/backoff.hpp>
 #include <metronome/cancel_after.hpp>
 #include <metronome/errors.hpp>
