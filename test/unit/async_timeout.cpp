@@ -91,6 +91,8 @@ BOOST_AUTO_TEST_CASE(the_coroutines_value_when_it_finishes_first) {
   auto f = async_timeout(ex, 10ms, work(5ms, 7), asio::use_future);
   BOOST_TEST(poll_until([&] { return pool.stats().delayed_queued == 2; })); // its wait, the deadline
   c.advance(5ms);
+  // At once: not at the deadline (which the clock never reaches here).
+  BOOST_TEST_REQUIRE(poll_until([&] { return f.wait_for(0s) == std::future_status::ready; }, 5s));
   BOOST_TEST(f.get() == 7);
   BOOST_TEST(poll_until([&] { return pool.stats().delayed_queued == 0; })); // the deadline left at once
   BOOST_TEST(!cleaned_up.load());
@@ -125,6 +127,7 @@ BOOST_AUTO_TEST_CASE(the_coroutines_exception_propagates_at_once) {
       asio::use_future);
   BOOST_TEST(poll_until([&] { return pool.stats().delayed_queued == 2; }));
   c.advance(1ms);
+  BOOST_TEST_REQUIRE(poll_until([&] { return f.wait_for(0s) == std::future_status::ready; }, 5s));
   try {
     f.get();
     BOOST_FAIL("expected the coroutine's exception");
