@@ -52,7 +52,8 @@ int main() {
       [&]() -> asio::awaitable<void> {
         auto ex = pool.get_executor();
         bool rolled_back = false;
-        const std::string fast = co_await metronome::async_timeout(ex, 1s, query(ex, 200ms, rolled_back), asio::use_awaitable);
+        const std::string fast =
+            co_await metronome::async_timeout(ex, 1s, query(ex, 200ms, rolled_back), asio::use_awaitable);
         std::cout << "[" << virt() << " ms] fast query: " << fast << "\n";
         try {
           co_await metronome::async_timeout(ex, 1s, query(ex, 30000ms, rolled_back), asio::use_awaitable);

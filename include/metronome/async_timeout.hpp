@@ -26,8 +26,8 @@ namespace metronome {
 namespace detail {
 
 inline std::exception_ptr timed_out_exception() {
-  return std::make_exception_ptr(boost::system::system_error(
-      boost::system::error_code(boost::asio::error::timed_out), "metronome: async_timeout"));
+  return std::make_exception_ptr(boost::system::system_error(boost::system::error_code(boost::asio::error::timed_out),
+                                                             "metronome: async_timeout"));
 }
 
 template <class T>

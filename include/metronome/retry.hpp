@@ -103,13 +103,15 @@ public:
   // An attempt's completion (`Error, Args...`) or a pause's (`error_code`): `pausing` says which.
   template <class Self, class A0, class... A>
   void operator()(Self& self, A0&& a0, A&&... a) {
+    constexpr bool pause_like = sizeof...(A) == 0 && std::is_convertible_v<A0, boost::system::error_code>;
+    constexpr bool attempt_like = std::is_constructible_v<values, A0&&, A&&...>;
+    static_assert(pause_like || attempt_like,
+                  "metronome::async_retry: the operation completed with arguments its signature does not take");
     if (state_->pausing) {
-      if constexpr (sizeof...(A) == 0 && std::is_convertible_v<A0, boost::system::error_code>)
-        pause_done(self, boost::system::error_code(std::forward<A0>(a0)));
+      if constexpr (pause_like) pause_done(self, boost::system::error_code(std::forward<A0>(a0)));
       return;
     }
-    if constexpr (std::is_constructible_v<values, A0&&, A&&...>)
-      attempt_done(self, values(std::forward<A0>(a0), std::forward<A>(a)...));
+    if constexpr (attempt_like) attempt_done(self, values(std::forward<A0>(a0), std::forward<A>(a)...));
   }
 
 private:

@@ -198,7 +198,8 @@ BOOST_AUTO_TEST_CASE(per_operation_cancellation_delivers_the_coroutines_outcome)
                 asio::bind_cancellation_slot(sig.slot(), [&](std::exception_ptr e, int) { p.set_value(what(e)); }));
   BOOST_TEST(poll_until([&] { return pool.stats().delayed_queued == 2; }));
   asio::post(pool, [&] { sig.emit(asio::cancellation_type::terminal); });
-  BOOST_TEST(poll_until([&] { return cleaning && pool.stats().delayed_queued == 1; })); // the clean-up; the deadline left
+  BOOST_TEST(
+      poll_until([&] { return cleaning && pool.stats().delayed_queued == 1; })); // the clean-up; the deadline left
   c.advance(3ms);
   BOOST_TEST(p.get_future().get() == "aborted");
   BOOST_TEST(cleaned_up.load());

@@ -183,7 +183,9 @@ BOOST_AUTO_TEST_CASE(the_predicate_stops_at_an_error_not_worth_retrying) {
         asked.push_back(e);
         return e == refused;
       },
-      [&](error_code ec, int n) { p.set_value({ec, n}); });
+      [&](error_code ec, int n) {
+        p.set_value({ec, n});
+      });
   const result r = p.get_future().get();
   BOOST_TEST((r.ec == unreachable));
   BOOST_TEST(r.n == 2);
@@ -206,10 +208,11 @@ BOOST_AUTO_TEST_CASE(cancellation_reaches_the_running_attempt) {
   s.took = 1h;
   asio::cancellation_signal sig;
   std::promise<result> p;
-  async_retry(pool, exact(5), s.op(),
-              asio::bind_cancellation_slot(sig.slot(), [&](error_code ec, int n) { p.set_value({ec, n}); }));
+  async_retry(pool, exact(5), s.op(), asio::bind_cancellation_slot(sig.slot(), [&](error_code ec, int n) {
+                p.set_value({ec, n});
+              }));
   BOOST_TEST(poll_until([&] { return pool.stats().delayed_queued == 1; })); // the attempt's wait
-  asio::post(pool, [&] { sig.emit(asio::cancellation_type::terminal); });  // from the handler's executor
+  asio::post(pool, [&] { sig.emit(asio::cancellation_type::terminal); });   // from the handler's executor
   auto f = p.get_future();
   // Not retried: no pause queued (a retry would wait 100 ms and never complete here).
   BOOST_TEST_REQUIRE(poll_until([&] { return f.wait_for(0s) == std::future_status::ready; }, 5s));
@@ -226,8 +229,9 @@ BOOST_AUTO_TEST_CASE(cancellation_reaches_the_pause) {
   s.outcome = [](int) { return refused; };
   asio::cancellation_signal sig;
   std::promise<result> p;
-  async_retry(pool, exact(5), s.op(),
-              asio::bind_cancellation_slot(sig.slot(), [&](error_code ec, int n) { p.set_value({ec, n}); }));
+  async_retry(pool, exact(5), s.op(), asio::bind_cancellation_slot(sig.slot(), [&](error_code ec, int n) {
+                p.set_value({ec, n});
+              }));
   BOOST_TEST(poll_until([&] { return pool.stats().delayed_queued == 1; }));
   c.advance(10ms); // the attempt fails; the 100 ms pause starts
   BOOST_TEST(poll_until([&] { return s.done() == 1 && pool.stats().delayed_queued == 1; }));
@@ -353,9 +357,9 @@ BOOST_AUTO_TEST_CASE(the_handlers_associated_executor_and_allocator_are_used) {
   std::atomic<int> made{0};
   std::atomic<int> live{0};
   std::promise<int> live_in_handler;
-  async_retry(pool, exact(3), s.op(),
-              asio::bind_allocator(counting_alloc<void>(&made, &live),
-                                   [&](error_code, int) { live_in_handler.set_value(live.load()); }));
+  async_retry(pool, exact(3), s.op(), asio::bind_allocator(counting_alloc<void>(&made, &live), [&](error_code, int) {
+                live_in_handler.set_value(live.load());
+              }));
   BOOST_TEST(live_in_handler.get_future().get() == 0);
   BOOST_TEST(made.load() == 2); // the state and the (single, successful) attempt's wait
   BOOST_TEST(poll_until([&] { return live.load() == 0; }));
