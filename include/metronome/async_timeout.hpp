@@ -53,7 +53,7 @@ struct cancel_the_other {
 template <class Handler, class T>
 class timeout_handler {
 public:
-  explicit timeout_handler(Handler&& h) : handler_(std::move(h)) {}
+  explicit timeout_handler(Handler h) : handler_(std::move(h)) {}
 
   template <class V>
   void operator()(std::array<std::size_t, 2> order, std::exception_ptr e, V&& v, boost::system::error_code deadline) {
@@ -123,9 +123,15 @@ private:
  *   and the deadline; the coroutine's own outcome is delivered (usually
  *   `operation_aborted`). So does a deadline whose pool aborted the wait at shutdown.
  *
- * `timeout` <= 0: the deadline is due at once (the coroutine starts and is cancelled
- * at its first suspension). Any completion token; the handler runs on its associated
- * executor (default: `target`'s).
+ * @param target an Asio executor or execution context: the coroutine is co-spawned on
+ * its executor, and the deadline is an `async_delay` there.
+ * @param timeout from the launch (with `deferred`, from when the operation is launched);
+ * <= 0: due at once (the coroutine starts and is cancelled at its first suspension).
+ * @param coroutine the `asio::awaitable<T>` to run; its executor type must accept
+ * `target`'s executor, as for `co_spawn`.
+ * @param token any completion token; the handler runs on its associated executor
+ * (default: `target`'s).
+ * @throws std::bad_alloc from the call when the operation cannot be started.
  *
  * @par Thread Safety
  * Cancellation reaches the coroutine from the thread where the deadline's wait or the

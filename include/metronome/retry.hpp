@@ -89,7 +89,7 @@ class retry_op<Executor, Operation, RetryIf, void(Error, Args...)> {
 
 public:
   retry_op(const Executor& ex, Operation op, RetryIf retry_if, backoff policy)
-      : init_(state{ex, std::move(op), std::move(retry_if), std::move(policy), std::nullopt, false}) {}
+      : init_(state{ex, std::move(op), std::move(retry_if), policy, std::nullopt, false}) {}
 
   // Launch: the first attempt at once.
   template <class Self>
@@ -160,7 +160,7 @@ private:
 };
 
 template <class Signature, class Target, class Operation, class RetryIf, class CompletionToken>
-auto start_retry(Target& target, backoff&& policy, Operation&& op, RetryIf&& retry_if, CompletionToken&& token) {
+auto start_retry(Target& target, const backoff& policy, Operation&& op, RetryIf&& retry_if, CompletionToken&& token) {
   static_assert(is_delay_target_v<Target>,
                 "metronome::async_retry: the first argument must be an Asio executor or execution context");
   using op_type = std::decay_t<Operation>;
@@ -174,7 +174,7 @@ auto start_retry(Target& target, backoff&& policy, Operation&& op, RetryIf&& ret
   const executor ex = delay_target<std::remove_cvref_t<Target>>::get(target);
   return boost::asio::async_compose<CompletionToken, sig>(
       retry_op<executor, op_type, std::decay_t<RetryIf>, sig>(ex, std::forward<Operation>(op),
-                                                              std::forward<RetryIf>(retry_if), std::move(policy)),
+                                                              std::forward<RetryIf>(retry_if), policy),
       token, ex);
 }
 
@@ -229,15 +229,15 @@ auto start_retry(Target& target, backoff&& policy, Operation&& op, RetryIf&& ret
  */
 template <class Signature = void, class Target, class Operation, class CompletionToken>
 auto async_retry(Target&& target, backoff policy, Operation&& op, CompletionToken&& token) {
-  return detail::start_retry<Signature>(target, std::move(policy), std::forward<Operation>(op), retry_any{},
+  return detail::start_retry<Signature>(target, policy, std::forward<Operation>(op), retry_any{},
                                         std::forward<CompletionToken>(token));
 }
 
 /// As above, retrying only the failures `retry_if(error)` accepts.
 template <class Signature = void, class Target, class Operation, class RetryIf, class CompletionToken>
 auto async_retry(Target&& target, backoff policy, Operation&& op, RetryIf&& retry_if, CompletionToken&& token) {
-  return detail::start_retry<Signature>(target, std::move(policy), std::forward<Operation>(op),
-                                        std::forward<RetryIf>(retry_if), std::forward<CompletionToken>(token));
+  return detail::start_retry<Signature>(target, policy, std::forward<Operation>(op), std::forward<RetryIf>(retry_if),
+                                        std::forward<CompletionToken>(token));
 }
 
 } // namespace metronome

@@ -102,7 +102,7 @@ BOOST_AUTO_TEST_CASE(the_coroutines_value_when_it_finishes_first) {
 // has finished (its 3 ms clean-up included), with timed_out.
 BOOST_AUTO_TEST_CASE(the_deadline_cancels_the_coroutine_and_waits_for_it_to_finish) {
   std::promise<std::pair<std::string, bool>> p;
-  async_timeout(pool, 10ms, work(1h, 7), [&](std::exception_ptr e, int v) {
+  async_timeout(pool, 10ms, work(1h, 7), [&](const std::exception_ptr& e, int v) {
     p.set_value({what(e) + (v == 0 ? "" : " with a value"), cleaned_up.load()});
   });
   auto f = p.get_future();
@@ -139,13 +139,13 @@ BOOST_AUTO_TEST_CASE(the_coroutines_exception_propagates_at_once) {
 
 BOOST_AUTO_TEST_CASE(an_awaitable_void_in_time_and_timed_out) {
   std::promise<std::string> in_time;
-  async_timeout(ex, 10ms, work_void(5ms), [&](std::exception_ptr e) { in_time.set_value(what(e)); });
+  async_timeout(ex, 10ms, work_void(5ms), [&](const std::exception_ptr& e) { in_time.set_value(what(e)); });
   BOOST_TEST(poll_until([&] { return pool.stats().delayed_queued == 2; }));
   c.advance(5ms);
   BOOST_TEST(in_time.get_future().get() == "none");
 
   std::promise<std::string> late;
-  async_timeout(ex, 10ms, work_void(20ms), [&](std::exception_ptr e) { late.set_value(what(e)); });
+  async_timeout(ex, 10ms, work_void(20ms), [&](const std::exception_ptr& e) { late.set_value(what(e)); });
   BOOST_TEST(poll_until([&] { return pool.stats().delayed_queued == 2; }));
   c.advance(10ms);
   BOOST_TEST(poll_until([&] { return cleaning && pool.stats().delayed_queued == 1; }));
@@ -179,7 +179,7 @@ BOOST_AUTO_TEST_CASE(with_deferred_the_deadline_counts_from_the_launch) {
   c.advance(1h);
   BOOST_TEST(pool.stats().delayed_queued == 0u);
   std::promise<int> p;
-  std::move(op)([&](std::exception_ptr e, int v) { p.set_value(e ? -1 : v); });
+  std::move(op)([&](const std::exception_ptr& e, int v) { p.set_value(e ? -1 : v); });
   auto f = p.get_future();
   BOOST_TEST(poll_until([&] { return pool.stats().delayed_queued == 2; }));
   c.advance(9ms);
@@ -194,8 +194,9 @@ BOOST_AUTO_TEST_CASE(with_deferred_the_deadline_counts_from_the_launch) {
 BOOST_AUTO_TEST_CASE(per_operation_cancellation_delivers_the_coroutines_outcome) {
   asio::cancellation_signal sig;
   std::promise<std::string> p;
-  async_timeout(ex, 1h, work(1h, 7),
-                asio::bind_cancellation_slot(sig.slot(), [&](std::exception_ptr e, int) { p.set_value(what(e)); }));
+  async_timeout(ex, 1h, work(1h, 7), asio::bind_cancellation_slot(sig.slot(), [&](const std::exception_ptr& e, int) {
+                  p.set_value(what(e));
+                }));
   BOOST_TEST(poll_until([&] { return pool.stats().delayed_queued == 2; }));
   asio::post(pool, [&] { sig.emit(asio::cancellation_type::terminal); });
   BOOST_TEST(
@@ -208,7 +209,7 @@ BOOST_AUTO_TEST_CASE(per_operation_cancellation_delivers_the_coroutines_outcome)
 BOOST_AUTO_TEST_CASE(a_deadline_of_zero_times_out) {
   c.set_auto_advance(true);
   std::promise<std::pair<std::string, int>> p;
-  async_timeout(ex, -1s, work(1min, 7), [&](std::exception_ptr e, int v) { p.set_value({what(e), v}); });
+  async_timeout(ex, -1s, work(1min, 7), [&](const std::exception_ptr& e, int v) { p.set_value({what(e), v}); });
   auto [e, v] = p.get_future().get();
   BOOST_TEST(e == "timed_out");
   BOOST_TEST(v == 0);

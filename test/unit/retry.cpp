@@ -56,7 +56,7 @@ backoff exact(std::size_t retries) {
 // A scripted operation: attempt n (from 0) takes `took` of the pool's time, then
 // completes with outcome(n) and n. It is cancellable (its wait sees the slot).
 struct scripted {
-  scripted(scheduled_thread_pool::executor_type e, manual_clock* c) : ex(e), clock(c) {}
+  scripted(scheduled_thread_pool::executor_type e, manual_clock* c) : ex(std::move(e)), clock(c) {}
   scheduled_thread_pool::executor_type ex;
   manual_clock* clock;
   std::function<error_code(int)> outcome;
@@ -332,7 +332,7 @@ BOOST_AUTO_TEST_CASE(a_coroutine_attempt_retried_on_its_exceptions) {
 
   calls = 0;
   std::promise<std::string> p;
-  async_retry(pool, exact(1), attempt, [&](std::exception_ptr e, int) {
+  async_retry(pool, exact(1), attempt, [&](const std::exception_ptr& e, int) {
     try {
       std::rethrow_exception(e);
     } catch (const std::exception& x) {
