@@ -19,6 +19,7 @@
 #include <chrono>
 #include <cstddef>
 #include <exception>
+#include <stdexcept>
 #include <type_traits>
 #include <utility>
 
@@ -131,7 +132,8 @@ private:
  * `target`'s executor, as for `co_spawn`.
  * @param token any completion token; the handler runs on its associated executor
  * (default: `target`'s).
- * @throws std::bad_alloc from the call when the operation cannot be started.
+ * @throws std::invalid_argument if `coroutine` is empty (default-constructed or moved
+ * from); std::bad_alloc when the operation cannot be started.
  *
  * @par Thread Safety
  * Cancellation reaches the coroutine from the thread where the deadline's wait or the
@@ -144,6 +146,7 @@ auto async_timeout(Target&& target, std::chrono::duration<Rep, Period> timeout,
                    boost::asio::awaitable<T, AwaitableExecutor> coroutine, CompletionToken&& token) {
   static_assert(detail::is_delay_target_v<Target>,
                 "metronome::async_timeout: the first argument must be an Asio executor or execution context");
+  if (!coroutine.valid()) throw std::invalid_argument("metronome: async_timeout of an empty awaitable");
   using executor = detail::delay_executor_t<Target>;
   using signature = typename detail::timeout_signature<T>::type;
   return boost::asio::async_initiate<CompletionToken, signature>(

@@ -78,25 +78,28 @@ template <class Executor, class Operation, class RetryIf, class Error, class... 
 class retry_op<Executor, Operation, RetryIf, void(Error, Args...)> {
   using values = std::tuple<Error, std::decay_t<Args>...>;
 
-  struct state {
+  // What the operation is made of, until the launch allocates its state.
+  struct parts {
     Executor ex;
     Operation op;
     RetryIf retry_if;
     backoff policy;
+  };
+  struct state : parts {
+    explicit state(parts&& p) : parts(std::move(p)) {}
     std::optional<values> last; // the failed attempt the pause follows
     bool pausing = false;
   };
 
 public:
   retry_op(const Executor& ex, Operation op, RetryIf retry_if, backoff policy)
-      : init_(state{ex, std::move(op), std::move(retry_if), policy, std::nullopt, false}) {}
+      : init_{ex, std::move(op), std::move(retry_if), policy} {}
 
   // Launch: the first attempt at once.
   template <class Self>
   void operator()(Self& self) {
     using alloc = typename std::allocator_traits<typename Self::allocator_type>::template rebind_alloc<state>;
-    state_ = std::allocate_shared<state>(alloc(self.get_allocator()), std::move(*init_));
-    init_.reset();
+    state_ = std::allocate_shared<state>(alloc(self.get_allocator()), std::move(init_));
     attempt(self);
   }
 
@@ -155,7 +158,7 @@ private:
     std::apply([&](auto&&... x) { self.complete(std::move(x)...); }, std::move(out));
   }
 
-  std::optional<state> init_;
+  parts init_; // moved into state_ at the launch
   std::shared_ptr<state> state_;
 };
 

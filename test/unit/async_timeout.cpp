@@ -215,4 +215,12 @@ BOOST_AUTO_TEST_CASE(a_deadline_of_zero_times_out) {
   BOOST_TEST(v == 0);
 }
 
+BOOST_AUTO_TEST_CASE(an_empty_awaitable_is_refused_at_the_call) {
+  BOOST_CHECK_THROW(async_timeout(ex, 1s, asio::awaitable<int>(), asio::detached), std::invalid_argument);
+  auto moved = work(1ms, 1);
+  auto kept = std::move(moved);
+  BOOST_CHECK_THROW(async_timeout(ex, 1s, std::move(moved), asio::detached), std::invalid_argument); // NOLINT
+  BOOST_TEST(pool.stats().delayed_queued == 0u);
+}
+
 BOOST_AUTO_TEST_SUITE_END()
