@@ -1,15 +1,16 @@
-// Retry with backoff in a coroutine: each attempt is bounded by cancel_after, failed
-// attempts wait an exponential, capped, fully jittered delay. It runs on a manual clock
-// with auto-advance, so minutes of timeouts and back-off take milliseconds — the way to
-// test such code. Swap the pool options for a real pool and the same code runs for real.
+// Retry with backoff as one operation: async_retry runs an attempt again after each
+// failure, waiting an exponential, capped, fully jittered delay; each attempt is a
+// coroutine bounded by async_timeout. It runs on a manual clock with auto-advance, so
+// minutes of timeouts and back-off take milliseconds — the way to test such code. Swap
+// the pool options for a real pool and the same code runs for real.
 #include <metronome/metronome.hpp>
 
-#include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
 #include <chrono>
+#include <exception>
 #include <future>
 #include <iostream>
 
@@ -37,23 +38,33 @@ int main() {
       pool,
       [&]() -> asio::awaitable<void> {
         auto ex = pool.get_executor();
-        metronome::backoff retry({.initial = 1s, .multiplier = 2.0, .cap = 1min, .max_attempts = 5, .seed = 2024});
-        for (int attempt = 1;; ++attempt) {
-          // The attempt, bounded by 2 s: co_spawn's own completion goes through cancel_after.
-          auto [e, value] = co_await asio::co_spawn(ex, call_service(ex, attempt),
-                                                    metronome::cancel_after(2s, asio::as_tuple(asio::use_awaitable)));
-          if (!e) {
-            std::cout << "[" << virt() << " ms] attempt " << attempt << " answered " << value << "\n";
-            result.set_value(value);
-            co_return;
+        int attempt = 0;
+        // One attempt: the call, bounded by 2 s. Signature void(std::exception_ptr, int).
+        auto call_once = [&](auto&& token) {
+          ++attempt;
+          std::cout << "[" << virt() << " ms] attempt " << attempt << "\n";
+          return metronome::async_timeout(ex, 2s, call_service(ex, attempt), std::forward<decltype(token)>(token));
+        };
+        // Up to 5 retries, 1 s, 2 s, 4 s... (jittered); only timeouts are worth another try.
+        auto timed_out = [](const std::exception_ptr& e) {
+          try {
+            std::rethrow_exception(e);
+          } catch (const boost::system::system_error& x) {
+            return x.code() == asio::error::timed_out;
+          } catch (...) {
+            return false;
           }
-          auto wait = retry.next();
-          if (!wait) break;
-          std::cout << "[" << virt() << " ms] attempt " << attempt << " timed out; retry in "
-                    << std::chrono::duration_cast<std::chrono::milliseconds>(*wait).count() << " ms\n";
-          co_await metronome::async_delay(ex, *wait, asio::use_awaitable);
+        };
+        try {
+          const int value = co_await metronome::async_retry(
+              ex, metronome::backoff({.initial = 1s, .multiplier = 2.0, .cap = 1min, .max_attempts = 5, .seed = 2024}),
+              call_once, timed_out, asio::use_awaitable);
+          std::cout << "[" << virt() << " ms] attempt " << attempt << " answered " << value << "\n";
+          result.set_value(value);
+        } catch (const std::exception& e) { // the last attempt's error, once the retries ran out
+          std::cout << "[" << virt() << " ms] gave up: " << e.what() << "\n";
+          result.set_value(-1);
         }
-        result.set_value(-1);
       },
       asio::detached);
 

@@ -131,6 +131,10 @@ void pool_core::report(const std::exception_ptr& e) noexcept {
     print_unhandled(e, "task");
 }
 
+void pool_core::report_dropped(const std::exception_ptr& e) noexcept {
+  if (e && opts_.exception_handler) call_exception_handler(opts_.exception_handler, e, "the pool's exception handler");
+}
+
 void print_unhandled(const std::exception_ptr& e, const char* where) noexcept {
   if (!e) {
     std::fprintf(stderr, "metronome: unhandled error in %s (no exception object)\n", where);

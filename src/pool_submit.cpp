@@ -135,7 +135,8 @@ void pool_core::discard_task(task_base* t, const char* why) noexcept {
     t->complete(false);
   } catch (...) {
   }
-  if (is_op && why) report(std::make_exception_ptr(rejected_execution(why)));
+  // Every `why` names a shutdown the user asked for (or the terminated pool it left).
+  if (is_op && why) report_dropped(std::make_exception_ptr(rejected_execution(why)));
 }
 
 // discard_oldest: takes the oldest queued task of the typed API out of the ready queue

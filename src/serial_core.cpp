@@ -236,6 +236,14 @@ void serial_core::report(std::exception_ptr e) noexcept {
   }
 }
 
+void serial_core::report_dropped(std::exception_ptr e) noexcept {
+  if (!e) return;
+  if (opts_.exception_handler)
+    call_exception_handler(opts_.exception_handler, e, "a serial executor's exception handler");
+  else if (owner_pool_)
+    owner_pool_->report_dropped(e);
+}
+
 void serial_core::track(scheduled_task_base* t) noexcept {
   std::lock_guard lk(reg_mtx_);
   t->extras().reg_prev = nullptr;

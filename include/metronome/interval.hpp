@@ -207,7 +207,8 @@ private:
 /// Ticks on a fixed grid for coroutines and other asynchronous code (Tokio's `interval`).
 /**
  * Ticks fall due at `start`, `start + period`, `start + 2·period`… (by default `start`
- * is the construction time, so the first tick completes at once). `async_tick(token)`
+ * is the construction time, so the first tick completes at once; a duration `first`
+ * instead of a time point counts from the construction time). `async_tick(token)`
  * waits for the next one (signature `void(error_code, clock::time_point due)`); the wait
  * is one node in the delay queue of the metronome pool behind the executor (else the
  * shared timing pool) and the handler runs on its associated executor (default: the
@@ -257,6 +258,16 @@ public:
                  std::chrono::duration<Rep, Ratio> period, missed_tick missed = missed_tick::burst)
       : ex_(detail::delay_target<std::remove_cvref_t<Target>>::get(target)) {
     init(clock::time_point(detail::saturating_duration(start.time_since_epoch())), period, missed);
+  }
+
+  /// Ticks every `period`, the first one `first` from now (<= 0: now), as
+  /// `schedule_at_fixed_rate(f, initial_delay, period)` counts its first run.
+  /// @throws std::invalid_argument if period < 1 ns.
+  template <class Target, class Rep1, class Ratio1, class Rep2, class Ratio2>
+  basic_interval(Target&& target, std::chrono::duration<Rep1, Ratio1> first,
+                 std::chrono::duration<Rep2, Ratio2> period, missed_tick missed = missed_tick::burst)
+      : ex_(detail::delay_target<std::remove_cvref_t<Target>>::get(target)) {
+    init(detail::saturating_add(detail::pool_core_of(ex_).now(), first), period, missed);
   }
 
   basic_interval(basic_interval&&) noexcept = default;

@@ -3,6 +3,7 @@
 #define METRONOME_METRONOME_HPP
 
 #include <metronome/async_delay.hpp>
+#include <metronome/async_timeout.hpp>
 #include <metronome/backoff.hpp>
 #include <metronome/cancel_after.hpp>
 #include <metronome/errors.hpp>
@@ -10,6 +11,7 @@
 #include <metronome/latency_histogram.hpp>
 #include <metronome/manual_clock.hpp>
 #include <metronome/options.hpp>
+#include <metronome/retry.hpp>
 #include <metronome/scheduled_future.hpp>
 #include <metronome/scheduled_thread_pool.hpp>
 #include <metronome/serial_executor.hpp>

@@ -75,7 +75,9 @@ struct pool_options {
   bool run_delayed_after_shutdown = true;
   /// After shutdown(), periodic tasks keep running (else they are cancelled).
   bool continue_periodic_after_shutdown = false;
-  /// Receives exceptions of fire-and-forget work; default prints to stderr.
+  /// Receives exceptions of fire-and-forget work, and a `rejected_execution` for each
+  /// piece of executor-path work dropped by a shutdown. Default: prints the former to
+  /// stderr, and says nothing about work a shutdown the user asked for dropped.
   std::function<void(std::exception_ptr)> exception_handler;
   /// Time source: nullptr = `clock` (steady_clock); else a manual clock that must
   /// outlive the pool.
@@ -145,8 +147,9 @@ struct serial_options {
   /// Tasks run per drain turn before the drain re-posts itself to the underlying
   /// executor, so one busy serial executor cannot starve others on the same pool. >= 1.
   std::size_t batch = 64;
-  /// Receives exceptions thrown by fire-and-forget tasks. Default: the pool's handler
-  /// when the underlying executor is a metronome pool, else print to stderr.
+  /// Receives exceptions thrown by fire-and-forget tasks (and work dropped because the
+  /// pool underneath was shut down). Default: the pool's handler when the underlying
+  /// executor is a metronome pool, else print to stderr.
   std::function<void(std::exception_ptr)> exception_handler;
 };
 

@@ -365,7 +365,7 @@ private:
     // shutdown() on another thread), which the pool and a strand over it take.
     if (!detail::internal_post_scope::active() && state_->refuses_outside_work()) {
       state_->note_rejected();
-      state_->report(std::make_exception_ptr(
+      state_->report_dropped(std::make_exception_ptr(
           rejected_execution("metronome: work dropped: the pool under this serial_executor is shut down")));
       return;
     }

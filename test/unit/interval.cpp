@@ -83,6 +83,28 @@ BOOST_AUTO_TEST_CASE(an_interval_on_the_pool_object_with_a_start_time) {
   BOOST_TEST((it.next_tick() == t0 + 15ms));
 }
 
+// As schedule_at_fixed_rate(f, initial_delay, period): a duration for the first tick
+// counts from construction; zero or negative means now.
+BOOST_AUTO_TEST_CASE(a_duration_for_the_first_tick_counts_from_now) {
+  c.advance(2ms);
+  const time_point made = c.now();
+  interval it(pool.get_executor(), 5ms, 10ms);
+  BOOST_TEST((it.next_tick() == made + 5ms));
+  BOOST_TEST((it.period() == 10ms));
+  auto f = it.async_tick(asio::use_future);
+  c.advance(4ms);
+  BOOST_TEST(not_ready(f));
+  c.advance(1ms);
+  BOOST_TEST((f.get() == made + 5ms));
+  BOOST_TEST((it.next_tick() == made + 15ms));
+
+  interval at_once(pool, -3s, 10ms, missed_tick::skip); // negative: now, on the pool object
+  BOOST_TEST((at_once.next_tick() == c.now()));
+  BOOST_TEST((at_once.missed() == missed_tick::skip));
+  BOOST_TEST((tick_now(at_once) == c.now()));
+  BOOST_CHECK_THROW(interval(pool.get_executor(), 1ms, 0ms), std::invalid_argument);
+}
+
 BOOST_AUTO_TEST_CASE(burst_hands_out_every_missed_tick_at_once) {
   interval it(pool.get_executor(), 10ms, missed_tick::burst);
   tick_now(it);

@@ -29,6 +29,8 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace asio = boost::asio;
@@ -52,6 +54,10 @@ constexpr int big = 1000000;
 #endif
 
 using pool_serial = metronome::serial_executor<scheduled_thread_pool::executor_type>;
+// The type the README names for a pool's serial executor (a class member's type).
+static_assert(std::is_same_v<decltype(make_serial_executor(std::declval<scheduled_thread_pool&>())), pool_serial>);
+static_assert(std::is_same_v<decltype(make_serial_executor(std::declval<scheduled_thread_pool::executor_type>())),
+                             pool_serial>);
 static_assert(asio::execution::executor<pool_serial>);
 static_assert(asio::is_executor<pool_serial>::value);
 static_assert(std::is_convertible_v<pool_serial, asio::any_io_executor>);

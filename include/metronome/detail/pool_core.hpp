@@ -225,6 +225,10 @@ public:
   std::size_t max_thread_count() const noexcept { return max_threads_; }
 
   void report(const std::exception_ptr& e) noexcept;
+  // Work dropped because the user shut the pool down (shutdown(), shutdown_now(), the
+  // destructor): to the exception handler the user installed, which sees every drop;
+  // the default handler stays quiet, as Asio destroys unrun handlers without a word.
+  void report_dropped(const std::exception_ptr& e) noexcept;
 
   void on_time_advanced() override;
   bool quiescent(clock::time_point& next_due) noexcept override;

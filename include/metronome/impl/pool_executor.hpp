@@ -48,7 +48,8 @@ struct executor_bits {
  *   ready queue, waking a parked worker only when no worker is awake to take it.
  * - Never throws for queueing reasons: after shutdown, work from outside the pool is
  *   dropped, counted in `stats().rejected` and reported to the exception handler as
- *   `rejected_execution`; work from the pool's own threads is accepted until the pool
+ *   `rejected_execution` (an installed one: the default handler does not print work
+ *   dropped by a shutdown the user asked for); work from the pool's own threads is accepted until the pool
  *   is idle. An empty function is reported as `std::invalid_argument`.
  * - Exceptions thrown by the function go to the pool's exception handler.
  *

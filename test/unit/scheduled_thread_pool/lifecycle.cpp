@@ -4,11 +4,14 @@
 
 #include <metronome/detail/node_cache.hpp>
 #include <metronome/manual_clock.hpp>
+#include <metronome/serial_executor.hpp>
 
+#include "common/exception_log.hpp"
 #include "common/held_pool.hpp"
 #include "common/latch_task.hpp"
 #include "common/manual_pool.hpp"
 #include "common/poll_until.hpp"
+#include "common/stderr_capture.hpp"
 
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/defer.hpp>
@@ -25,6 +28,7 @@
 #include <malloc.h>
 #include <memory>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -184,6 +188,73 @@ BOOST_AUTO_TEST_CASE(executor_path_drops_outside_work_after_shutdown_and_reports
   BOOST_TEST(ran.load() == 0);
   BOOST_TEST(rejected_reports.load() == 1);
   BOOST_TEST(pool.stats().rejected == 1u);
+}
+
+// A normal shutdown is quiet (issue 29): Asio destroys unrun handlers without a word, so
+// the default handler prints nothing for work a shutdown the user asked for dropped -
+// after shutdown_now(), after shutdown(), on a serial executor over such a pool - while
+// stats() still counts each drop and a task that throws is still printed.
+BOOST_AUTO_TEST_CASE(the_default_handler_does_not_print_work_dropped_by_a_requested_shutdown) {
+  metronome::test::stderr_capture err;
+  {
+    scheduled_thread_pool now_pool(1);
+    auto serial = metronome::make_serial_executor(now_pool);
+    std::atomic<int> ran{0};
+    boost::asio::post(now_pool, [] { throw std::runtime_error("a real failure"); });
+    metronome::test::gate g;
+    metronome::test::gate busy;
+    boost::asio::post(now_pool, [&] {
+      busy.open();
+      g.wait();
+    });
+    busy.wait();
+    boost::asio::post(now_pool, [&] { ++ran; }); // queued: shutdown_now() hands it back
+    auto back = now_pool.shutdown_now();
+    g.open();
+    boost::asio::post(now_pool, [&] { ++ran; }); // after shutdown_now(): dropped
+    boost::asio::post(serial, [&] { ++ran; });   // likewise, through a serial executor
+    now_pool.join();
+    BOOST_TEST(back.size() == 1u);
+    BOOST_TEST(ran.load() == 0);
+    BOOST_TEST(now_pool.stats().rejected == 2u);
+
+    scheduled_thread_pool pool(1);
+    pool.shutdown();
+    boost::asio::post(pool, [&] { ++ran; }); // after shutdown(): dropped
+    pool.join();
+    boost::asio::post(pool, [&] { ++ran; }); // after termination: dropped
+    BOOST_TEST(ran.load() == 0);
+    BOOST_TEST(pool.stats().rejected == 2u);
+  }
+  const std::string printed = err.take();
+  BOOST_TEST(printed.find("a real failure") != std::string::npos, printed); // still printed
+  BOOST_TEST(printed.find("work dropped") == std::string::npos, printed);
+  BOOST_TEST(printed.find("rejected") == std::string::npos, printed);
+}
+
+// ...but a handler the user installed sees every one of those drops.
+BOOST_AUTO_TEST_CASE(an_installed_handler_sees_every_drop_of_a_requested_shutdown) {
+  metronome::test::exception_log log;
+  pool_options o;
+  o.threads = 1;
+  o.exception_handler = log.handler();
+  metronome::test::stderr_capture err;
+  {
+    scheduled_thread_pool pool(o);
+    auto serial = metronome::make_serial_executor(pool);
+    (void)pool.shutdown_now();
+    boost::asio::post(pool, [] {});
+    boost::asio::post(serial, [] {});
+    pool.join();
+    boost::asio::post(pool, [] {});
+    BOOST_TEST(pool.stats().rejected == 3u);
+  }
+  BOOST_TEST(err.take().empty());
+  const auto seen = log.messages();
+  BOOST_TEST_REQUIRE(seen.size() == 3u);
+  BOOST_TEST(seen[0] == "metronome: work dropped: the pool was shut down now");
+  BOOST_TEST(seen[1] == "metronome: work dropped: the pool under this serial_executor is shut down");
+  BOOST_TEST(seen[2] == "metronome: work dropped: the pool was shut down now"); // terminated since
 }
 
 BOOST_AUTO_TEST_CASE(work_from_pool_threads_is_accepted_while_shutting_down) {

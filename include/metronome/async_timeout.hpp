@@ -1,0 +1,175 @@
+// async_timeout: a coroutine run with a deadline (Tokio's `timeout(d, future)`).
+#ifndef METRONOME_ASYNC_TIMEOUT_HPP
+#define METRONOME_ASYNC_TIMEOUT_HPP
+
+#include <metronome/async_delay.hpp>
+
+#include <boost/asio/associator.hpp>
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/cancellation_type.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/deferred.hpp>
+#include <boost/asio/error.hpp>
+#include <boost/asio/experimental/parallel_group.hpp>
+#include <boost/system/error_code.hpp>
+#include <boost/system/system_error.hpp>
+
+#include <array>
+#include <chrono>
+#include <cstddef>
+#include <exception>
+#include <stdexcept>
+#include <type_traits>
+#include <utility>
+
+namespace metronome {
+namespace detail {
+
+inline std::exception_ptr timed_out_exception() {
+  return std::make_exception_ptr(boost::system::system_error(boost::system::error_code(boost::asio::error::timed_out),
+                                                             "metronome: async_timeout"));
+}
+
+template <class T>
+struct timeout_signature {
+  using type = void(std::exception_ptr, T);
+};
+template <>
+struct timeout_signature<void> {
+  using type = void(std::exception_ptr);
+};
+
+// The group's condition: whichever finishes first, the other is cancelled (terminal).
+struct cancel_the_other {
+  template <class... Args>
+  boost::asio::cancellation_type_t operator()(Args&&...) const noexcept {
+    return boost::asio::cancellation_type::terminal;
+  }
+};
+
+// The group's completion (order, the coroutine's result, the deadline's error_code)
+// turned into the coroutine's signature. The deadline won only if its wait completed
+// first and without error (an aborted wait: the user's cancellation or a shutdown).
+template <class Handler, class T>
+class timeout_handler {
+public:
+  explicit timeout_handler(Handler h) : handler_(std::move(h)) {}
+
+  template <class V>
+  void operator()(std::array<std::size_t, 2> order, std::exception_ptr e, V&& v, boost::system::error_code deadline) {
+    if (order[0] == 1 && !deadline)
+      std::move(handler_)(timed_out_exception(), T());
+    else
+      std::move(handler_)(std::move(e), std::forward<V>(v));
+  }
+  void operator()(std::array<std::size_t, 2> order, std::exception_ptr e, boost::system::error_code deadline) {
+    if (order[0] == 1 && !deadline)
+      std::move(handler_)(timed_out_exception());
+    else
+      std::move(handler_)(std::move(e));
+  }
+
+  const Handler& get() const noexcept { return handler_; }
+
+private:
+  Handler handler_;
+};
+
+template <class Executor>
+class initiate_timeout {
+public:
+  using executor_type = Executor;
+  explicit initiate_timeout(const Executor& ex) : ex_(ex) {}
+  executor_type get_executor() const noexcept { return ex_; }
+
+  template <class Handler, class T, class AwaitableExecutor>
+  void operator()(Handler&& handler, boost::asio::awaitable<T, AwaitableExecutor> coroutine,
+                  clock::duration timeout) const {
+    namespace x = boost::asio::experimental;
+    x::make_parallel_group(boost::asio::co_spawn(ex_, std::move(coroutine), boost::asio::deferred),
+                           async_delay(ex_, timeout, boost::asio::deferred))
+        .async_wait(cancel_the_other(), timeout_handler<std::decay_t<Handler>, T>(std::forward<Handler>(handler)));
+  }
+
+private:
+  Executor ex_;
+};
+
+} // namespace detail
+
+/// Runs a coroutine with a deadline: its result, or `asio::error::timed_out`.
+/**
+ * @code
+ * try {
+ *   int v = co_await metronome::async_timeout(strand, 2s, fetch(), asio::use_awaitable);
+ * } catch (const boost::system::system_error& e) {
+ *   if (e.code() == asio::error::timed_out) ...
+ * }
+ * @endcode
+ * `co_spawn`s `coroutine` on `target`'s executor and waits `timeout` there (an
+ * `async_delay`: on a metronome pool, one node of its delay queue, so a `manual_clock`
+ * drives it). The signature is `co_spawn`'s: `void(std::exception_ptr, T)`
+ * (`void(std::exception_ptr)` for `awaitable<void>`), so `co_await` returns the value
+ * or rethrows.
+ *
+ * - Done first: its value, or its exception, at once (the deadline's wait is cancelled).
+ * - Deadline first: the coroutine is cancelled through its cancellation slot
+ *   (`cancellation_type::terminal`: the `co_await` it is suspended in throws
+ *   `operation_aborted` unless it filtered cancellation), and the operation completes
+ *   only once the coroutine has finished — its clean-up included, no frame left
+ *   running — with a `boost::system::system_error` carrying `asio::error::timed_out`
+ *   (and a value-initialised `T`), whatever the cancelled coroutine returned or threw.
+ * - Per-operation cancellation through the handler's slot cancels both the coroutine
+ *   and the deadline; the coroutine's own outcome is delivered (usually
+ *   `operation_aborted`). So does a deadline whose pool aborted the wait at shutdown.
+ *
+ * @param target an Asio executor or execution context: the coroutine is co-spawned on
+ * its executor, and the deadline is an `async_delay` there.
+ * @param timeout from the launch (with `deferred`, from when the operation is launched);
+ * <= 0: due at once (the coroutine starts and is cancelled at its first suspension).
+ * @param coroutine the `asio::awaitable<T>` to run; its executor type must accept
+ * `target`'s executor, as for `co_spawn`.
+ * @param token any completion token; the handler runs on its associated executor
+ * (default: `target`'s).
+ * @throws std::invalid_argument if `coroutine` is empty (default-constructed or moved
+ * from); std::bad_alloc when the operation cannot be started.
+ *
+ * @par Thread Safety
+ * Cancellation reaches the coroutine from the thread where the deadline's wait or the
+ * handler's slot completes: as for any coroutine cancelled from outside, give it a
+ * serialised executor (a strand, a `serial_executor`, a one-thread pool or an
+ * `io_context` run by one thread) when its pool has several threads.
+ */
+template <class Target, class Rep, class Period, class T, class AwaitableExecutor, class CompletionToken>
+auto async_timeout(Target&& target, std::chrono::duration<Rep, Period> timeout,
+                   boost::asio::awaitable<T, AwaitableExecutor> coroutine, CompletionToken&& token) {
+  static_assert(detail::is_delay_target_v<Target>,
+                "metronome::async_timeout: the first argument must be an Asio executor or execution context");
+  if (!coroutine.valid()) throw std::invalid_argument("metronome: async_timeout of an empty awaitable");
+  using executor = detail::delay_executor_t<Target>;
+  using signature = typename detail::timeout_signature<T>::type;
+  return boost::asio::async_initiate<CompletionToken, signature>(
+      detail::initiate_timeout<executor>(detail::delay_target<std::remove_cvref_t<Target>>::get(target)), token,
+      std::move(coroutine), detail::saturating_duration(timeout));
+}
+
+} // namespace metronome
+
+namespace boost::asio {
+
+template <template <class, class> class Associator, class Handler, class T, class Default>
+struct associator<Associator, metronome::detail::timeout_handler<Handler, T>, Default> {
+  using type = typename Associator<Handler, Default>::type;
+  static type get(const metronome::detail::timeout_handler<Handler, T>& h) noexcept {
+    return Associator<Handler, Default>::get(h.get());
+  }
+  static auto get(const metronome::detail::timeout_handler<Handler, T>& h, const Default& d) noexcept
+      -> decltype(Associator<Handler, Default>::get(h.get(), d)) {
+    return Associator<Handler, Default>::get(h.get(), d);
+  }
+};
+
+} // namespace boost::asio
+
+#endif

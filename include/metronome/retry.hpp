@@ -1,0 +1,248 @@
+// async_retry: an asynchronous operation run again with backoff delays.
+#ifndef METRONOME_RETRY_HPP
+#define METRONOME_RETRY_HPP
+
+#include <metronome/async_delay.hpp>
+#include <metronome/backoff.hpp>
+#include <metronome/detail/task.hpp>
+
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/cancellation_type.hpp>
+#include <boost/asio/compose.hpp>
+#include <boost/asio/error.hpp>
+#include <boost/system/error_code.hpp>
+#include <boost/system/system_error.hpp>
+
+#include <cstddef>
+#include <exception>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <system_error>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+namespace metronome {
+
+/// The default retry predicate of `async_retry`: every failure is worth another attempt.
+struct retry_any {
+  template <class Error>
+  bool operator()(const Error&) const noexcept {
+    return true;
+  }
+};
+
+namespace detail {
+
+template <class Signature>
+struct retry_signature_traits {
+  static constexpr bool valid = false;
+};
+template <class Error, class... Args>
+struct retry_signature_traits<void(Error, Args...)> {
+  static constexpr bool valid = std::is_same_v<Error, boost::system::error_code> ||
+                                std::is_same_v<Error, std::error_code> || std::is_same_v<Error, std::exception_ptr>;
+};
+
+// Signature = void: the operation's own, probed as Asio does (`op(token)`).
+template <class Signature, class Operation>
+struct retry_signature {
+  using type = Signature;
+};
+template <class Operation>
+struct retry_signature<void, Operation> {
+  using type = boost::asio::completion_signature_of_t<Operation&>;
+};
+
+// What a retry that was cancelled during a pause (or whose pause its timing pool
+// aborted) reports in place of the last attempt's error.
+template <class Error>
+Error aborted_retry_error() {
+  const boost::system::error_code aborted(boost::asio::error::operation_aborted);
+  if constexpr (std::is_same_v<Error, std::exception_ptr>)
+    return std::make_exception_ptr(boost::system::system_error(aborted));
+  else
+    return Error(aborted);
+}
+
+template <class Executor, class Operation, class RetryIf, class Signature>
+class retry_op;
+
+// Ground rules. One attempt or one pause is outstanding at a time, never both; `pausing`
+// says which one the next invocation completes. The operation, the predicate and the
+// backoff live in `state`, allocated with the handler's associated allocator, so that
+// an attempt's operation keeps its address while the composed operation moves into the
+// attempt's handler. The state is freed before the user's handler runs.
+template <class Executor, class Operation, class RetryIf, class Error, class... Args>
+class retry_op<Executor, Operation, RetryIf, void(Error, Args...)> {
+  using values = std::tuple<Error, std::decay_t<Args>...>;
+
+  // What the operation is made of, until the launch allocates its state.
+  struct parts {
+    Executor ex;
+    Operation op;
+    RetryIf retry_if;
+    backoff policy;
+  };
+  struct state : parts {
+    explicit state(parts&& p) : parts(std::move(p)) {}
+    std::optional<values> last; // the failed attempt the pause follows
+    bool pausing = false;
+  };
+
+public:
+  retry_op(const Executor& ex, Operation op, RetryIf retry_if, backoff policy)
+      : init_{ex, std::move(op), std::move(retry_if), policy} {}
+
+  // Launch: the first attempt at once.
+  template <class Self>
+  void operator()(Self& self) {
+    using alloc = typename std::allocator_traits<typename Self::allocator_type>::template rebind_alloc<state>;
+    state_ = std::allocate_shared<state>(alloc(self.get_allocator()), std::move(init_));
+    attempt(self);
+  }
+
+  // An attempt's completion (`Error, Args...`) or a pause's (`error_code`): `pausing` says which.
+  template <class Self, class A0, class... A>
+  void operator()(Self& self, A0&& a0, A&&... a) {
+    constexpr bool pause_like = sizeof...(A) == 0 && std::is_convertible_v<A0, boost::system::error_code>;
+    constexpr bool attempt_like = std::is_constructible_v<values, A0&&, A&&...>;
+    static_assert(pause_like || attempt_like,
+                  "metronome::async_retry: the operation completed with arguments its signature does not take");
+    if (state_->pausing) {
+      if constexpr (pause_like) pause_done(self, boost::system::error_code(std::forward<A0>(a0)));
+      return;
+    }
+    if constexpr (attempt_like) attempt_done(self, values(std::forward<A0>(a0), std::forward<A>(a)...));
+  }
+
+private:
+  template <class Self>
+  void attempt(Self& self) {
+    state_->pausing = false;
+    std::shared_ptr<state> keep = state_; // the operation must outlive its own call
+    keep->op(std::move(self));
+  }
+
+  template <class Self>
+  void attempt_done(Self& self, values&& v) {
+    state& s = *state_;
+    const Error& e = std::get<0>(v);
+    if (!e || self.cancelled() != boost::asio::cancellation_type::none || !s.retry_if(e))
+      return finish(self, std::move(v));
+    const std::optional<clock::duration> pause = s.policy.next();
+    if (!pause) return finish(self, std::move(v)); // attempts ran out: the last error
+    s.last.emplace(std::move(v));
+    s.pausing = true;
+    const Executor ex = s.ex;
+    async_delay(ex, *pause, std::move(self));
+  }
+
+  template <class Self>
+  void pause_done(Self& self, boost::system::error_code ec) {
+    state& s = *state_;
+    if (ec || self.cancelled() != boost::asio::cancellation_type::none) {
+      values v = std::move(*s.last);
+      std::get<0>(v) = aborted_retry_error<Error>();
+      return finish(self, std::move(v));
+    }
+    s.last.reset();
+    attempt(self);
+  }
+
+  template <class Self>
+  void finish(Self& self, values&& v) {
+    values out(std::move(v));
+    state_.reset(); // freed before the upcall, as Asio's operations do
+    std::apply([&](auto&&... x) { self.complete(std::move(x)...); }, std::move(out));
+  }
+
+  parts init_; // moved into state_ at the launch
+  std::shared_ptr<state> state_;
+};
+
+template <class Signature, class Target, class Operation, class RetryIf, class CompletionToken>
+auto start_retry(Target& target, const backoff& policy, Operation&& op, RetryIf&& retry_if, CompletionToken&& token) {
+  static_assert(is_delay_target_v<Target>,
+                "metronome::async_retry: the first argument must be an Asio executor or execution context");
+  using op_type = std::decay_t<Operation>;
+  using sig = typename retry_signature<Signature, op_type>::type;
+  static_assert(retry_signature_traits<sig>::valid,
+                "metronome::async_retry: the operation must complete with an error first "
+                "(boost::system::error_code, std::error_code or std::exception_ptr)");
+  if (is_empty_callable(op)) throw std::invalid_argument("metronome: async_retry of an empty operation");
+  if (is_empty_callable(retry_if)) throw std::invalid_argument("metronome: async_retry with an empty predicate");
+  using executor = delay_executor_t<Target>;
+  const executor ex = delay_target<std::remove_cvref_t<Target>>::get(target);
+  return boost::asio::async_compose<CompletionToken, sig>(
+      retry_op<executor, op_type, std::decay_t<RetryIf>, sig>(ex, std::forward<Operation>(op),
+                                                              std::forward<RetryIf>(retry_if), policy),
+      token, ex);
+}
+
+} // namespace detail
+
+/// Runs an asynchronous operation again, with `backoff` pauses, until it succeeds.
+/**
+ * @code
+ * auto [ec] = co_await metronome::async_retry(
+ *     pool, metronome::backoff({.initial = 100ms, .cap = 5s, .max_attempts = 6}),
+ *     [&](auto&& token) { return sock.async_connect(ep, std::forward<decltype(token)>(token)); },
+ *     asio::as_tuple(asio::use_awaitable));
+ * @endcode
+ *
+ * @param target an Asio executor or execution context: the pauses are `async_delay`
+ * waits on it (so a pool on a `manual_clock` times them), and the operation holds
+ * outstanding work on it while it runs, as Asio's composed operations do.
+ * @param policy the pauses: the first attempt starts at once; after each failed one,
+ * `policy.next()` is waited for, and when it says stop the last attempt's result is
+ * delivered. `max_attempts = N` allows N retries, N + 1 attempts; 0 retries forever.
+ * @param op called once per attempt with a completion token, it starts the attempt and
+ * returns what the initiating function returns: `[&](auto&& t) { return
+ * sock.async_connect(ep, std::forward<decltype(t)>(t)); }`, or a coroutine, `[&](auto&&
+ * t) { return asio::co_spawn(ex, call(), std::forward<decltype(t)>(t)); }`. Its
+ * completion signature (probed as `asio::completion_signature_of` does, or given as
+ * the first template argument: `async_retry<void(error_code, std::size_t)>(...)`) is
+ * `async_retry`'s, and must start with a `boost::system::error_code`, a
+ * `std::error_code` or a `std::exception_ptr`: an attempt succeeded when it is empty.
+ * The callable stays at one address for the whole operation and is called from the
+ * handler's executor; it is destroyed before the handler runs.
+ * @param retry_if `bool(const Error&)`, asked after each failed attempt whether to try
+ * again (default `retry_any`: always); false delivers that attempt's result. It must not
+ * throw.
+ * @param token any completion token; the handler gets the last attempt's arguments.
+ *
+ * Per-operation cancellation (terminal, Asio's default for composed operations)
+ * through the handler's slot reaches the running attempt (its operation sees the
+ * slot) or the pause. A cancelled attempt's own result is delivered, whatever the
+ * predicate says; a cancelled pause delivers `asio::error::operation_aborted` (for a
+ * `std::exception_ptr`: a `boost::system::system_error` with it) and the values of the
+ * attempt before it. So does a pause its timing pool aborts (at shutdown). The
+ * intermediate handlers run on the handler's associated executor (default: `target`'s)
+ * and the state is allocated with its associated allocator. Each pause is one node in
+ * the delay queue; there is no other timer.
+ *
+ * @throws std::invalid_argument if `op` or `retry_if` is empty (a null function
+ * pointer, an empty `std::function`); what `op` throws on the first attempt.
+ *
+ * @par Thread Safety
+ * As for any Asio operation: emit cancellation from the handler's executor; the
+ * operation's I/O objects are used from that executor.
+ */
+template <class Signature = void, class Target, class Operation, class CompletionToken>
+auto async_retry(Target&& target, backoff policy, Operation&& op, CompletionToken&& token) {
+  return detail::start_retry<Signature>(target, policy, std::forward<Operation>(op), retry_any{},
+                                        std::forward<CompletionToken>(token));
+}
+
+/// As above, retrying only the failures `retry_if(error)` accepts.
+template <class Signature = void, class Target, class Operation, class RetryIf, class CompletionToken>
+auto async_retry(Target&& target, backoff policy, Operation&& op, RetryIf&& retry_if, CompletionToken&& token) {
+  return detail::start_retry<Signature>(target, policy, std::forward<Operation>(op), std::forward<RetryIf>(retry_if),
+                                        std::forward<CompletionToken>(token));
+}
+
+} // namespace metronome
+
+#endif

@@ -1,0 +1,226 @@
+#include <metronome/async_timeout.hpp>
+
+#include <metronome/async_delay.hpp>
+#include <metronome/manual_clock.hpp>
+#include <metronome/scheduled_thread_pool.hpp>
+
+#include "common/manual_pool.hpp"
+#include "common/poll_until.hpp"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/deferred.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/use_future.hpp>
+#include <boost/test/unit_test.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <exception>
+#include <future>
+#include <stdexcept>
+#include <string>
+
+namespace asio = boost::asio;
+using namespace std::chrono_literals;
+using boost::system::error_code;
+using metronome::async_delay;
+using metronome::async_timeout;
+using metronome::manual_clock;
+using metronome::scheduled_thread_pool;
+using metronome::test::on_clock;
+using metronome::test::poll_until;
+
+namespace {
+
+struct fixture {
+  manual_clock c;
+  scheduled_thread_pool pool{on_clock(c)}; // one thread: the coroutines' context is serialised
+  scheduled_thread_pool::executor_type ex = pool.get_executor();
+  std::atomic<bool> cleaning{false};
+  std::atomic<bool> cleaned_up{false};
+
+  // Works for `took`, then returns `value`. Cancelled, it cleans up for 3 ms first.
+  asio::awaitable<int> work(metronome::clock::duration took, int value) {
+    std::exception_ptr failed;
+    try {
+      co_await async_delay(ex, took, asio::use_awaitable);
+    } catch (const boost::system::system_error&) {
+      failed = std::current_exception();
+    }
+    if (failed) { // no co_await inside a handler
+      co_await asio::this_coro::reset_cancellation_state();
+      cleaning = true; // its own wait was cancelled and left the queue
+      co_await async_delay(ex, 3ms, asio::use_awaitable);
+      cleaned_up = true;
+      std::rethrow_exception(failed);
+    }
+    co_return value;
+  }
+  asio::awaitable<void> work_void(metronome::clock::duration took) { co_await work(took, 0); }
+
+  // What the exception is: "timed_out", "aborted", or its what().
+  static std::string what(const std::exception_ptr& e) {
+    if (!e) return "none";
+    try {
+      std::rethrow_exception(e);
+    } catch (const boost::system::system_error& x) {
+      if (x.code() == asio::error::timed_out) return "timed_out";
+      if (x.code() == asio::error::operation_aborted) return "aborted";
+      return x.what();
+    } catch (const std::exception& x) {
+      return x.what();
+    }
+  }
+  template <class F>
+  static bool not_ready(F& f) {
+    return f.wait_for(20ms) == std::future_status::timeout;
+  }
+};
+
+} // namespace
+
+BOOST_FIXTURE_TEST_SUITE(async_timeout_suite, fixture)
+
+BOOST_AUTO_TEST_CASE(the_coroutines_value_when_it_finishes_first) {
+  auto f = async_timeout(ex, 10ms, work(5ms, 7), asio::use_future);
+  BOOST_TEST(poll_until([&] { return pool.stats().delayed_queued == 2; })); // its wait, the deadline
+  c.advance(5ms);
+  // At once: not at the deadline (which the clock never reaches here).
+  BOOST_TEST_REQUIRE(poll_until([&] { return f.wait_for(0s) == std::future_status::ready; }, 5s));
+  BOOST_TEST(f.get() == 7);
+  BOOST_TEST(poll_until([&] { return pool.stats().delayed_queued == 0; })); // the deadline left at once
+  BOOST_TEST(!cleaned_up.load());
+}
+
+// On time-out the coroutine is cancelled and the operation completes only after it
+// has finished (its 3 ms clean-up included), with timed_out.
+BOOST_AUTO_TEST_CASE(the_deadline_cancels_the_coroutine_and_waits_for_it_to_finish) {
+  std::promise<std::pair<std::string, bool>> p;
+  async_timeout(pool, 10ms, work(1h, 7), [&](const std::exception_ptr& e, int v) {
+    p.set_value({what(e) + (v == 0 ? "" : " with a value"), cleaned_up.load()});
+  });
+  auto f = p.get_future();
+  BOOST_TEST(poll_until([&] { return pool.stats().delayed_queued == 2; }));
+  c.advance(10ms);
+  BOOST_TEST(poll_until([&] { return cleaning && pool.stats().delayed_queued == 1; })); // the clean-up's wait
+  BOOST_TEST(not_ready(f));
+  c.advance(3ms);
+  auto [outcome, was_clean] = f.get();
+  BOOST_TEST(outcome == "timed_out");
+  BOOST_TEST(was_clean); // the coroutine finished before the handler ran
+}
+
+// Its exception propagates at once, without waiting for the deadline.
+BOOST_AUTO_TEST_CASE(the_coroutines_exception_propagates_at_once) {
+  auto f = async_timeout(
+      ex, 1h,
+      [](scheduled_thread_pool::executor_type e) -> asio::awaitable<int> {
+        co_await async_delay(e, 1ms, asio::use_awaitable);
+        throw std::runtime_error("broken");
+      }(ex),
+      asio::use_future);
+  BOOST_TEST(poll_until([&] { return pool.stats().delayed_queued == 2; }));
+  c.advance(1ms);
+  BOOST_TEST_REQUIRE(poll_until([&] { return f.wait_for(0s) == std::future_status::ready; }, 5s));
+  try {
+    f.get();
+    BOOST_FAIL("expected the coroutine's exception");
+  } catch (const std::runtime_error& e) {
+    BOOST_TEST(std::string(e.what()) == "broken");
+  }
+  BOOST_TEST(poll_until([&] { return pool.stats().delayed_queued == 0; }));
+}
+
+BOOST_AUTO_TEST_CASE(an_awaitable_void_in_time_and_timed_out) {
+  std::promise<std::string> in_time;
+  async_timeout(ex, 10ms, work_void(5ms), [&](const std::exception_ptr& e) { in_time.set_value(what(e)); });
+  BOOST_TEST(poll_until([&] { return pool.stats().delayed_queued == 2; }));
+  c.advance(5ms);
+  BOOST_TEST(in_time.get_future().get() == "none");
+
+  std::promise<std::string> late;
+  async_timeout(ex, 10ms, work_void(20ms), [&](const std::exception_ptr& e) { late.set_value(what(e)); });
+  BOOST_TEST(poll_until([&] { return pool.stats().delayed_queued == 2; }));
+  c.advance(10ms);
+  BOOST_TEST(poll_until([&] { return cleaning && pool.stats().delayed_queued == 1; }));
+  c.advance(3ms);
+  BOOST_TEST(late.get_future().get() == "timed_out");
+}
+
+BOOST_AUTO_TEST_CASE(in_a_coroutine_with_use_awaitable_and_as_tuple) {
+  c.set_auto_advance(true);
+  std::promise<std::string> p;
+  asio::co_spawn(
+      pool,
+      [&]() -> asio::awaitable<void> {
+        std::string out = std::to_string(co_await async_timeout(ex, 1s, work(10ms, 7), asio::use_awaitable));
+        try {
+          co_await async_timeout(ex, 1s, work(1min, 8), asio::use_awaitable);
+        } catch (const boost::system::system_error& e) {
+          out += e.code() == asio::error::timed_out ? " timed_out" : " other";
+        }
+        auto [e, v] = co_await async_timeout(ex, 1s, work(2s, 9), asio::as_tuple(asio::use_awaitable));
+        out += " " + what(e) + " " + std::to_string(v);
+        p.set_value(out);
+      },
+      asio::detached);
+  BOOST_TEST(p.get_future().get() == "7 timed_out timed_out 0");
+}
+
+// With deferred the deadline counts from the launch.
+BOOST_AUTO_TEST_CASE(with_deferred_the_deadline_counts_from_the_launch) {
+  auto op = async_timeout(ex, 10ms, work(15ms, 7), asio::deferred);
+  c.advance(1h);
+  BOOST_TEST(pool.stats().delayed_queued == 0u);
+  std::promise<int> p;
+  std::move(op)([&](const std::exception_ptr& e, int v) { p.set_value(e ? -1 : v); });
+  auto f = p.get_future();
+  BOOST_TEST(poll_until([&] { return pool.stats().delayed_queued == 2; }));
+  c.advance(9ms);
+  BOOST_TEST(not_ready(f));
+  c.advance(1ms);
+  BOOST_TEST(poll_until([&] { return cleaning && pool.stats().delayed_queued == 1; }));
+  c.advance(3ms);
+  BOOST_TEST(f.get() == -1);
+}
+
+// Cancelling the whole operation cancels the coroutine (not a time-out): its outcome.
+BOOST_AUTO_TEST_CASE(per_operation_cancellation_delivers_the_coroutines_outcome) {
+  asio::cancellation_signal sig;
+  std::promise<std::string> p;
+  async_timeout(ex, 1h, work(1h, 7), asio::bind_cancellation_slot(sig.slot(), [&](const std::exception_ptr& e, int) {
+                  p.set_value(what(e));
+                }));
+  BOOST_TEST(poll_until([&] { return pool.stats().delayed_queued == 2; }));
+  asio::post(pool, [&] { sig.emit(asio::cancellation_type::terminal); });
+  BOOST_TEST(
+      poll_until([&] { return cleaning && pool.stats().delayed_queued == 1; })); // the clean-up; the deadline left
+  c.advance(3ms);
+  BOOST_TEST(p.get_future().get() == "aborted");
+  BOOST_TEST(cleaned_up.load());
+}
+
+BOOST_AUTO_TEST_CASE(a_deadline_of_zero_times_out) {
+  c.set_auto_advance(true);
+  std::promise<std::pair<std::string, int>> p;
+  async_timeout(ex, -1s, work(1min, 7), [&](const std::exception_ptr& e, int v) { p.set_value({what(e), v}); });
+  auto [e, v] = p.get_future().get();
+  BOOST_TEST(e == "timed_out");
+  BOOST_TEST(v == 0);
+}
+
+BOOST_AUTO_TEST_CASE(an_empty_awaitable_is_refused_at_the_call) {
+  BOOST_CHECK_THROW(async_timeout(ex, 1s, asio::awaitable<int>(), asio::detached), std::invalid_argument);
+  auto moved = work(1ms, 1);
+  auto kept = std::move(moved);
+  BOOST_CHECK_THROW(async_timeout(ex, 1s, std::move(moved), asio::detached), std::invalid_argument); // NOLINT
+  BOOST_TEST(pool.stats().delayed_queued == 0u);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
