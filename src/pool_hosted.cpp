@@ -17,7 +17,7 @@ namespace metronome::detail {
 // host_timed_ to it before the host arms its timer. So no due time is left untimed:
 // either the drive saw it, or its push found host_timed_ later and asked again.
 // Kept by drive_hosted() and wake_for_new_head_locked(); tested by the hosted-core
-// stop-here test (test/unit/timing_service.cpp, hook hosted_drive_before_arm).
+// stop-here test (test/unit/detail/timing_service.cpp, hook hosted_drive_before_arm).
 pool_core::drive_result pool_core::drive_hosted(std::size_t budget) noexcept {
   assert(host_ && "metronome: drive_hosted() on a pool with threads of its own");
   worker& w = *host_worker_;

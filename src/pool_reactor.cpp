@@ -72,7 +72,7 @@ void destroy_reactor_timer(reactor_timer* t) noexcept { delete t; }
 // (wake_some_locked, wake_all_locked, wake_for_new_head_locked, park's hand-off): the
 // role is taken and given up under mtx_, and an interrupt made before the waiter enters
 // epoll_wait still ends that wait (Asio's interrupter is edge-triggered and re-armed by
-// the interrupt). Stop-here test: hook reactor_before_wait (test/unit/pool_io.cpp).
+// the interrupt). Stop-here test: hook reactor_before_wait (test/unit/scheduled_thread_pool/io.cpp).
 void pool_core::attach_reactor(boost::asio::detail::scheduler_task* reactor) noexcept {
   std::lock_guard lk(mtx_); // (the scheduler's mutex is held: its lock comes before ours)
   reactor_.store(reactor, std::memory_order_relaxed);

@@ -84,7 +84,7 @@ pool_core& hosted_timing_core(boost::asio::execution_context& ctx, timing_host_f
 // A request moves idle -> posted (and posts) or running -> rerun; the drive leaves
 // running for idle only by a compare-exchange that fails on rerun. The timer's expiry
 // starts a drive itself (idle -> running) or requests one. Stop-here test: hook
-// hosted_drive_before_idle (test/unit/timing_service.cpp).
+// hosted_drive_before_idle (test/unit/detail/timing_service.cpp).
 void timing_host_base::request_drive() noexcept {
   int s = state_.load(std::memory_order_acquire);
   for (;;) {

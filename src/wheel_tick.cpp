@@ -63,7 +63,7 @@ wait_node* wheel_tick_node(wheel_tick* t) noexcept { return t; }
 // (a Dekker pair with tick_once(), which stores it before its last look at the inbox).
 // Kept by rearm_tick_locked() and tick_once(); tested by
 // `a_timeout_pushed_while_the_hosted_tick_chooses_its_deadline_fires_on_time` (hook
-// wheel_timer_before_sleep) (test/unit/timing_service.cpp).
+// wheel_timer_before_sleep) (test/unit/detail/timing_service.cpp).
 void wheel_core::rearm_tick_locked(std::uint64_t when) noexcept {
   if (!tick_ || stopped_ || forked_child_.load(std::memory_order_relaxed) || tick_state_ == tick_state::running) return;
   if (tick_state_ == tick_state::armed) {

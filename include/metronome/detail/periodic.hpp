@@ -10,7 +10,7 @@
 namespace metronome::detail {
 
 // When a periodic task runs next, as a pure function of its schedule and of the run that
-// just ended (tested through the pool in test/unit/scheduled_thread_pool.cpp):
+// just ended (tested through the pool in test/unit/scheduled_thread_pool/basics.cpp):
 //   fixed delay: the end of the run + period;
 //   fixed rate, run started on time: previous due + period, under every policy;
 //   late (the next grid point is already past): burst -> previous due + period (runs

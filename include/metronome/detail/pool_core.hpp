@@ -75,7 +75,7 @@ protected:
   ~pool_shutdown_listener() = default;
 };
 
-// What a hosted core (pool_core with no threads of its own, timing_service.cpp) has in
+// What a hosted core (pool_core with no threads of its own, src/timing_service.cpp) has in
 // place of workers: an Asio context whose threads run its work.
 class core_host {
 public:

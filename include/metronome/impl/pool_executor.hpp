@@ -19,7 +19,7 @@ namespace metronome::detail {
 // An Asio strand's invoker: the strand queues it on the pool on behalf of handlers it
 // already accepted, so it is internal work (accepted after shutdown until the pool
 // terminates). Dropping it would leave the strand locked, every handler behind it lost.
-// Names Asio's detail type (Boost 1.81); test/unit/pool_reliability.cpp breaks if it moves.
+// Names Asio's detail type (Boost 1.81); test/unit/scheduled_thread_pool/lifecycle.cpp breaks if it moves.
 template <class F>
 struct is_strand_invoker : std::false_type {};
 template <class Executor, class Void>
