@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Installs what metronome needs on Debian 12 when it is missing: a C++20 compiler,
-# CMake, Ninja, Boost 1.81 (Asio, Boost.Test). Safe to run again; needs root or sudo
+# CMake, Ninja, Boost 1.81 (Asio, Boost.Test), doxygen (the API reference test). Safe to run again; needs root or sudo
 # only when something is missing.
 set -euo pipefail
 need=()
-for pkg in g++ clang-14 cmake ninja-build libboost1.81-dev libboost-test1.81-dev; do
+for pkg in g++ clang-14 cmake ninja-build libboost1.81-dev libboost-test1.81-dev doxygen; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then

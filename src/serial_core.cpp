@@ -236,7 +236,7 @@ void serial_core::report(std::exception_ptr e) noexcept {
   }
 }
 
-void serial_core::report_dropped(std::exception_ptr e) noexcept {
+void serial_core::report_dropped(const std::exception_ptr& e) noexcept {
   if (!e) return;
   if (opts_.exception_handler)
     call_exception_handler(opts_.exception_handler, e, "a serial executor's exception handler");

@@ -82,6 +82,7 @@ public:
 
   /// Delays handed out since construction or reset().
   std::size_t attempts() const noexcept { return attempts_; }
+  /// The options it was made with.
   const backoff_options& options() const noexcept { return o_; }
 
 private:

@@ -22,6 +22,7 @@ namespace metronome {
 template <class CompletionToken, class Timing = void>
 class cancel_after_t {
 public:
+  /// @cond internal
   template <class T>
   cancel_after_t(T&& token, clock::duration amount, bool relative, boost::asio::cancellation_type_t type,
                  detail::timing_holder<Timing> timing)
@@ -32,6 +33,7 @@ public:
   bool relative_;
   boost::asio::cancellation_type_t type_;
   detail::timing_holder<Timing> timing_;
+  /// @endcond
 };
 
 namespace detail {

@@ -243,6 +243,7 @@ private:
 template <class Executor>
 class basic_interval {
 public:
+  /// The executor its waits complete on (the target's).
   using executor_type = Executor;
 
   /// Ticks every `period`, the first one now. @throws std::invalid_argument if period < 1 ns.
@@ -270,14 +271,18 @@ public:
     init(detail::saturating_add(detail::pool_core_of(ex_).now(), first), period, missed);
   }
 
+  /// Movable (the moved-from interval is empty); not copyable.
   basic_interval(basic_interval&&) noexcept = default;
   basic_interval& operator=(basic_interval&&) = delete;
   ~basic_interval() {
     if (state_) cancel();
   }
 
+  /// The executor given at construction.
   executor_type get_executor() const noexcept { return ex_; }
+  /// The period between ticks.
   clock::duration period() const noexcept { return state_->period; }
+  /// What follows a tick that completes late (missed_tick).
   missed_tick missed() const noexcept { return state_->missed; }
   /// Due time of the next tick not yet handed out (while a tick is outstanding: the one
   /// after it if it completes on time; the policy settles it when it completes).

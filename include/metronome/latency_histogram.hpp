@@ -28,7 +28,9 @@ namespace metronome {
  */
 class latency_histogram {
 public:
+  /// Number of buckets (log2 of nanoseconds).
   static constexpr std::size_t bucket_count = 32;
+  /// The unit of recorded samples.
   using duration = std::chrono::nanoseconds;
 
   /// The bucket a duration falls into.
@@ -60,20 +62,25 @@ public:
     for (auto c : counts_) n += c;
     return n;
   }
+  /// Whether no sample was recorded.
   bool empty() const noexcept { return total() == 0; }
 
   /// The upper bound of the bucket holding the `q`-quantile (0 < q <= 1);
   /// `duration::zero()` when empty.
   duration percentile(double q) const noexcept;
+  /// percentile(0.50).
   duration p50() const noexcept { return percentile(0.50); }
+  /// percentile(0.99).
   duration p99() const noexcept { return percentile(0.99); }
   /// The upper bound of the highest non-empty bucket; zero when empty.
   duration max_bound() const noexcept;
 
+  /// Adds the counts of `o` to this one.
   latency_histogram& operator+=(const latency_histogram& o) noexcept {
     for (std::size_t b = 0; b < bucket_count; ++b) counts_[b] += o.counts_[b];
     return *this;
   }
+  /// Equal when every bucket holds the same count.
   friend bool operator==(const latency_histogram&, const latency_histogram&) = default;
 
 private:

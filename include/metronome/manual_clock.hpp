@@ -28,7 +28,9 @@ class clock_listener;
  */
 class manual_clock {
 public:
+  /// metronome::clock's duration (nanoseconds).
   using duration = clock::duration;
+  /// metronome::clock's time point.
   using time_point = clock::time_point;
 
   /// Starts at `start` (by default one hour after the clock's epoch).
@@ -57,11 +59,13 @@ public:
    * Timing wheels on the clock neither block nor drive it. Turning it on checks at once.
    */
   void set_auto_advance(bool on);
+  /// Whether auto-advance is on.
   bool auto_advance() const noexcept { return auto_.load(std::memory_order_acquire); }
 
   /// While alive, auto-advance waits (e.g. while a test thread submits work).
   class hold_guard {
   public:
+    /// Holds `c`'s auto-advance until destroyed.
     explicit hold_guard(manual_clock& c) noexcept;
     hold_guard(const hold_guard&) = delete;
     hold_guard& operator=(const hold_guard&) = delete;
@@ -70,6 +74,7 @@ public:
   private:
     manual_clock& c_;
   };
+  /// Holds auto-advance while the returned guard lives.
   [[nodiscard]] hold_guard hold() noexcept { return hold_guard(*this); }
 
   /// @cond internal

@@ -42,7 +42,9 @@ enum class on_exception {
 
 /// Per-task options of `schedule_at_fixed_rate` / `schedule_with_fixed_delay`.
 struct periodic_options {
+  /// What follows a late run: burst (default), delay or skip.
   missed_tick missed = missed_tick::burst;
+  /// A run that throws stops the task (default) or the schedule continues.
   on_exception on_error = on_exception::stop;
   /// Spreads runs (folly FunctionScheduler-style): each run after the first is due at
   /// its time on the schedule plus a uniform offset in [-jitter, +jitter] x period. The

@@ -28,6 +28,7 @@ namespace metronome {
 /// The default retry predicate of `async_retry`: every failure is worth another attempt.
 struct retry_any {
   template <class Error>
+  /// Always true.
   bool operator()(const Error&) const noexcept {
     return true;
   }

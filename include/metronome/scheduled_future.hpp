@@ -36,6 +36,7 @@ class serial_executor;
 template <class R>
 class scheduled_future {
 public:
+  /// The task's result type.
   using value_type = R;
 
   /// An empty handle (`valid() == false`).
@@ -129,6 +130,7 @@ public:
   template <class CompletionToken>
   auto async_wait(CompletionToken&& token);
 
+  /// Equal when both refer to the same task (or both are empty).
   friend bool operator==(const scheduled_future& a, const scheduled_future& b) noexcept {
     return a.task_.get() == b.task_.get();
   }

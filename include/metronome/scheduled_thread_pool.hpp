@@ -29,7 +29,9 @@ namespace metronome {
 class pending_task {
 public:
   pending_task() noexcept = default;
+  /// Moves the task out of `o` (left empty).
   pending_task(pending_task&& o) noexcept : task_(std::exchange(o.task_, nullptr)) {}
+  /// Destroys the task held (unrun, its handle cancelled), then takes `o`'s.
   pending_task& operator=(pending_task&& o) noexcept;
   ~pending_task();
 
@@ -37,9 +39,11 @@ public:
   /// task's own exception propagates.
   void operator()();
 
+  /// Whether it holds a task.
   explicit operator bool() const noexcept { return task_ != nullptr; }
   /// Whether this came from `submit`/`schedule…` (it has a handle) rather than the executor path.
   bool has_handle() const noexcept { return task_ && task_->is_scheduled(); }
+  /// Whether it is a periodic task (fixed rate or fixed delay).
   bool is_periodic() const noexcept { return task_ && task_->kind_ == detail::task_kind::periodic; }
 
 private:
@@ -78,7 +82,9 @@ public:
   /// detaches that one.
   ~scheduled_thread_pool();
 
+  /// The pool's Asio executor (post, dispatch, defer, co_spawn).
   executor_type get_executor() noexcept;
+  /// Same as get_executor().
   executor_type executor() noexcept;
 
   /// The pool's current time (its manual clock when it has one).
@@ -135,7 +141,9 @@ public:
     return core_->await_termination(detail::saturating_duration(timeout));
   }
 
+  /// Whether shutdown() or shutdown_now() was called (or the pool terminated in a forked child).
   bool is_shutdown() const noexcept { return core_->is_shutdown(); }
+  /// Whether the pool has terminated: shut down or joined, and idle.
   bool is_terminated() const noexcept { return core_->is_terminated(); }
 
   /// A snapshot of the pool's counters.

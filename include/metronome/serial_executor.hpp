@@ -146,6 +146,7 @@ private:
 template <class Executor>
 class serial_executor {
 public:
+  /// The executor the drains run on.
   using inner_executor_type = Executor;
 
   /// A serial executor over `ex`. @throws std::invalid_argument if `opts.batch` is 0.
@@ -155,6 +156,7 @@ public:
     state_ = std::make_shared<detail::serial_state<Executor>>(ex, std::move(opts), timers, owner);
   }
 
+  /// The executor the drains run on.
   const Executor& get_inner_executor() const noexcept { return state_->inner(); }
 
   /// Whether the calling thread is running a task of this serial executor.
@@ -202,12 +204,18 @@ public:
    * `io_context`) while delayed serial work may still be falling due.
    */
   void dispose() const noexcept { state_->dispose(); }
+  /// Whether dispose() was called.
   bool is_disposed() const noexcept { return state_->is_disposed(); }
 
-  // ---- Asio executor
+  /// @name Asio executor (standard executor properties and execute)
+  /// blocking.never / blocking.possibly (`dispatch` runs inline on the executor's own
+  /// thread), relationship, outstanding_work and allocator preferences accepted and
+  /// ignored, the underlying executor's context.
+  ///@{
   // Each of these has an rvalue overload that moves the state instead of copying it:
   // asio::post() applies three of them in a row to a temporary, and every copy of a
   // serial_executor is an atomic increment and decrement of its shared state.
+  /// The standard executor requirements (Asio's execution properties, `execute`): see the group.
   serial_executor require(boost::asio::execution::blocking_t::never_t) const& noexcept {
     return with_blocking_never(serial_executor(*this), true);
   }
@@ -259,13 +267,23 @@ public:
     enqueue_op(std::forward<Function>(f), !blocking_never_);
   }
 
+  ///@}
+
+  /// Equal when both are copies of one serial executor (one queue).
   friend bool operator==(const serial_executor& a, const serial_executor& b) noexcept { return a.state_ == b.state_; }
+  /// Not equal.
   friend bool operator!=(const serial_executor& a, const serial_executor& b) noexcept { return a.state_ != b.state_; }
 
-  // ---- Networking TS
+  /// @name Networking TS executor (context, work counting, dispatch, post, defer)
+  /// The older executor requirements, for code written against them.
+  ///@{
+  /// The underlying executor's execution context.
   auto& context() const noexcept { return query(boost::asio::execution::context); }
+  /// Nothing (work counting is the underlying executor's).
   void on_work_started() const noexcept {}
+  /// Nothing.
   void on_work_finished() const noexcept {}
+  /// Runs `f` inline when called on this executor's own thread, else queues it.
   template <class Function, class Allocator>
   void dispatch(Function&& f, const Allocator&) const {
     if (state_->running_in_this_thread()) {
@@ -275,14 +293,17 @@ public:
     }
     enqueue_op(std::forward<Function>(f), true);
   }
+  /// Queues `f`.
   template <class Function, class Allocator>
   void post(Function&& f, const Allocator&) const {
     enqueue_op(std::forward<Function>(f));
   }
+  /// Queues `f` (as post).
   template <class Function, class Allocator>
   void defer(Function&& f, const Allocator&) const {
     enqueue_op(std::forward<Function>(f));
   }
+  ///@}
 
 private:
   template <class R, class F>

@@ -231,9 +231,11 @@ public:
     bool reset(std::chrono::duration<Rep, Period> delay) noexcept {
       return e_ && e_->reset(detail::saturating_duration(delay));
     }
+    /// Whether cancel() (or the wheel's stop) won over firing.
     bool is_cancelled() const noexcept { return e_ && e_->state() == detail::wheel_entry::cancelled; }
     /// Whether it fell due (queued on the executor, running or done).
     bool is_expired() const noexcept { return e_ && e_->is_due(); }
+    /// Whether it refers to a timeout (a default-constructed one does not).
     bool valid() const noexcept { return static_cast<bool>(e_); }
 
   private:

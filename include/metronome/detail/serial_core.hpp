@@ -65,7 +65,7 @@ public:
   void report(std::exception_ptr e) noexcept override;
   // Work refused because the pool underneath was shut down: as pool_core::report_dropped
   // (this executor's own handler, else the pool's installed one; never printed).
-  void report_dropped(std::exception_ptr e) noexcept;
+  void report_dropped(const std::exception_ptr& e) noexcept;
   void track(scheduled_task_base* t) noexcept;
 
   bool enqueue_due(scheduled_task_base* t) noexcept override;
