@@ -191,7 +191,8 @@ void wheel_core::terminate_in_child(wheel_anchor& a) noexcept {
   a.handing_over.store(own_hand_overs(a), std::memory_order_relaxed);
 }
 
-void wheel_core::hand_over_unlocked(wheel_anchor& a, std::unique_lock<std::mutex>& lk, chain& fired) noexcept {
+void wheel_core::hand_over_unlocked(wheel_anchor& a, std::unique_lock<std::mutex>& lk, chain& fired,
+                                    bool handle) noexcept {
   if (!fired.head) {
     lk.unlock();
     return;
@@ -203,7 +204,7 @@ void wheel_core::hand_over_unlocked(wheel_anchor& a, std::unique_lock<std::mutex
   if (!pool) ex.emplace(ex_);
   a.handing_over.fetch_add(1, std::memory_order_relaxed);
   lk.unlock();
-  METRONOME_TEST_HOOK(hook_point::wheel_handover_after_unlock);
+  if (handle) METRONOME_TEST_HOOK(hook_point::wheel_handover_after_unlock);
   hand_over_frame frame{&a, hand_overs};
   hand_overs = &frame;
   dispatch_to(pool, ex ? &*ex : nullptr, fired);

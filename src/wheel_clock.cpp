@@ -82,8 +82,10 @@ wheel_core::turn wheel_core::turn_locked(std::unique_lock<std::mutex>& lk, chain
   const bool arrived = drain_inbox_locked(fired) != never;
   advance_locked(tick_of(now()), fired);
   if (fired.head) {
-    lk.unlock();
-    dispatch(fired);
+    // Counted as a hand-over: the wheel may be destroyed on another thread meanwhile, and
+    // its destructor waits for this dispatch, which reads nothing of the wheel (it was a
+    // use after free under ThreadSanitizer when the tick read the wheel's executor here).
+    hand_over_unlocked(a, lk, fired, false);
     lk.lock();
     return enrolled(a, id) ? turn::again : turn::wheel_gone;
   }

@@ -273,9 +273,11 @@ private:
   void dispatch(chain& fired) noexcept { dispatch_to(pool_, &ex_, fired); }
   // Reads nothing of the wheel, which the user code it may run can destroy.
   static void dispatch_to(pool_core* pool, const boost::asio::any_io_executor* ex, chain& fired) noexcept;
-  // For handles: lets go of the mutex (held by lk, the wheel live) and then hands `fired`
-  // over, counted in the anchor's handing_over.
-  void hand_over_unlocked(wheel_anchor& a, std::unique_lock<std::mutex>& lk, chain& fired) noexcept;
+  // For handles and the tick: lets go of the mutex (held by lk, the wheel live) and then
+  // hands `fired` over, counted in the anchor's handing_over (the wheel's destructor, on
+  // another thread, waits for it). `handle`: a handle's (the test hook's point).
+  void hand_over_unlocked(wheel_anchor& a, std::unique_lock<std::mutex>& lk, chain& fired,
+                          bool handle = true) noexcept;
   // After the wheel retired its anchor: waits for handles' hand-overs in flight, save
   // those of the calling thread (it may be destroying the wheel from inside one).
   static void wait_for_hand_overs(wheel_anchor& a) noexcept;
