@@ -290,4 +290,27 @@ BOOST_AUTO_TEST_CASE(a_wait_pushed_after_the_pool_s_shutdown_aborted_the_wheel_s
   BOOST_CHECK_EQUAL(calls.load(), 1);
 }
 
+// The tick hands due timeouts over with the wheel's mutex let go, and the wheel is
+// destroyed on another thread meanwhile: the destructor waits for the hand-over (which
+// reads nothing of the wheel), and the tick, back, finds the wheel gone and frees itself.
+// (The tick read the wheel's executor there: a use after free, seen by ThreadSanitizer.)
+BOOST_AUTO_TEST_CASE(a_wheel_destroyed_while_its_tick_hands_timeouts_over_waits_for_it) {
+  scheduled_thread_pool pool(2);
+  auto wheel = std::make_unique<metronome::wheel_timer>(pool);
+  hook_stop stop(hook_point::wheel_tick_after_unlock, true);
+  std::atomic<int> ran{0};
+  wheel->schedule([&] { ran.fetch_add(1); }, 1ms);
+  BOOST_REQUIRE(stop.arrived()); // a worker holds the due timeout, the wheel's mutex free
+  std::atomic<bool> destroyed{false};
+  std::thread destroyer([&] {
+    wheel.reset();
+    destroyed = true;
+  });
+  BOOST_CHECK(!poll_until([&] { return destroyed.load(); }, 50ms)); // waits for the hand-over
+  stop.release();
+  destroyer.join();
+  BOOST_CHECK(destroyed.load());
+  BOOST_CHECK(poll_until([&] { return ran.load() == 1; }, 10s));
+}
+
 BOOST_AUTO_TEST_SUITE_END()

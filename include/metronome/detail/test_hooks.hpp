@@ -42,6 +42,7 @@ enum class hook_point {
   hosted_drive_before_arm,     // a host thread drove a hosted core and read its head; the timer not yet armed
   hosted_drive_before_idle,    // ... armed it; the drive not yet marked idle
   reactor_before_wait,         // a worker took the reactor role and let go of the pool mutex; not in epoll yet
+  wheel_tick_after_unlock,     // a wheel's tick let go of the wheel's mutex; its due timeouts not yet handed over
 };
 
 using hook_function = void (*)(hook_point);
