@@ -204,10 +204,8 @@ void wheel_core::hand_over_unlocked(wheel_anchor& a, std::unique_lock<std::mutex
   if (!pool) ex.emplace(ex_);
   a.handing_over.fetch_add(1, std::memory_order_relaxed);
   lk.unlock();
-  if (handle)
-    METRONOME_TEST_HOOK(hook_point::wheel_handover_after_unlock);
-  else
-    METRONOME_TEST_HOOK(hook_point::wheel_tick_after_unlock);
+  if (handle) METRONOME_TEST_HOOK(hook_point::wheel_handover_after_unlock);
+  if (!handle) METRONOME_TEST_HOOK(hook_point::wheel_tick_after_unlock);
   hand_over_frame frame{&a, hand_overs};
   hand_overs = &frame;
   dispatch_to(pool, ex ? &*ex : nullptr, fired);
