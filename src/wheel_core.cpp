@@ -84,7 +84,8 @@ wheel_core::~wheel_core() {
   if (tick_) {
     std::lock_guard lk(mtx_);
     // Idle (stop() took it out of the heap, or it never went in): ours to free. Queued
-    // on the host or running: it frees itself, finding the wheel gone (wheel_tick.cpp).
+    // on the host or running: it frees itself, finding tick_ no longer itself or the
+    // wheel gone (wheel_tick.cpp) - both read under this mutex.
     if (tick_state_ == tick_state::idle) free_wheel_tick(tick_);
     tick_ = nullptr;
   }

@@ -34,6 +34,11 @@ struct wheel_tick final : wait_node {
       return;
     }
     wheel_core& w = *a.core;
+    if (w.tick_ != t) { // the wheel's destructor saw it busy and left it to free itself
+      lk.unlock();
+      delete t;
+      return;
+    }
     if (action != run_action || t->aborted_) {
       // The host context shuts down (its core closed): no more ticks; the wheel must be
       // destroyed before its executor's context, as any I/O object.
@@ -103,7 +108,9 @@ bool wheel_core::tick_once(std::unique_lock<std::mutex>& lk) noexcept {
   for (;;) {
     if (stopped_ || forked_child_.load(std::memory_order_relaxed)) {
       tick_state_ = tick_state::idle;
-      return true;
+      // The wheel's destructor, past its look at the tick (it saw it busy), let go of
+      // it: the tick frees itself (false), else the destructor frees it, idle.
+      return tick_ != nullptr;
     }
     std::uint64_t until = never;
     const turn next = turn_locked(lk, fired, true, until);
