@@ -18,7 +18,9 @@ namespace metronome::detail {
 // The tick node. It names its wheel by anchor and id, never by pointer: the wheel may be
 // gone while the host still holds the node. Who frees it: the wheel's destructor when it
 // is idle (in no queue); otherwise the node itself, when the host runs or discards it and
-// it finds the wheel gone.
+// it finds the wheel gone, or the wheel's tick_ no longer pointing at it (the destructor
+// saw it busy and let go of it). Both sides read tick_ and tick_state_ under the wheel's
+// mutex, so exactly one frees it.
 struct wheel_tick final : wait_node {
   wheel_tick(wheel_anchor& a, std::uint64_t wheel_id) noexcept : wait_node(&complete), anchor(&a), id(wheel_id) {
     untracked_ = true; // a pool hosting it terminates while it waits (pool_internal.hpp)
