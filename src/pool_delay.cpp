@@ -293,12 +293,20 @@ bool pool_core::on_reset_locked(scheduled_task_base* t, clock::duration delay) n
 
 // ---------------------------------------------------------------- async_delay waits
 
+// A terminated pool's heap takes nothing: the termination is decided under mtx_, and a
+// wait looks at terminated_ again under it before its push (it may have passed the first
+// look just before), so it is either in the heap when the last worker decides - and then
+// holds the termination, unless it is a wheel's tick - or refused (false: the caller
+// completes it aborted; a tick goes idle). Tested by
+// `a_wait_added_as_its_pool_terminates_is_refused_and_completes_aborted` (hook
+// wait_before_lock) (test/handover/pool.cpp).
 bool pool_core::add_wait(wait_node* n, clock::time_point due, clock::time_point current) {
   METRONOME_POOL_CALL(calls_);
   n->set_due(due);
   if (terminated_.load()) return false;
   // A wheel's tick is timed after shutdown() too: the wheel delivers until termination.
   if (due > current && (!shutdown_.load() || n->untracked_)) {
+    METRONOME_TEST_HOOK(hook_point::wait_before_lock);
     std::unique_lock lk(mtx_);
     if (terminated_.load()) return false;
     if (!shutdown_.load() || n->untracked_) {

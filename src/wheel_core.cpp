@@ -89,6 +89,7 @@ wheel_core::~wheel_core() {
     if (tick_state_ == tick_state::idle) free_wheel_tick(tick_);
     tick_ = nullptr;
   }
+  METRONOME_TEST_HOOK(hook_point::wheel_destroy_after_tick_look);
   if (manual_) manual_->detach(this);
   // From here handles find the wheel gone: only entries handed to the executor are
   // still pending, and those need nothing of the wheel.

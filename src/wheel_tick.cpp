@@ -11,6 +11,7 @@
 #include <metronome/detail/test_hooks.hpp>
 #include <metronome/detail/wheel_core.hpp>
 
+#include <atomic>
 #include <new>
 
 namespace metronome::detail {
@@ -21,10 +22,20 @@ namespace metronome::detail {
 // it finds the wheel gone, or the wheel's tick_ no longer pointing at it (the destructor
 // saw it busy and let go of it). Both sides read tick_ and tick_state_ under the wheel's
 // mutex, so exactly one frees it.
+// Tested by `a_tick_running_when_its_wheel_is_destroyed_frees_itself_once` (hooks
+// wheel_tick_after_unlock, wheel_destroy_after_tick_look) (test/handover/wheel.cpp).
+namespace {
+std::atomic<long> ticks_alive{0};
+} // namespace
+
 struct wheel_tick final : wait_node {
   wheel_tick(wheel_anchor& a, std::uint64_t wheel_id) noexcept : wait_node(&complete), anchor(&a), id(wheel_id) {
     untracked_ = true; // a pool hosting it terminates while it waits (pool_internal.hpp)
+    ticks_alive.fetch_add(1, std::memory_order_relaxed);
   }
+  ~wheel_tick() { ticks_alive.fetch_sub(1, std::memory_order_relaxed); }
+  wheel_tick(const wheel_tick&) = delete;
+  wheel_tick& operator=(const wheel_tick&) = delete;
 
   static void complete(task_base* b, unsigned action) noexcept {
     auto* t = static_cast<wheel_tick*>(b);
@@ -59,6 +70,7 @@ struct wheel_tick final : wait_node {
   std::uint64_t id;
 };
 
+long wheel_ticks_alive() noexcept { return ticks_alive.load(std::memory_order_relaxed); }
 wheel_tick* make_wheel_tick(wheel_anchor& a, std::uint64_t id) { return new wheel_tick(a, id); }
 void free_wheel_tick(wheel_tick* t) noexcept { delete t; }
 wait_node* wheel_tick_node(wheel_tick* t) noexcept { return t; }

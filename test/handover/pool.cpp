@@ -3,6 +3,7 @@
 // stranded. docs/design.md states the invariant each case protects.
 #include <metronome/detail/test_hooks.hpp>
 
+#include <metronome/async_delay.hpp>
 #include <metronome/manual_clock.hpp>
 #include <metronome/scheduled_thread_pool.hpp>
 #include <metronome/serial_executor.hpp>
@@ -16,6 +17,7 @@
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/test/unit_test.hpp>
 
@@ -254,6 +256,39 @@ BOOST_AUTO_TEST_CASE(a_push_that_sees_a_termination_backing_off_is_run_not_dropp
   joiner.join();
   BOOST_CHECK_EQUAL(ran.load(), 1);
   BOOST_CHECK_EQUAL(pool.stats().rejected, 0u);
+}
+
+// A timed wait added as the pool terminates. async_delay passed add_wait's termination
+// check and is held before the pool's mutex while join() lets the idle pool terminate
+// (no shutdown(): the wait would go to the heap). Under the mutex it looks again, finds
+// the pool terminated, and is refused: its handler completes aborted at once. Pushed
+// into the terminated pool's heap instead, nobody would look at it until the pool's
+// destruction.
+BOOST_AUTO_TEST_CASE(a_wait_added_as_its_pool_terminates_is_refused_and_completes_aborted) {
+  boost::asio::io_context io;
+  std::thread io_thread;
+  {
+    scheduled_thread_pool pool(1);
+    pool.submit([] {}).wait();
+    hook_stop stop(hook_point::wait_before_lock);
+    std::atomic<int> completions{0};
+    boost::system::error_code result;
+    std::thread waiter([&] {
+      hook_stop::arm_this_thread();
+      metronome::async_delay(pool.get_executor(), 1h, boost::asio::bind_executor(io, [&](boost::system::error_code ec) {
+                               result = ec;
+                               completions.fetch_add(1);
+                             }));
+    });
+    BOOST_REQUIRE(stop.arrived()); // past the termination check; the pool's mutex not taken
+    pool.join();
+    stop.release();
+    waiter.join();
+    io_thread = std::thread([&] { io.run(); }); // the handler's executor, kept busy by the wait
+    BOOST_CHECK(poll_until([&] { return completions.load() == 1; }, 10s)); // the pool still exists
+    BOOST_CHECK(result == boost::asio::error::operation_aborted);
+  }
+  io_thread.join();
 }
 
 // Termination final, and a parked worker woken by it holds the mutex before it has looked

@@ -2,6 +2,7 @@
 // (the library's test hooks): producers and the wheel's tick choosing its sleep, and a cancel
 // racing the executor's settlement of a due timeout. docs/design.md states each invariant.
 #include <metronome/detail/test_hooks.hpp>
+#include <metronome/detail/wheel_core.hpp>
 
 #include <metronome/manual_clock.hpp>
 #include <metronome/scheduled_thread_pool.hpp>
@@ -21,6 +22,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <memory>
 #include <thread>
 
 using namespace std::chrono_literals;
@@ -311,6 +313,71 @@ BOOST_AUTO_TEST_CASE(a_wheel_destroyed_while_its_tick_hands_timeouts_over_waits_
   destroyer.join();
   BOOST_CHECK(destroyed.load());
   BOOST_CHECK(poll_until([&] { return ran.load() == 1; }, 10s));
+}
+
+// The tick node is freed exactly once (wheel_tick.cpp). The destructor looks at the tick
+// while it runs (its mutex let go, handing a timeout over): it lets go of the node
+// without freeing it. The tick, taking the mutex again, finds the wheel stopped and no
+// longer its own: it frees itself - before the wheel is even retired. Freed by the
+// destructor too, the count of live ticks would drop while the tick still runs; freed by
+// neither, it would never come back.
+BOOST_AUTO_TEST_CASE(a_tick_running_when_its_wheel_is_destroyed_frees_itself_once) {
+  const long before = metronome::detail::wheel_ticks_alive();
+  scheduled_thread_pool pool(2);
+  auto wheel = std::make_unique<metronome::wheel_timer>(pool);
+  BOOST_CHECK_EQUAL(metronome::detail::wheel_ticks_alive(), before + 1);
+  metronome::test::hook_stops stops{{hook_point::wheel_tick_after_unlock}, {hook_point::wheel_destroy_after_tick_look}};
+  std::atomic<int> ran{0};
+  wheel->schedule([&] { ran.fetch_add(1); }, 1ms);
+  BOOST_REQUIRE(stops.arrived(hook_point::wheel_tick_after_unlock)); // the tick runs, the mutex free
+  std::thread destroyer([&] { wheel.reset(); });
+  BOOST_REQUIRE(stops.arrived(hook_point::wheel_destroy_after_tick_look)); // let go of the running tick
+  BOOST_CHECK_EQUAL(metronome::detail::wheel_ticks_alive(), before + 1);
+  stops.release(hook_point::wheel_tick_after_unlock);
+  BOOST_CHECK(poll_until([&] { return metronome::detail::wheel_ticks_alive() == before; }, 10s));
+  stops.release(hook_point::wheel_destroy_after_tick_look);
+  destroyer.join();
+  BOOST_CHECK_EQUAL(metronome::detail::wheel_ticks_alive(), before);
+  BOOST_CHECK(poll_until([&] { return ran.load() == 1; }, 10s));
+}
+
+// A tick re-armed while its pool's last worker terminates. A timeout's reset() after
+// shutdown() re-arms the tick (withdrawn from the heap, added again); the add passed the
+// pool's termination check and is held before the pool's mutex while the last worker
+// terminates (the withdrawn tick holds nothing). Refused under the mutex, the tick goes
+// idle: the wheel fires nothing more, its timeout is destroyed unrun with it, and the
+// tick is freed once.
+BOOST_AUTO_TEST_CASE(a_tick_re_armed_while_its_pool_terminates_is_refused_and_freed_with_the_wheel) {
+  const long ticks_before = metronome::detail::wheel_ticks_alive();
+  {
+    scheduled_thread_pool pool(1);
+    auto wheel = std::make_unique<metronome::wheel_timer>(pool);
+    std::atomic<int> runs{0};
+    auto token = std::make_shared<int>(0);
+    const std::weak_ptr<int> alive = token;
+    auto timeout = wheel->schedule([&runs, t = std::move(token)] { runs.fetch_add(1); }, 1h);
+    gate hold;
+    boost::asio::post(pool, [&] { hold.wait(); }); // the only worker busy: no termination yet
+    pool.shutdown();                               // the wheel keeps its timeout, the tick its place
+    hook_stop stop(hook_point::wait_before_lock);
+    std::thread resetter([&] {
+      hook_stop::arm_this_thread();
+      timeout.reset(1ms);
+    });
+    BOOST_REQUIRE(stop.arrived()); // the tick's add passed the check; the pool's mutex not taken
+    hold.open();
+    BOOST_REQUIRE(pool.await_termination(10s)); // the re-arm withdrew the tick: nothing holds the pool
+    stop.release();
+    resetter.join();
+    BOOST_CHECK(!poll_until([&] { return runs.load() > 0; }, 50ms));
+    BOOST_CHECK_EQUAL(wheel->pending(), 1u);
+    BOOST_CHECK_EQUAL(pool.stats().delayed_queued, 0u);
+    wheel.reset();
+    BOOST_CHECK(alive.expired());
+    BOOST_CHECK_EQUAL(runs.load(), 0);
+    BOOST_CHECK(timeout.is_cancelled());
+  }
+  BOOST_CHECK_EQUAL(metronome::detail::wheel_ticks_alive(), ticks_before);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -43,6 +43,8 @@ enum class hook_point {
   hosted_drive_before_idle,    // ... armed it; the drive not yet marked idle
   reactor_before_wait,         // a worker took the reactor role and let go of the pool mutex; not in epoll yet
   wheel_tick_after_unlock,     // a wheel's tick let go of the wheel's mutex; its due timeouts not yet handed over
+  wheel_destroy_after_tick_look, // a wheel's destructor looked at its tick (under the mutex) and let go of both; not retired yet
+  wait_before_lock,            // a timed wait (async_delay, a wheel's tick) passed the termination check; pool mutex not taken
 };
 
 using hook_function = void (*)(hook_point);

@@ -154,6 +154,7 @@ struct wheel_tick;
 wheel_tick* make_wheel_tick(wheel_anchor& a, std::uint64_t id);
 void free_wheel_tick(wheel_tick* t) noexcept;
 wait_node* wheel_tick_node(wheel_tick* t) noexcept;
+long wheel_ticks_alive() noexcept; // tick nodes not yet freed, process-wide (for tests)
 
 class wheel_core final : public clock_listener, public pool_shutdown_listener {
 public:
