@@ -2,7 +2,7 @@
 // running a task. The producers' side is in pool_submit.cpp.
 #include <metronome/detail/internal_post.hpp>
 #include <metronome/detail/node_cache.hpp>
-#include <metronome/detail/pool_core.hpp>
+#include "pool_engine.hpp"
 #include <metronome/detail/report.hpp>
 #include <metronome/manual_clock.hpp>
 
@@ -21,7 +21,7 @@
 namespace metronome::detail {
 
 thread_local worker* this_worker = nullptr;
-thread_local const pool_core* this_hook_pool = nullptr;
+thread_local const pool_engine* this_hook_pool = nullptr;
 thread_local bool this_thread_orphaned = false;
 #if !defined(NDEBUG)
 thread_local int calls_dismissed = 0;
@@ -65,11 +65,15 @@ void init_library_thread(const std::string& name) noexcept {
   platform::wake_on_time(); // its timed waits are deadlines
 }
 
-pool_core::pool_core(pool_options opts, core_host* host)
-    : opts_(validated(std::move(opts), host != nullptr)), host_(host),
-      host_worker_(host ? std::make_unique<worker>(this, 0, true) : nullptr), manual_(opts_.time_source), core_threads_(opts_.threads),
-      max_threads_(std::max(opts_.threads, opts_.max_threads)), anchor_(acquire_pool_anchor(this)),
-      generation_(generation_of(anchor_)), mtx_(anchor_->mtx) {
+// The options are checked before the anchor (the base's) is taken: a delegating
+// constructor, since the base is built first.
+pool_engine::pool_engine(pool_options opts, core_host* host)
+    : pool_engine(validated(std::move(opts), host != nullptr), host, checked_options{}) {}
+
+pool_engine::pool_engine(pool_options&& opts, core_host* host, checked_options)
+    : pool_core(acquire_pool_anchor(this), 0), opts_(std::move(opts)), host_(host), manual_(opts_.time_source),
+      core_threads_(opts_.threads), max_threads_(std::max(opts_.threads, opts_.max_threads)), mtx_(anchor_->mtx) {
+  generation_ = generation_of(anchor_);
   next_due_.store(no_due);
   // The node cache's process-wide depot (a function-local static) is made here, before
   // any worker exists: made first inside an allocation that fails (bad_alloc out of its
@@ -79,6 +83,7 @@ pool_core::pool_core(pool_options opts, core_host* host)
   enroll_for_fork();
   if (host_) restart_after_fork(); // no thread to restart: the child keeps its work, its host drives it
   try {
+    if (host_) host_worker_ = std::make_unique<worker>(this, 0, true);
     if (manual_) manual_->attach(this);
     std::lock_guard lk(mtx_);
     try {
@@ -101,7 +106,7 @@ pool_core::pool_core(pool_options opts, core_host* host)
   }
 }
 
-pool_core::~pool_core() {
+pool_engine::~pool_engine() {
   // Every worker is joined (or, destroyed from inside, is this thread): a call still
   // counted is another thread's, about to read freed memory.
   assert(calls_.load() == 0 &&
@@ -116,13 +121,13 @@ pool_core::~pool_core() {
   retire_pool_anchor(anchor_); // from here on, handles see the pool as gone
 }
 
-clock::time_point pool_core::now() const noexcept { return manual_ ? manual_->now() : clock::now(); }
+clock::time_point pool_engine::now() const noexcept { return manual_ ? manual_->now() : clock::now(); }
 
-bool pool_core::running_in_this_thread() const noexcept { return this_worker != nullptr && this_worker->pool == this; }
+bool pool_engine::running_in_this_thread() const noexcept { return this_worker != nullptr && this_worker->pool == this; }
 
-pool_core* pool_core::current() noexcept { return this_worker ? this_worker->pool : nullptr; }
+pool_engine* pool_engine::current() noexcept { return this_worker ? this_worker->pool : nullptr; }
 
-void pool_core::report(const std::exception_ptr& e) noexcept {
+void pool_engine::report(const std::exception_ptr& e) noexcept {
   assert(e && "metronome: reporting a null exception");
   if (!e) return;
   if (opts_.exception_handler)
@@ -131,7 +136,7 @@ void pool_core::report(const std::exception_ptr& e) noexcept {
     print_unhandled(e, "task");
 }
 
-void pool_core::report_dropped(const std::exception_ptr& e) noexcept {
+void pool_engine::report_dropped(const std::exception_ptr& e) noexcept {
   if (e && opts_.exception_handler) call_exception_handler(opts_.exception_handler, e, "the pool's exception handler");
 }
 
@@ -153,8 +158,8 @@ void print_unhandled(const std::exception_ptr& e, const char* where) noexcept {
 
 // A thread hook that throws is reported (to the pool's handler while it lives) and the
 // thread goes on.
-void pool_core::run_thread_hook(const std::function<void(std::size_t)>& hook, std::size_t id,
-                                pool_core* pool) noexcept {
+void pool_engine::run_thread_hook(const std::function<void(std::size_t)>& hook, std::size_t id,
+                                pool_engine* pool) noexcept {
   this_hook_pool = pool;
   try {
     hook(id);
@@ -169,7 +174,7 @@ void pool_core::run_thread_hook(const std::function<void(std::size_t)>& hook, st
 }
 
 // Caller holds mtx_.
-void pool_core::start_worker(bool core) {
+void pool_engine::start_worker(bool core) {
   // Reap elastic workers that have exited.
   for (auto it = workers_.begin(); it != workers_.end();) {
     if ((*it)->exited) {
@@ -198,7 +203,7 @@ void pool_core::start_worker(bool core) {
   }
 }
 
-void pool_core::worker_main(worker& w) {
+void pool_engine::worker_main(worker& w) {
   const std::size_t id = w.id;
   init_library_thread(opts_.thread_name_prefix + "-" + std::to_string(id));
   node_cache_defer_frees(true); // unmap emptied node chunks when idle, not mid-burst
@@ -235,7 +240,7 @@ void pool_core::worker_main(worker& w) {
   w.exited = true;
 }
 
-task_base* pool_core::next_task(worker& w) {
+task_base* pool_engine::next_task(worker& w) {
   for (;;) {
     // After shutdown_now() nothing more starts: this thread's continuations (defer) stay
     // behind and are dropped, and reported, when it exits.
@@ -295,10 +300,10 @@ task_base* pool_core::next_task(worker& w) {
 // and after raising sleepers_, an empty ready queue and no due heap node; a producer
 // that pushes and then sees sleepers_ > 0 notifies under mtx_, so it cannot slip in
 // between that check and the wait.
-task_base* pool_core::park(worker& w, std::unique_lock<std::mutex>& lk) {
+task_base* pool_engine::park(worker& w, std::unique_lock<std::mutex>& lk) {
   sleepers_.fetch_add(1, std::memory_order_seq_cst);
   struct leave_guard {
-    pool_core* p;
+    pool_engine* p;
     ~leave_guard() {
       p->sleepers_.fetch_sub(1, std::memory_order_seq_cst);
       // A leader that leaves hands the heap to a follower (Java's DelayedWorkQueue).
@@ -379,7 +384,7 @@ task_base* pool_core::park(worker& w, std::unique_lock<std::mutex>& lk) {
 // parked, and lets the clock decide (its mutex before ours: ours is released). The caller
 // then looks at everything again: while the mutex was released, time may have moved, work
 // may have come, and the pool may have been shut down (whose wake-up found nobody waiting).
-void pool_core::let_manual_clock_decide(std::unique_lock<std::mutex>& lk) {
+void pool_engine::let_manual_clock_decide(std::unique_lock<std::mutex>& lk) {
   assert(lk.owns_lock());
   --awake_;
   lk.unlock();
@@ -391,7 +396,7 @@ void pool_core::let_manual_clock_decide(std::unique_lock<std::mutex>& lk) {
 
 // The leader times the heap's head for every parked worker (Java's DelayedWorkQueue):
 // woken by a new earlier head, a termination, or the due time. Caller holds mtx_.
-void pool_core::wait_as_leader(worker& w, std::unique_lock<std::mutex>& lk) {
+void pool_engine::wait_as_leader(worker& w, std::unique_lock<std::mutex>& lk) {
   assert(lk.owns_lock());
   leader_ = &w;
   const auto due = heap_.top()->due();
@@ -406,7 +411,7 @@ void pool_core::wait_as_leader(worker& w, std::unique_lock<std::mutex>& lk) {
 
 // A follower waits to be woken (a wake token) - an elastic thread at most keep_alive:
 // returns true when that ran out. Caller holds mtx_.
-bool pool_core::wait_as_follower(worker& w, std::unique_lock<std::mutex>& lk) {
+bool pool_engine::wait_as_follower(worker& w, std::unique_lock<std::mutex>& lk) {
   assert(lk.owns_lock());
   bool timed_out = false;
   ++followers_;
@@ -422,7 +427,7 @@ bool pool_core::wait_as_follower(worker& w, std::unique_lock<std::mutex>& lk) {
   return timed_out;
 }
 
-void pool_core::wake_one() noexcept {
+void pool_engine::wake_one() noexcept {
   if (host_) {
     host_->request_drive();
     return;
@@ -431,7 +436,7 @@ void pool_core::wake_one() noexcept {
   wake_some_locked(1);
 }
 
-void pool_core::wake_some_locked(std::size_t n) noexcept {
+void pool_engine::wake_some_locked(std::size_t n) noexcept {
   if (host_) {
     if (n > 0) host_->request_drive();
     return;
@@ -448,7 +453,7 @@ void pool_core::wake_some_locked(std::size_t n) noexcept {
     interrupt_reactor_locked();
 }
 
-void pool_core::wake_all_locked() noexcept {
+void pool_engine::wake_all_locked() noexcept {
   if (host_) {
     host_->request_drive();
     return;
@@ -459,7 +464,7 @@ void pool_core::wake_all_locked() noexcept {
   interrupt_reactor_locked();
 }
 
-void pool_core::maybe_wake_after_push() noexcept {
+void pool_engine::maybe_wake_after_push() noexcept {
   METRONOME_TEST_HOOK(hook_point::producer_before_wake);
   if (host_) {
     host_->request_drive();
@@ -485,7 +490,7 @@ void pool_core::maybe_wake_after_push() noexcept {
 // A task this worker took runs, even when shutdown_now() came in between: it was taken
 // before shutdown_now() emptied the queue, so it is not among the tasks returned, and
 // dropping it here lost it (the README: a task a worker had already taken still runs).
-void pool_core::run_task(worker& w, task_base* t) noexcept {
+void pool_engine::run_task(worker& w, task_base* t) noexcept {
   // A wait (async_delay, a wheel's) after shutdown_now(): discarded here, on a pool
   // thread (see shutdown_now()): nothing more starts, its handler included.
   if (t->is_completion() && stopped_.load(std::memory_order_acquire)) {

@@ -2,7 +2,7 @@
 // due work (leader-follower waiting is in park(), pool_core.cpp), periodic runs, cancel,
 // async_delay waits.
 #include <metronome/detail/periodic.hpp>
-#include <metronome/detail/pool_core.hpp>
+#include "pool_engine.hpp"
 #include <metronome/detail/test_hooks.hpp>
 #include <metronome/errors.hpp>
 #include <metronome/manual_clock.hpp>
@@ -16,7 +16,7 @@ namespace metronome::detail {
 
 // ---------------------------------------------------------------- submission
 
-void pool_core::submit_scheduled(scheduled_task_base* t, clock::time_point due, clock::time_point current) {
+void pool_engine::submit_scheduled(scheduled_task_base* t, clock::time_point due, clock::time_point current) {
   METRONOME_POOL_CALL(calls_);
   if (due <= current) {
     promote_due_before(current);
@@ -76,13 +76,13 @@ void pool_core::submit_scheduled(scheduled_task_base* t, clock::time_point due, 
 // An auto-advancing manual clock decides when the last awake worker parks; with every
 // worker already parked (or letting the clock decide), timed work pushed from outside
 // would never make it jump: the push asks the clock itself, as a released hold does.
-void pool_core::ask_clock_after_outside_push(std::unique_lock<std::mutex>& lk) noexcept {
+void pool_engine::ask_clock_after_outside_push(std::unique_lock<std::mutex>& lk) noexcept {
   if (!manual_ || awake_ != 0 || !manual_->auto_advance()) return;
   lk.unlock(); // the clock's mutex comes before ours
   manual_->idle_point();
 }
 
-void pool_core::reject_scheduled(scheduled_task_base* t, bool timed) {
+void pool_engine::reject_scheduled(scheduled_task_base* t, bool timed) {
   rejected_.fetch_add(1);
   const char* why = terminated_.load() ? "metronome: the pool has terminated"
                     : shutdown_.load() ? "metronome: the pool is shut down"
@@ -110,14 +110,14 @@ void pool_core::reject_scheduled(scheduled_task_base* t, bool timed) {
 // ---------------------------------------------------------------- heap
 
 // May throw (std::bad_alloc, std::length_error) with nothing changed.
-void pool_core::heap_push_locked(timed_node* n) {
+void pool_engine::heap_push_locked(timed_node* n) {
   n->timed_ = true;
   if (heap_.push(n, next_seq_++)) heap_changed_locked();
   if (is_tick(n)) ++ticks_in_heap_;
 }
 
 // The head changed: publish its due time and, if it is a new earliest, wake the leader.
-void pool_core::heap_changed_locked() noexcept {
+void pool_engine::heap_changed_locked() noexcept {
   update_next_due_locked();
   wake_for_new_head_locked();
 }
@@ -126,7 +126,7 @@ void pool_core::heap_changed_locked() noexcept {
 // delay-queue invariant (docs/design.md): every change of the head happens under mtx_;
 // a leader computes its deadline from the head under mtx_ and waits on leader_cv_,
 // which releases mtx_ atomically; so a head pushed after that is seen by this notify.
-void pool_core::wake_for_new_head_locked() noexcept {
+void pool_engine::wake_for_new_head_locked() noexcept {
   if (manual_) return; // time moves only through on_time_advanced()
   if (host_) { // the hosted invariant (drive_hosted): a head before what the host times asks
     if (!heap_.empty() && heap_.top_due() < host_timed_) {
@@ -159,11 +159,11 @@ void pool_core::wake_for_new_head_locked() noexcept {
 
 // Release: a thread that reads the new value (promote_due_before) also sees the ready
 // chain that the promotion pushed before storing it.
-void pool_core::update_next_due_locked() noexcept {
+void pool_engine::update_next_due_locked() noexcept {
   next_due_.store(heap_.empty() ? no_due : heap_.top_due(), std::memory_order_release);
 }
 
-std::size_t pool_core::promote_due_locked(clock::time_point current, task_sink*& owed) noexcept {
+std::size_t pool_engine::promote_due_locked(clock::time_point current, task_sink*& owed) noexcept {
   task_chain ready;
   bool popped = false;
   const clock::rep limit = current.time_since_epoch().count();
@@ -198,7 +198,7 @@ std::size_t pool_core::promote_due_locked(clock::time_point current, task_sink*&
 // reach the ready queue (or another executor) after it: in_transit_ keeps the pool from
 // terminating in between (it would drop them), and whoever makes it 0 after shutdown
 // lets parked workers look again.
-void pool_core::post_owed_drains(task_sink* owed) noexcept {
+void pool_engine::post_owed_drains(task_sink* owed) noexcept {
   if (!owed) return;
   METRONOME_TEST_HOOK(hook_point::owed_drain_before_post);
   while (owed) {
@@ -211,11 +211,11 @@ void pool_core::post_owed_drains(task_sink* owed) noexcept {
   leave_transit_locked();
 }
 
-void pool_core::leave_transit_locked() noexcept {
+void pool_engine::leave_transit_locked() noexcept {
   if (--in_transit_ == 0 && (shutdown_.load() || joining_)) wake_all_locked();
 }
 
-void pool_core::cancel_delivered() noexcept {
+void pool_engine::cancel_delivered() noexcept {
   std::lock_guard lk(mtx_);
   leave_transit_locked();
 }
@@ -229,7 +229,7 @@ void pool_core::cancel_delivered() noexcept {
 //   its own work queues behind everything due (promote_due_before);
 // - the manual clock (`by_clock`): always, under the mutex (next_due_ read without it
 //   could miss a head pushed by a thread this one never synchronised with).
-void pool_core::promote(clock::time_point current, promoter who) noexcept {
+void pool_engine::promote(clock::time_point current, promoter who) noexcept {
   if (who == promoter::by_producer) {
     const clock::rep nd = next_due_.load(std::memory_order_acquire);
     if (nd == no_due || nd > current.time_since_epoch().count()) return;
@@ -250,16 +250,16 @@ void pool_core::promote(clock::time_point current, promoter who) noexcept {
   post_owed_drains(owed);
 }
 
-void pool_core::on_time_advanced() { promote(now(), promoter::by_clock); }
+void pool_engine::on_time_advanced() { promote(now(), promoter::by_clock); }
 
-bool pool_core::quiescent(clock::time_point& next_due) noexcept {
+bool pool_engine::quiescent(clock::time_point& next_due) noexcept {
   std::lock_guard lk(mtx_);
   if (awake_ > 0 || in_transit_ > 0 || !ready_.empty()) return false;
   if (!heap_.empty()) next_due = heap_.top()->due();
   return true;
 }
 
-bool pool_core::on_cancelled_locked(scheduled_task_base* t) noexcept {
+bool pool_engine::on_cancelled_locked(scheduled_task_base* t) noexcept {
   if (!heap_remove_locked(t)) return false; // queued elsewhere: dropped when taken
   // In transit until the canceller has delivered the task's completions (its handle's
   // async_wait may post to this very pool): a shut-down pool must not terminate in
@@ -268,7 +268,7 @@ bool pool_core::on_cancelled_locked(scheduled_task_base* t) noexcept {
   return true;
 }
 
-bool pool_core::on_reset_locked(scheduled_task_base* t, clock::duration delay) noexcept {
+bool pool_engine::on_reset_locked(scheduled_task_base* t, clock::duration delay) noexcept {
   // Out of the heap: queued to run (or in a serial queue), running, between two periodic
   // runs, or cancelled. A cancel that won its CAS but waits for this mutex finds the
   // node in the heap either way.
@@ -300,7 +300,7 @@ bool pool_core::on_reset_locked(scheduled_task_base* t, clock::duration delay) n
 // completes it aborted; a tick goes idle). Tested by
 // `a_wait_added_as_its_pool_terminates_is_refused_and_completes_aborted` (hook
 // wait_before_lock) (test/handover/pool.cpp).
-bool pool_core::add_wait(wait_node* n, clock::time_point due, clock::time_point current) {
+bool pool_engine::add_wait(wait_node* n, clock::time_point due, clock::time_point current) {
   METRONOME_POOL_CALL(calls_);
   n->set_due(due);
   if (terminated_.load()) return false;
@@ -320,7 +320,7 @@ bool pool_core::add_wait(wait_node* n, clock::time_point due, clock::time_point 
   return true;
 }
 
-bool pool_core::heap_remove_locked(timed_node* n) noexcept {
+bool pool_engine::heap_remove_locked(timed_node* n) noexcept {
   if (n->heap_index_ == not_in_heap) return false;
   const bool was_head = heap_.is_head(n);
   heap_.remove(n);
@@ -335,15 +335,15 @@ bool pool_core::heap_remove_locked(timed_node* n) noexcept {
   return true;
 }
 
-pool_core* pool_core::withdraw_wait_locked(pool_anchor* anchor, std::uint32_t generation,
+pool_engine* pool_engine::withdraw_wait_locked(pool_anchor* anchor, std::uint32_t generation,
                                            wait_node* n) noexcept {
-  pool_core* core = anchor->core.load(std::memory_order_relaxed);
+  pool_engine* core = engine(anchor->core.load(std::memory_order_relaxed));
   if (!core || anchor->generation != generation) return nullptr; // the pool is gone
   return core->heap_remove_locked(n) ? core : nullptr; // or the wait already left the queue
 }
 
-void pool_core::cancel_wait(pool_anchor* anchor, std::uint32_t generation, wait_node* n) noexcept {
-  pool_core* core = nullptr;
+void pool_engine::cancel_wait(pool_anchor* anchor, std::uint32_t generation, wait_node* n) noexcept {
+  pool_engine* core = nullptr;
   {
     std::lock_guard lk(anchor->mtx);
     core = withdraw_wait_locked(anchor, generation, n);
@@ -359,14 +359,14 @@ void pool_core::cancel_wait(pool_anchor* anchor, std::uint32_t generation, wait_
   core->cancel_delivered();
 }
 
-bool pool_core::withdraw_wait(pool_anchor* anchor, std::uint32_t generation, wait_node* n) noexcept {
+bool pool_engine::withdraw_wait(pool_anchor* anchor, std::uint32_t generation, wait_node* n) noexcept {
   std::lock_guard lk(anchor->mtx);
   return withdraw_wait_locked(anchor, generation, n) != nullptr;
 }
 
 // ---------------------------------------------------------------- running scheduled tasks
 
-void pool_core::run_scheduled(scheduled_task_base* t) noexcept {
+void pool_engine::run_scheduled(scheduled_task_base* t) noexcept {
   if (!t->try_start()) { // cancelled while queued
     t->release();
     return;
@@ -403,7 +403,7 @@ void pool_core::run_scheduled(scheduled_task_base* t) noexcept {
 
 // One relaxed store on the worker's own counters; off the pool's workers (a serial
 // executor's drain elsewhere) one relaxed RMW on the pool's shared ones.
-void pool_core::record_start(const timed_node* t, clock::time_point started) noexcept {
+void pool_engine::record_start(const timed_node* t, clock::time_point started) noexcept {
   const std::size_t b = latency_histogram::bucket_of(started - t->due());
   worker* w = this_worker;
   if (w != nullptr && w->pool == this) {
@@ -413,7 +413,7 @@ void pool_core::record_start(const timed_node* t, clock::time_point started) noe
   }
 }
 
-void pool_core::run_detached(scheduled_task_base* t) noexcept {
+void pool_engine::run_detached(scheduled_task_base* t) noexcept {
   if (!t->try_start()) {
     t->release();
     return;
@@ -425,14 +425,14 @@ void pool_core::run_detached(scheduled_task_base* t) noexcept {
 }
 
 // A periodic task that will not run again completes (done, with its error if any).
-void pool_core::end_periodic(scheduled_task_base* t, std::exception_ptr e) noexcept {
+void pool_engine::end_periodic(scheduled_task_base* t, std::exception_ptr e) noexcept {
   if (e) t->set_error(std::move(e));
   t->destroy_callable();
   t->finish();
   t->release();
 }
 
-void pool_core::reschedule(scheduled_task_base* t, clock::time_point started) noexcept {
+void pool_engine::reschedule(scheduled_task_base* t, clock::time_point started) noexcept {
   const clock::time_point current = now();
   const task_extras& x = t->extras();
   const bool jittered = x.periodic.jitter > 0.0;

@@ -2,7 +2,7 @@
 // tasks of serial executors, their completions) runs on the threads of an Asio context
 // that drives it (timing_service.cpp). Everything else - the delay heap, cancel, the
 // ready queue - is the pool's own code.
-#include <metronome/detail/pool_core.hpp>
+#include "pool_engine.hpp"
 
 #include "pool_internal.hpp"
 
@@ -18,7 +18,7 @@ namespace metronome::detail {
 // either the drive saw it, or its push found host_timed_ later and asked again.
 // Kept by drive_hosted() and wake_for_new_head_locked(); tested by the hosted-core
 // stop-here test (test/unit/detail/timing_service.cpp, hook hosted_drive_before_arm).
-pool_core::drive_result pool_core::drive_hosted(std::size_t budget) noexcept {
+pool_engine::drive_result pool_engine::drive_hosted(std::size_t budget) noexcept {
   assert(host_ && "metronome: drive_hosted() on a pool with threads of its own");
   worker& w = *host_worker_;
   worker* const outer = this_worker; // a host thread may be a metronome pool's worker too
@@ -52,7 +52,7 @@ pool_core::drive_result pool_core::drive_hosted(std::size_t budget) noexcept {
   return drive_result{clock::time_point(clock::duration(host_timed_)), ran == budget || w.local_head != nullptr};
 }
 
-void pool_core::close_hosted() noexcept {
+void pool_engine::close_hosted() noexcept {
   assert(host_ && "metronome: close_hosted() on a pool with threads of its own");
   timed_node* delayed = nullptr;
   task_base* left = nullptr;

@@ -3,7 +3,7 @@
 #ifndef METRONOME_SRC_POOL_INTERNAL_HPP
 #define METRONOME_SRC_POOL_INTERNAL_HPP
 
-#include <metronome/detail/pool_core.hpp>
+#include "pool_engine.hpp"
 
 #include <atomic>
 #include <cstdint>
@@ -13,9 +13,9 @@
 namespace metronome::detail {
 
 struct worker {
-  worker(pool_core* p, std::size_t i, bool c) : pool(p), id(i), core(c) {}
+  worker(pool_engine* p, std::size_t i, bool c) : pool(p), id(i), core(c) {}
 
-  pool_core* pool;
+  pool_engine* pool;
   std::size_t id;
   bool core;
   bool exited = false; // guarded by the pool mutex
@@ -35,7 +35,7 @@ struct worker {
 extern thread_local worker* this_worker;
 // The pool whose on_thread_start / on_thread_stop hook the calling thread is running:
 // a pool thread too (join() from there deadlocked, or returned before the hook had).
-extern thread_local const pool_core* this_hook_pool;
+extern thread_local const pool_engine* this_hook_pool;
 // Set when a pool is destroyed from inside one of its own tasks: that worker must
 // not touch the pool again once the task returns.
 extern thread_local bool this_thread_orphaned;
@@ -104,7 +104,7 @@ struct task_chain {
 
 // The reactor's timer (pool_reactor.cpp): times the heap's head while a worker waits in
 // the reactor. Touched only by the worker holding the reactor role, and by release_io().
-reactor_timer* make_reactor_timer(pool_core& core);
+reactor_timer* make_reactor_timer(pool_engine& core);
 void arm_reactor_timer(reactor_timer& t, clock::time_point due); // max(): disarm
 void destroy_reactor_timer(reactor_timer* t) noexcept;
 

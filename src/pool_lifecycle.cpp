@@ -1,6 +1,6 @@
 // The pool's lifecycle: shutdown, shutdown_now, the destructor's close, join and
 // termination, stats, and the restart of a pool's threads in a forked child.
-#include <metronome/detail/pool_core.hpp>
+#include "pool_engine.hpp"
 #include <metronome/detail/test_hooks.hpp>
 
 #include "fork_hooks.hpp"
@@ -45,19 +45,19 @@ Node* reversed(Node* head) noexcept {
 // tracked work is outstanding - unless the pool is shut down, when tracked work can only
 // be finished by work from the pool's own threads, and none is left. A producer that
 // pushes after the check sees terminated_ and drops (and reports) its work.
-bool pool_core::idle_for_termination_locked(int awake_expected) const noexcept {
+bool pool_engine::idle_for_termination_locked(int awake_expected) const noexcept {
   return awake_ == awake_expected && ready_.empty() && heap_.size() == ticks_in_heap_ && in_transit_ == 0 &&
          wheel_waits_.load() == 0 && (tracked_work_.load() == 0 || shutdown_.load() || closing_);
 }
 
-void pool_core::wheel_wait_done() noexcept {
+void pool_engine::wheel_wait_done() noexcept {
   if (wheel_waits_.fetch_sub(1, std::memory_order_seq_cst) == 1) {
     std::lock_guard lk(mtx_);
     if (shutdown_.load() || joining_ || closing_) wake_all_locked();
   }
 }
 
-void pool_core::terminate_locked() noexcept {
+void pool_engine::terminate_locked() noexcept {
   terminated_.store(true, std::memory_order_seq_cst);
   METRONOME_TEST_HOOK(hook_point::worker_terminating);
   // A producer may have pushed between our emptiness check and the store above; it
@@ -74,7 +74,7 @@ void pool_core::terminate_locked() noexcept {
 
 // ---------------------------------------------------------------- shutdown
 
-void pool_core::shutdown() {
+void pool_engine::shutdown() {
   timed_node* gone = nullptr;
   {
     std::lock_guard lk(mtx_);
@@ -95,18 +95,18 @@ void pool_core::shutdown() {
   leave_transit_locked();
 }
 
-void pool_core::attach_wheel(pool_shutdown_listener* w) {
+void pool_engine::attach_wheel(pool_shutdown_listener* w) {
   std::lock_guard lk(wheels_mtx_);
   wheels_.push_back(w);
 }
 
-void pool_core::detach_wheel(pool_shutdown_listener* w) noexcept {
+void pool_engine::detach_wheel(pool_shutdown_listener* w) noexcept {
   std::lock_guard lk(wheels_mtx_);
   std::erase(wheels_, w);
 }
 
 // Takes out of the heap what shutdown() does not keep (per the two options).
-void pool_core::sweep_for_shutdown_locked(timed_node*& gone) noexcept {
+void pool_engine::sweep_for_shutdown_locked(timed_node*& gone) noexcept {
   heap_.remove_if(
       [this](timed_node* n) {
         if (n->kind_ == task_kind::wait) return !is_tick(n); // a wheel's tick stays (add_wait)
@@ -121,7 +121,7 @@ void pool_core::sweep_for_shutdown_locked(timed_node*& gone) noexcept {
 // the mutex, so that the pool never looks idle (and terminates) while they are on their
 // way; what is left (tasks to cancel) the caller discards with discard_chain() after
 // releasing the mutex (cancelling runs completion hooks).
-timed_node* pool_core::queue_aborted_waits_locked(timed_node* gone) noexcept {
+timed_node* pool_engine::queue_aborted_waits_locked(timed_node* gone) noexcept {
   task_chain waits, keep;
   while (gone) {
     timed_node* n = gone;
@@ -141,7 +141,7 @@ timed_node* pool_core::queue_aborted_waits_locked(timed_node* gone) noexcept {
 
 // Caller holds mtx_. Empties the heap: its waits are queued aborted (above), the tasks
 // returned in due order.
-timed_node* pool_core::drain_heap_locked() noexcept {
+timed_node* pool_engine::drain_heap_locked() noexcept {
   timed_node* gone = nullptr;
   heap_.drain([&](timed_node* n) { link_front(gone, n); });
   ticks_in_heap_ = 0;
@@ -149,7 +149,7 @@ timed_node* pool_core::drain_heap_locked() noexcept {
   return queue_aborted_waits_locked(reversed(gone));
 }
 
-void pool_core::discard_chain(timed_node* first) noexcept {
+void pool_engine::discard_chain(timed_node* first) noexcept {
   while (first) {
     auto* next = static_cast<timed_node*>(first->next_.load(std::memory_order_relaxed));
     discard_task(first, "metronome: work dropped: the pool is shut down");
@@ -157,7 +157,7 @@ void pool_core::discard_chain(timed_node* first) noexcept {
   }
 }
 
-pool_core::taken_tasks pool_core::shutdown_now() {
+pool_engine::taken_tasks pool_engine::shutdown_now() {
   task_base* taken = nullptr; // ready work first (it became ready earlier), then delayed in due order
   std::size_t count = 0;
   {
@@ -224,7 +224,7 @@ pool_core::taken_tasks pool_core::shutdown_now() {
   return taken_tasks{taken, count};
 }
 
-void pool_core::discard_taken(task_base* head) noexcept {
+void pool_engine::discard_taken(task_base* head) noexcept {
   // No memory for the caller's list: nothing taken is silently lost, every task is cancelled.
   while (head) {
     task_base* next = head->next_.load(std::memory_order_relaxed);
@@ -233,7 +233,7 @@ void pool_core::discard_taken(task_base* head) noexcept {
   }
 }
 
-task_base* pool_core::next_taken(taken_tasks& taken) noexcept {
+task_base* pool_engine::next_taken(taken_tasks& taken) noexcept {
   task_base* t = taken.head;
   taken.head = t->next_.load(std::memory_order_relaxed);
   t->next_.store(nullptr, std::memory_order_relaxed);
@@ -248,7 +248,7 @@ task_base* pool_core::next_taken(taken_tasks& taken) noexcept {
   return t;
 }
 
-void pool_core::close() noexcept {
+void pool_engine::close() noexcept {
   if (forked_child_) {
     discard_left_in_child();
     return;
@@ -287,7 +287,7 @@ void pool_core::close() noexcept {
   join_threads();
 }
 
-void pool_core::join() {
+void pool_engine::join() {
   if (running_in_this_thread() || this_hook_pool == this) // (its thread hooks run on its threads too)
     throw std::logic_error("metronome: join() called from one of the pool's threads");
   {
@@ -301,7 +301,7 @@ void pool_core::join() {
 
 // Joins the workers one at a time (allocating nothing: the destructor's path), without
 // holding the mutex while it waits; a worker running this detaches its own thread.
-void pool_core::join_threads() {
+void pool_engine::join_threads() {
   std::lock_guard jl(join_mtx_);
   std::unique_lock lk(mtx_);
   terminated_cv_.wait(lk, [this] { return terminated_.load(); });
@@ -323,13 +323,13 @@ void pool_core::join_threads() {
   }
 }
 
-bool pool_core::await_termination(clock::duration timeout) {
+bool pool_engine::await_termination(clock::duration timeout) {
   std::unique_lock lk(mtx_);
   auto deadline = saturating_add(clock::now(), timeout);
   return terminated_cv_.wait_until(lk, deadline, [this] { return terminated_.load(); });
 }
 
-pool_stats pool_core::stats() const {
+pool_stats pool_engine::stats() const {
   pool_stats s;
   std::lock_guard lk(mtx_);
   s.threads = threads_.load();
@@ -377,7 +377,7 @@ void ensure_fork_hooks() noexcept {
 // is held, except by the hooks.
 struct fork_registry {
   std::mutex m;
-  pool_core* head = nullptr;
+  pool_engine* head = nullptr;
 
   static fork_registry& get() {
     static fork_registry* r = [] {
@@ -389,16 +389,16 @@ struct fork_registry {
   static void prepare() {
     fork_registry& r = get();
     r.m.lock();
-    for (pool_core* p = r.head; p; p = p->fork_next_) p->lock_for_fork();
+    for (pool_engine* p = r.head; p; p = p->fork_next_) p->lock_for_fork();
   }
   static void parent() {
     fork_registry& r = get();
-    for (pool_core* p = r.head; p; p = p->fork_next_) p->unlock_after_fork();
+    for (pool_engine* p = r.head; p; p = p->fork_next_) p->unlock_after_fork();
     r.m.unlock();
   }
   static void child() {
     fork_registry& r = get();
-    for (pool_core* p = r.head; p; p = p->fork_next_) {
+    for (pool_engine* p = r.head; p; p = p->fork_next_) {
       p->ready_.repair_after_fork(); // a producer of the parent may have stopped mid-push
       p->unlock_after_fork();
       if (p->restart_after_fork_.load(std::memory_order_relaxed))
@@ -414,7 +414,7 @@ void pools_prepare_fork() noexcept { fork_registry::prepare(); }
 void pools_parent_after_fork() noexcept { fork_registry::parent(); }
 void pools_child_after_fork() noexcept { fork_registry::child(); }
 
-void pool_core::enroll_for_fork() noexcept {
+void pool_engine::enroll_for_fork() noexcept {
   fork_registry& r = fork_registry::get();
   std::lock_guard lk(r.m);
   fork_next_ = r.head;
@@ -422,7 +422,7 @@ void pool_core::enroll_for_fork() noexcept {
   r.head = this;
 }
 
-void pool_core::leave_fork_registry() noexcept {
+void pool_engine::leave_fork_registry() noexcept {
   fork_registry& r = fork_registry::get();
   std::lock_guard lk(r.m);
   if (fork_prev_)
@@ -435,12 +435,12 @@ void pool_core::leave_fork_registry() noexcept {
 
 // Before fork(): no thread of this pool is inside the mutex or a pop when the child's
 // copy is made (the child then finds both free).
-void pool_core::lock_for_fork() noexcept {
+void pool_engine::lock_for_fork() noexcept {
   mtx_.lock();
   ready_.consumer_lock().lock();
 }
 
-void pool_core::unlock_after_fork() noexcept {
+void pool_engine::unlock_after_fork() noexcept {
   ready_.consumer_lock().unlock();
   mtx_.unlock();
 }
@@ -448,7 +448,7 @@ void pool_core::unlock_after_fork() noexcept {
 // In the child, after unlock_after_fork(): none of the workers exist. Their records
 // describe threads of the parent (neither joinable nor detachable here), and the
 // condition variables and the join mutex may count waiters or an owner that are gone.
-void pool_core::forget_threads_in_child() noexcept {
+void pool_engine::forget_threads_in_child() noexcept {
   for (auto& w : workers_) {
     ::new (&w->thread) std::thread(); // the parent's handle, never joined here
     // Not freed: the forking thread may be one of these workers, inside a task, with its
@@ -485,7 +485,7 @@ void pool_core::forget_threads_in_child() noexcept {
 // left as they are (the child's copies leak, as behind a broken ready queue), save
 // their heap index: a handle or cancellation slot of the parent's used in the child
 // then finds its task out of the queue (cancel() still wins; a wait's slot does nothing).
-void pool_core::restart_in_child() noexcept {
+void pool_engine::restart_in_child() noexcept {
   std::lock_guard lk(mtx_);
   forget_threads_in_child();
   if (!host_) { // (a hosted core keeps its work, as its context's own operations do)
@@ -507,7 +507,7 @@ void pool_core::restart_in_child() noexcept {
 // Any other pool of the parent: terminated in the child (its work is the parent's, and
 // runs there). Submissions are refused as by a terminated pool; join(), await_termination()
 // and the destructor return at once (they waited for workers that do not exist here).
-void pool_core::terminate_in_child() noexcept {
+void pool_engine::terminate_in_child() noexcept {
   std::lock_guard lk(mtx_);
   forget_threads_in_child();
   forked_child_ = true;
@@ -518,7 +518,7 @@ void pool_core::terminate_in_child() noexcept {
 // The destructor, in the child: what the parent's pool had queued is destroyed unrun
 // (handles cancelled, waits aborted, executor work destroyed without a report), not
 // left for ever.
-void pool_core::discard_left_in_child() noexcept {
+void pool_engine::discard_left_in_child() noexcept {
   timed_node* delayed = nullptr;
   task_base* left = nullptr;
   {

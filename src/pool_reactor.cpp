@@ -1,6 +1,6 @@
 // The pool's reactor: Asio's scheduler registered in the pool (scheduled_thread_pool.cpp)
 // with no thread of its own, run by a parked worker (the reactor role of park()).
-#include <metronome/detail/pool_core.hpp>
+#include "pool_engine.hpp"
 #include <metronome/detail/test_hooks.hpp>
 #include <metronome/scheduled_thread_pool.hpp>
 
@@ -48,7 +48,7 @@ struct reactor_timer {
   boost::asio::basic_waitable_timer<clock, boost::asio::wait_traits<clock>, untracked_executor> timer;
 };
 
-reactor_timer* make_reactor_timer(pool_core& core) {
+reactor_timer* make_reactor_timer(pool_engine& core) {
   auto* ctx = const_cast<boost::asio::execution_context*>(core.context());
   return new reactor_timer(*static_cast<scheduled_thread_pool*>(ctx));
 }
@@ -73,18 +73,18 @@ void destroy_reactor_timer(reactor_timer* t) noexcept { delete t; }
 // role is taken and given up under mtx_, and an interrupt made before the waiter enters
 // epoll_wait still ends that wait (Asio's interrupter is edge-triggered and re-armed by
 // the interrupt). Stop-here test: hook reactor_before_wait (test/unit/scheduled_thread_pool/io.cpp).
-void pool_core::attach_reactor(boost::asio::detail::scheduler_task* reactor) noexcept {
+void pool_engine::attach_reactor(boost::asio::detail::scheduler_task* reactor) noexcept {
   std::lock_guard lk(mtx_); // (the scheduler's mutex is held: its lock comes before ours)
   reactor_.store(reactor, std::memory_order_relaxed);
   wake_some_locked(1); // a worker parked on a condition variable moves into the reactor
 }
 
-void pool_core::interrupt_reactor_locked() noexcept {
+void pool_engine::interrupt_reactor_locked() noexcept {
   if (reactor_waiter_ == nullptr || reactor_waiter_ == this_worker) return; // (itself: it looks again after its completion)
   reactor_.load(std::memory_order_relaxed)->interrupt();
 }
 
-void pool_core::park_in_reactor(worker& w, std::unique_lock<std::mutex>& lk, bool times_heap) {
+void pool_engine::park_in_reactor(worker& w, std::unique_lock<std::mutex>& lk, bool times_heap) {
   reactor_waiter_ = &w;
   clock::time_point due = clock::time_point::max();
   if (times_heap) {
@@ -120,7 +120,7 @@ void pool_core::park_in_reactor(worker& w, std::unique_lock<std::mutex>& lk, boo
 }
 
 
-void pool_core::release_io() noexcept {
+void pool_engine::release_io() noexcept {
   // Before the pool's services (the reactor's timer service among them) shut down.
   destroy_reactor_timer(reactor_timer_);
   reactor_timer_ = nullptr;

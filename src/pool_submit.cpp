@@ -2,7 +2,7 @@
 // executor path (post, and defer's queue local to a worker), dropping refused work,
 // discard_oldest's eviction, and internal_post_scope.
 #include <metronome/detail/internal_post.hpp>
-#include <metronome/detail/pool_core.hpp>
+#include "pool_engine.hpp"
 #include <metronome/detail/scheduled_task.hpp>
 #include <metronome/detail/test_hooks.hpp>
 #include <metronome/errors.hpp>
@@ -25,9 +25,9 @@ bool internal_post_scope::active() noexcept { return posting_internal; }
 
 // ---------------------------------------------------------------- ready queue
 
-bool pool_core::push_ready(task_base* t) noexcept { return push_ready_chain(t, t, 1); }
+bool pool_engine::push_ready(task_base* t) noexcept { return push_ready_chain(t, t, 1); }
 
-void pool_core::repost_from_worker(task_base* t) noexcept {
+void pool_engine::repost_from_worker(task_base* t) noexcept {
   if (!running_in_this_thread()) {
     push_ready(t);
     return;
@@ -35,7 +35,7 @@ void pool_core::repost_from_worker(task_base* t) noexcept {
   ready_.push(t); // no termination race: this worker is awake, so the pool is not idle
 }
 
-bool pool_core::push_ready_chain(task_base* first, task_base* last, std::size_t count) noexcept {
+bool pool_engine::push_ready_chain(task_base* first, task_base* last, std::size_t count) noexcept {
   ready_.push_chain(first, last, count);
   METRONOME_TEST_HOOK(hook_point::producer_after_push);
   if (terminated_.load(std::memory_order_seq_cst) && terminated_for_good()) {
@@ -55,7 +55,7 @@ bool pool_core::push_ready_chain(task_base* first, task_base* last, std::size_t 
 // here (runs_if_terminated_), and a typed task still pending: marked handed back and
 // not touched again - its submission, which holds a reference, rejects it by its policy
 // (submit_scheduled).
-void pool_core::clear_after_termination() noexcept {
+void pool_engine::clear_after_termination() noexcept {
   ready_.consumer_lock().lock();
   task_base* left = nullptr;
   while (task_base* x = ready_.pop_locked()) {
@@ -90,12 +90,12 @@ void pool_core::clear_after_termination() noexcept {
 // terminate_locked() sets terminated_ and takes it back, under the mutex, when it finds
 // work pushed meanwhile: a producer that saw it set looks again under the mutex before
 // it drops anything.
-bool pool_core::terminated_for_good() noexcept {
+bool pool_engine::terminated_for_good() noexcept {
   std::lock_guard lk(mtx_);
   return terminated_.load();
 }
 
-void pool_core::post(task_base* t, bool continuation, bool internal) noexcept {
+void pool_engine::post(task_base* t, bool continuation, bool internal) noexcept {
   METRONOME_POOL_CALL(calls_);
   worker* w = this_worker;
   const bool inside = w != nullptr && w->pool == this;
@@ -117,13 +117,13 @@ void pool_core::post(task_base* t, bool continuation, bool internal) noexcept {
   push_ready(t);
 }
 
-void pool_core::drop_outside(task_base* t) noexcept {
+void pool_engine::drop_outside(task_base* t) noexcept {
   rejected_.fetch_add(1);
   discard_task(t, stopped_.load() ? "metronome: work dropped: the pool was shut down now"
                                   : "metronome: work dropped: the pool is shut down");
 }
 
-void pool_core::discard_task(task_base* t, const char* why) noexcept {
+void pool_engine::discard_task(task_base* t, const char* why) noexcept {
   if (t->is_scheduled()) {
     auto* st = static_cast<scheduled_task_base*>(t);
     st->finish_cancelled();
@@ -143,7 +143,7 @@ void pool_core::discard_task(task_base* t, const char* why) noexcept {
 // and cancels it (when it is the very last node it is cancelled in place and dropped when
 // popped). Executor-path work is never evicted: it may be a serial executor's drain, a
 // strand's invoker or a completion. False if no such task is queued.
-bool pool_core::discard_oldest_user_task() noexcept {
+bool pool_engine::discard_oldest_user_task() noexcept {
   auto is_user_task = [](task_base* n) {
     return n->is_scheduled() && static_cast<scheduled_task_base*>(n)->phase() == scheduled_task_base::pending;
   };
@@ -175,7 +175,7 @@ bool pool_core::discard_oldest_user_task() noexcept {
   return false;
 }
 
-void pool_core::work_finished() noexcept {
+void pool_engine::work_finished() noexcept {
   if (tracked_work_.fetch_sub(1) == 1) {
     std::lock_guard lk(mtx_);
     if (shutdown_.load() || joining_) wake_all_locked();

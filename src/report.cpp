@@ -1,5 +1,5 @@
 // Where exceptions of user code go: the current pool's handler, else stderr.
-#include <metronome/detail/pool_core.hpp>
+#include "pool_engine.hpp"
 #include <metronome/detail/report.hpp>
 
 namespace metronome::detail {

@@ -1,6 +1,6 @@
 // Scheduled tasks: their states (pending, running, done, cancelled), cancel, and waiting
 // on a handle.
-#include <metronome/detail/pool_core.hpp>
+#include "pool_engine.hpp"
 #include <metronome/detail/scheduled_task.hpp>
 #include <metronome/detail/test_hooks.hpp>
 #include <metronome/errors.hpp>
@@ -65,7 +65,7 @@ void scheduled_task_base::complete_thunk(task_base* t, unsigned action) {
   const bool run = action == run_action;
   auto* self = static_cast<scheduled_task_base*>(t);
   if (run) {
-    pool_core::run_detached(self);
+    pool_engine::run_detached(self);
   } else {
     self->finish_cancelled();
     self->release();
@@ -125,14 +125,14 @@ bool scheduled_task_base::cancel() noexcept {
         METRONOME_TEST_HOOK(hook_point::handle_before_anchor);
         {
           std::lock_guard lk(anchor_->mtx);
-          if (anchor_->generation == generation_) removed = pool()->on_cancelled_locked(this);
+          if (anchor_->generation == generation_) removed = engine(pool())->on_cancelled_locked(this);
         }
         if (removed) release(); // the queue's reference; ours (the caller's handle) remains
         METRONOME_TEST_HOOK(hook_point::handle_before_completions);
         destroy_callable();
         notify_terminal(s, false); // waits complete elsewhere, never inside cancel()
         // The pool exists: a removal keeps it from terminating until this (in transit).
-        if (removed) pool()->cancel_delivered();
+        if (removed) engine(pool())->cancel_delivered();
         return true;
       }
     } else if (phase == running && kind_ == task_kind::periodic && !(s & cancel_requested)) {
@@ -147,7 +147,7 @@ bool scheduled_task_base::reset(clock::duration delay) noexcept {
   if (phase() != pending) return false;
   std::lock_guard lk(anchor_->mtx);
   if (anchor_->generation != generation_) return false; // the pool is gone
-  return pool()->on_reset_locked(this, delay);
+  return engine(pool())->on_reset_locked(this, delay);
 }
 
 void scheduled_task_base::notify_terminal(std::uint32_t old_state, bool by_runner) noexcept {

@@ -4,6 +4,8 @@
 #include <metronome/detail/pool_locator.hpp>
 #include <metronome/detail/report.hpp>
 
+#include "pool_engine.hpp"
+
 #include <boost/asio/detail/reactor.hpp>
 #include <boost/asio/detail/scheduler.hpp>
 
@@ -17,7 +19,7 @@ namespace {
 // the pool's workers start waiting in it from then on.
 boost::asio::detail::scheduler_task* pool_reactor(boost::asio::execution_context& ctx) {
   boost::asio::detail::scheduler_task* reactor = &boost::asio::use_service<boost::asio::detail::reactor>(ctx);
-  if (detail::pool_core* core = detail::pool_locator::find(ctx)) core->attach_reactor(reactor);
+  if (detail::pool_core* core = detail::pool_locator::find(ctx)) detail::engine(core)->attach_reactor(reactor);
   return reactor;
 }
 
@@ -27,7 +29,7 @@ scheduled_thread_pool::scheduled_thread_pool(std::size_t threads)
     : scheduled_thread_pool(pool_options::fixed(threads)) {}
 
 scheduled_thread_pool::scheduled_thread_pool(pool_options options)
-    : core_(std::make_unique<detail::pool_core>(std::move(options))) {
+    : core_(std::make_unique<detail::pool_engine>(std::move(options))) {
   try {
     core_->set_context(this);
     boost::asio::make_service<detail::pool_locator>(*this, *core_);
@@ -35,41 +37,41 @@ scheduled_thread_pool::scheduled_thread_pool(pool_options options)
     // with no thread of its own (Asio's reactor makes one for any other context): the
     // pool's workers run it. One unit of work, never finished, so that it never stops
     // for lack of work between sockets.
-    const int hint = core_->max_thread_count() == 1 ? 1 : 0; // 1: Asio's single-thread shortcuts
+    const int hint = detail::engine(*core_).max_thread_count() == 1 ? 1 : 0; // 1: Asio's single-thread shortcuts
     auto& io = boost::asio::make_service<boost::asio::detail::scheduler>(*this, hint, false, &pool_reactor);
     io.work_started();
-    core_->attach_io(&io);
+    detail::engine(*core_).attach_io(&io);
   } catch (...) {
-    core_->close(); // the workers are running: join them before the core goes
+    detail::engine(*core_).close(); // the workers are running: join them before the core goes
     throw;
   }
 }
 
 scheduled_thread_pool::~scheduled_thread_pool() {
-  core_->close();
-  core_->release_io();
+  detail::engine(*core_).close();
+  detail::engine(*core_).release_io();
   // Services (e.g. anything registered with use_service) go before the core.
   boost::asio::execution_context::shutdown();
   boost::asio::execution_context::destroy();
 }
 
-void scheduled_thread_pool::shutdown() { core_->shutdown(); }
+void scheduled_thread_pool::shutdown() { detail::engine(*core_).shutdown(); }
 
 std::vector<pending_task> scheduled_thread_pool::shutdown_now() {
-  auto taken = core_->shutdown_now();
+  auto taken = detail::engine(*core_).shutdown_now();
   std::vector<pending_task> out;
   try {
     out.reserve(taken.count);
   } catch (...) {
-    core_->discard_taken(taken.head);
+    detail::engine(*core_).discard_taken(taken.head);
     throw;
   }
   while (taken.head)
-    if (detail::task_base* t = detail::pool_core::next_taken(taken)) out.push_back(pending_task(t)); // reserved
+    if (detail::task_base* t = detail::pool_engine::next_taken(taken)) out.push_back(pending_task(t)); // reserved
   return out;
 }
 
-void scheduled_thread_pool::join() { core_->join(); }
+void scheduled_thread_pool::join() { detail::engine(*core_).join(); }
 
 pending_task& pending_task::operator=(pending_task&& o) noexcept {
   if (this != &o) {

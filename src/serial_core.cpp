@@ -1,7 +1,7 @@
 // The serial executor's queue drain, its delayed tasks, dispose, and the process-wide
 // timing pool.
 #include <metronome/detail/internal_post.hpp>
-#include <metronome/detail/pool_core.hpp>
+#include "pool_engine.hpp"
 #include <metronome/detail/report.hpp>
 #include <metronome/detail/serial_core.hpp>
 #include <metronome/detail/test_hooks.hpp>
@@ -44,7 +44,7 @@ void make_timing_pool() { (void)default_timer_pool(); }
 pool_core& default_timer_pool() {
   // A bare engine, without the public pool around it: only its delay queue is used.
   struct timer_pool {
-    pool_core core{[] {
+    pool_engine core{[] {
       pool_options o;
       o.threads = 1;
       o.thread_name_prefix = "mtr-timer";
@@ -80,7 +80,7 @@ bool serial_core::refuses_outside_work() const noexcept {
 }
 
 void serial_core::note_rejected() noexcept {
-  if (owner_pool_) owner_pool_->note_rejected();
+  if (owner_pool_) engine(owner_pool_)->note_rejected();
 }
 
 bool serial_core::try_enqueue(task_base* t, bool may_run_here) noexcept {
@@ -197,9 +197,9 @@ void serial_core::run_one(task_base* t, bool handed) noexcept {
   if (t->is_scheduled()) {
     auto* st = static_cast<scheduled_task_base*>(t);
     if (handed)
-      pool_core::run_detached(st); // its pool may be gone (st->pool() null, or a new pool's)
+      pool_engine::run_detached(st); // its pool may be gone (st->pool() null, or a new pool's)
     else
-      st->pool()->run_scheduled(st);
+      engine(st->pool())->run_scheduled(st);
     return;
   }
   try {
@@ -241,7 +241,7 @@ void serial_core::report_dropped(const std::exception_ptr& e) noexcept {
   if (opts_.exception_handler)
     call_exception_handler(opts_.exception_handler, e, "a serial executor's exception handler");
   else if (owner_pool_)
-    owner_pool_->report_dropped(e);
+    engine(owner_pool_)->report_dropped(e);
 }
 
 void serial_core::track(scheduled_task_base* t) noexcept {

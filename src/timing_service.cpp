@@ -1,6 +1,6 @@
 // The timing of an Asio context that is not a metronome pool: a service of that context
 // owning a hosted pool_core (pool_hosted.cpp), driven by the context's own threads.
-#include <metronome/detail/pool_core.hpp>
+#include "pool_engine.hpp"
 #include <metronome/detail/report.hpp>
 #include <metronome/detail/test_hooks.hpp>
 #include <metronome/detail/timing_service.hpp>
@@ -54,7 +54,7 @@ private:
   }
 
   std::unique_ptr<timing_host_base> host_;
-  pool_core core_;
+  pool_engine core_;
 };
 
 } // namespace
@@ -123,7 +123,7 @@ void timing_host_base::on_timer(bool expired) noexcept {
 
 void timing_host_base::drive_loop() noexcept {
   for (;;) {
-    const pool_core::drive_result r = core_->drive_hosted(drive_budget);
+    const pool_engine::drive_result r = engine(core_)->drive_hosted(drive_budget);
     METRONOME_TEST_HOOK(hook_point::hosted_drive_before_arm);
     if (r.next_due != armed_ || fired_.exchange(false, std::memory_order_acq_rel)) {
       try {

@@ -8,6 +8,7 @@
 
 #include <boost/asio/post.hpp>
 
+#include "pool_engine.hpp"
 #include "wheel_slots.hpp"
 
 #include <atomic>
@@ -67,7 +68,7 @@ wheel_core::wheel_core(wheel_options opts, boost::asio::any_io_executor ex, pool
   occupied_.assign(opts_.levels * words_per_level_, 0);
   if (opts_.levels > 1) marks_.resize(slots); // a level-0 slot is then one tick
   start_ = now();
-  if (pool_) pool_->attach_wheel(this);
+  if (pool_) engine(pool_)->attach_wheel(this);
   if (manual_) {
     manual_->attach(this);
   } else {
@@ -128,7 +129,7 @@ void wheel_core::dispatch_to(pool_core* pool, const boost::asio::any_io_executor
   const chain taken = std::exchange(fired, chain{});
   if (pool) {
     // Entries are task nodes: one chain, one push, no allocation.
-    pool->push_ready_chain(taken.head, taken.tail, taken.count);
+    engine(pool)->push_ready_chain(taken.head, taken.tail, taken.count);
   } else {
     const boost::asio::any_io_executor target = *ex; // read before any timeout runs
     for (wheel_entry* e = taken.head; e;) {
@@ -314,7 +315,7 @@ std::vector<wheel_entry*> wheel_core::stop() {
   // Stopped, the wheel hands nothing more to the pool: the pool may go first from here
   // (waits started later do not count on it either: pool() says none).
   detached_.store(true, std::memory_order_release);
-  if (pool_) pool_->detach_wheel(this);
+  if (pool_) engine(pool_)->detach_wheel(this);
   return left;
 }
 

@@ -6,7 +6,7 @@
 // falls due then is refused by the pool, or runs on the executor it was bound to) until
 // termination. Once its pool has terminated the wheel no longer ticks: what it still
 // holds is destroyed unrun with the wheel.
-#include <metronome/detail/pool_core.hpp>
+#include "pool_engine.hpp"
 #include <metronome/detail/report.hpp>
 #include <metronome/detail/test_hooks.hpp>
 #include <metronome/detail/wheel_core.hpp>

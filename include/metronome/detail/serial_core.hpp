@@ -63,7 +63,7 @@ public:
   bool running_in_this_thread() const noexcept;
   pool_core& timers() const noexcept { return timers_; }
   void report(std::exception_ptr e) noexcept override;
-  // Work refused because the pool underneath was shut down: as pool_core::report_dropped
+  // Work refused because the pool underneath was shut down: as pool_engine::report_dropped
   // (this executor's own handler, else the pool's installed one; never printed).
   void report_dropped(const std::exception_ptr& e) noexcept;
   void track(scheduled_task_base* t) noexcept;

@@ -53,7 +53,7 @@ struct task_base {
   // An Asio strand's invoker posted from outside the pool: if it meets a terminated pool
   // it runs on the posting thread rather than being dropped (a dropped invoker leaves
   // its strand locked, and every handler queued behind it - completions of operations
-  // that ran on the pool - lost). Set by pool_core::post().
+  // that ran on the pool - lost). Set by the pool's post().
   bool runs_if_terminated_ : 1 = false; // shares kind_'s byte: the wheel's nodes use the padding after it
 };
 

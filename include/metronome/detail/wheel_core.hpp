@@ -2,6 +2,7 @@
 #ifndef METRONOME_DETAIL_WHEEL_CORE_HPP
 #define METRONOME_DETAIL_WHEEL_CORE_HPP
 
+#include <metronome/detail/clock_listener.hpp>
 #include <metronome/detail/pool_core.hpp>
 #include <metronome/detail/task.hpp>
 #include <metronome/options.hpp>

@@ -1,4 +1,4 @@
-#include <metronome/detail/delay_heap.hpp>
+#include "delay_heap.hpp"
 
 #include <boost/test/unit_test.hpp>
 

@@ -1,5 +1,5 @@
 // Sockets, acceptors and Asio timers made on a scheduled_thread_pool: Asio's reactor runs
-// on the pool's own workers, with no thread of its own (pool_core::park_in_reactor).
+// on the pool's own workers, with no thread of its own (pool_engine::park_in_reactor).
 #include <metronome/scheduled_thread_pool.hpp>
 
 #include "common/hooks.hpp"

@@ -1,0 +1,391 @@
+// pool_engine: the engine behind scheduled_thread_pool (its surface for the library's
+// templates is detail/pool_core.hpp).
+#ifndef METRONOME_SRC_POOL_ENGINE_HPP
+#define METRONOME_SRC_POOL_ENGINE_HPP
+
+#include <metronome/detail/clock_listener.hpp>
+#include <metronome/detail/pool_anchor.hpp>
+#include <metronome/detail/pool_core.hpp>
+#include <metronome/detail/ready_queue.hpp>
+#include <metronome/detail/scheduled_task.hpp>
+#include <metronome/options.hpp>
+
+#include "delay_heap.hpp"
+
+#include <boost/asio/execution_context.hpp>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace metronome {
+class manual_clock;
+} // namespace metronome
+
+namespace boost::asio::detail {
+class scheduler;
+class scheduler_task;
+} // namespace boost::asio::detail
+
+namespace metronome::detail {
+
+// Names the calling library thread (the last 15 characters) and sets its timer slack to
+// 1 ns, so that its timed waits (ticks, heap deadlines) end on time.
+void init_library_thread(const std::string& name) noexcept;
+
+struct worker;
+struct reactor_timer;
+
+// The counters behind pool_stats::queue_wait and ::lateness.
+struct latency_counters {
+  std::atomic<std::uint64_t> queue_wait[latency_histogram::bucket_count] = {};
+  std::atomic<std::uint64_t> lateness[latency_histogram::bucket_count] = {};
+
+  // Only the owning thread writes (a worker's own counters).
+  static void bump_owned(std::atomic<std::uint64_t>& c) noexcept {
+    c.store(c.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  }
+  void add_to(pool_stats& s) const noexcept {
+    for (std::size_t b = 0; b < latency_histogram::bucket_count; ++b) {
+      s.queue_wait.add_to_bucket(b, queue_wait[b].load(std::memory_order_relaxed));
+      s.lateness.add_to_bucket(b, lateness[b].load(std::memory_order_relaxed));
+    }
+  }
+  // Moves these counts into `into` (a retiring worker's into the pool's).
+  void move_to(latency_counters& into) noexcept {
+    for (std::size_t b = 0; b < latency_histogram::bucket_count; ++b) {
+      into.queue_wait[b].fetch_add(queue_wait[b].exchange(0, std::memory_order_relaxed), std::memory_order_relaxed);
+      into.lateness[b].fetch_add(lateness[b].exchange(0, std::memory_order_relaxed), std::memory_order_relaxed);
+    }
+  }
+};
+
+// The engine behind scheduled_thread_pool: a lock-free ready queue, a delay heap
+// under one mutex with leader-follower waiting, and worker threads that spin briefly
+// before parking. docs/design.md states each hand-over's invariant. The code is in
+// files by concept: pool_core.cpp (threads, parking), pool_submit.cpp (the ready queue's
+// producers), pool_delay.cpp (delay queue, promotion, periodic runs, waits),
+// pool_lifecycle.cpp (shutdown, join, stats, fork), pool_reactor.cpp (I/O on the
+// workers), pool_hosted.cpp (a core driven by another context's threads); the surface
+// the templates call forwards to it from pool_face.cpp.
+class pool_engine final : public pool_core, public clock_listener {
+public:
+  // `host`: a hosted core (opts.threads is 0): its work runs on the host's threads,
+  // through drive_hosted(); it starts no thread.
+  explicit pool_engine(pool_options opts, core_host* host = nullptr);
+  ~pool_engine() override;
+  pool_engine(const pool_engine&) = delete;
+  pool_engine& operator=(const pool_engine&) = delete;
+
+  clock::time_point now() const noexcept;
+
+  // ---- Asio executor path: never throws.
+  // continuation: relationship.continuation (defer) -> this thread's local queue.
+  // internal: work another executor queues on behalf of work it already accepted (an
+  // Asio strand's invoker): accepted after shutdown, from any thread, until the pool
+  // terminates - dropping it would wedge everything queued behind it.
+  void post(task_base* t, bool continuation, bool internal = false) noexcept;
+  bool running_in_this_thread() const noexcept;
+  // The pool whose worker the calling thread is (nullptr on any other thread, and on a
+  // worker whose pool was destroyed from inside the task it runs).
+  static pool_engine* current() noexcept;
+  void work_finished() noexcept;
+
+  // ---- Typed API. Takes the pool's reference on t. May throw rejected_execution
+  // (abort policy) or std::bad_alloc (nothing changed: the task is dropped, cancelled).
+  // Returns normally when the task was accepted, discarded or run.
+  // `current`: the pool's time, read once by the caller (who computed `due` from it).
+  void submit_scheduled(scheduled_task_base* t, clock::time_point due, clock::time_point current);
+  void submit_scheduled(scheduled_task_base* t, clock::time_point due) { submit_scheduled(t, due, now()); }
+
+  // A delay wait (async_delay). After shutdown() it is queued already aborted.
+  // Returns false only when the pool has terminated (the caller completes the wait
+  // with operation_aborted itself). @throws std::bad_alloc with nothing queued.
+  // `current`: the pool's time as the caller last read it (saves a clock read).
+  bool add_wait(wait_node* n, clock::time_point due, clock::time_point current);
+  // Per-operation cancellation (a wait's cancellation slot): if the wait is still in the
+  // delay queue, takes it out and queues it aborted; a wait that already fell due
+  // completes normally. The slot may be emitted after the pool is gone (its completion,
+  // aborted by the pool's destruction, not yet run), so it reaches the pool through the
+  // anchor and does nothing when the pool is gone.
+  static void cancel_wait(pool_anchor* anchor, std::uint32_t generation, wait_node* n) noexcept;
+  // Takes a wait out of the delay queue without completing it, if the pool that
+  // `anchor` and `generation` name still exists and the wait is still queued there
+  // (under the pool mutex, which lives in the anchor). True when it did: the caller
+  // now owns the node and the pool never touches it again. Safe after the pool is gone.
+  static bool withdraw_wait(pool_anchor* anchor, std::uint32_t generation, wait_node* n) noexcept;
+
+  // Cancel support, caller holds the anchor's mutex (mtx_): removes t from the heap if
+  // it is there. Returns true when it did: the caller then drops the heap's reference.
+  bool on_cancelled_locked(scheduled_task_base* t) noexcept;
+  // The canceller of a task that on_cancelled_locked() took out of the heap has run its
+  // completions: the pool, kept from terminating until now, may go idle.
+  void cancel_delivered() noexcept;
+  // reset() support, caller holds mtx_: if t is pending in the heap, re-keys it to be due
+  // `delay` from now and returns true.
+  bool on_reset_locked(scheduled_task_base* t, clock::duration delay) noexcept;
+
+  // Runs a scheduled task once on the calling thread (caller_runs, pending_task).
+  static void run_detached(scheduled_task_base* t) noexcept;
+  // Runs a scheduled task here and then completes, reports or reschedules it, as a
+  // worker does (serial executors drain their tasks through this).
+  void run_scheduled(scheduled_task_base* t) noexcept;
+  // Typed work due now (submit, schedule with a delay <= 0, a serial executor's) queues
+  // behind every heap task already due at `current`: promotes them first, so due work
+  // keeps (due time, submission) order. One load when nothing is due.
+  void promote_due_before(clock::time_point current) noexcept { promote(current, promoter::by_producer); }
+  // Queues ready work on this pool (internal: also after shutdown). True when the push
+  // met a terminated pool: the work was dropped and reported, except a typed task not
+  // yet run, which is left to its producer (see push_ready_chain).
+  bool push_ready(task_base* t) noexcept;
+  // A serial executor's drain re-posting itself from the worker running it: queues t
+  // without waking anybody, because this worker goes back to the queue as soon as the
+  // drain returns. From any other thread it is push_ready().
+  void repost_from_worker(task_base* t) noexcept;
+  // Queues a linked chain (first..last through next_, count nodes) with one push. True
+  // when it met a terminated pool: everything then in the ready queue is dropped and
+  // reported, save a strand's invoker (run here) and a typed task still pending, marked
+  // handed back and left untouched: such a task was pushed from outside by a submission
+  // that finds the termination too and applies the rejection policy to it.
+  bool push_ready_chain(task_base* first, task_base* last, std::size_t count) noexcept;
+  // Whether the pool has terminated, read under the mutex (not a termination backing off).
+  bool terminated_for_good() noexcept;
+  // Empties the ready queue of a terminated pool (after a push that met the termination).
+  void clear_after_termination() noexcept;
+
+  // ---- Lifecycle.
+  void shutdown();
+  // What shutdown_now() took out of the pool, linked through next_: ready work first
+  // (it became ready earlier), then delayed work in due order.
+  struct taken_tasks {
+    task_base* head = nullptr;
+    std::size_t count = 0; // an upper bound on what next_taken() hands out
+  };
+  // Stops the pool at once and takes every task that never ran. The caller makes room
+  // for them and passes each through next_taken(), or, out of memory, gives the whole
+  // chain to discard_taken().
+  taken_tasks shutdown_now();
+  void discard_taken(task_base* head) noexcept;
+  // Unlinks the first taken task: returns it when it is the caller's to keep, or settles
+  // it here and returns nullptr (a wait completes with operation_aborted; a task
+  // cancelled while it waited is released).
+  static task_base* next_taken(taken_tasks& taken) noexcept;
+  void join();
+  bool await_termination(clock::duration timeout);
+  bool is_shutdown() const noexcept { return shutdown_.load(std::memory_order_acquire); }
+  bool is_terminated() const noexcept { return terminated_.load(std::memory_order_acquire); }
+  // The destructor's path: cancel what is not due, run what is ready, join.
+  void close() noexcept;
+
+  pool_stats stats() const;
+  void note_rejected() noexcept { rejected_.fetch_add(1); } // work refused on the pool's behalf
+  // A wheel_timer built over this pool, until it stops: told when the pool shuts down
+  // (it aborts its pending waits); stopped or destroyed before the pool (debug builds
+  // assert).
+  void attach_wheel(pool_shutdown_listener* w);
+  void detach_wheel(pool_shutdown_listener* w) noexcept;
+  // A wheel wait over this pool, from its creation until a worker has delivered its
+  // completion: the pool does not terminate meanwhile, shut down or not (its shutdown
+  // aborts such waits, so none is left waiting long).
+  void wheel_wait_started() noexcept { wheel_waits_.fetch_add(1, std::memory_order_seq_cst); }
+  void wheel_wait_done() noexcept;
+  std::size_t thread_count() const noexcept { return threads_.load(std::memory_order_relaxed); }
+  std::size_t max_thread_count() const noexcept { return max_threads_; }
+
+  void report(const std::exception_ptr& e) noexcept;
+  // Work dropped because the user shut the pool down (shutdown(), shutdown_now(), the
+  // destructor): to the exception handler the user installed, which sees every drop;
+  // the default handler stays quiet, as Asio destroys unrun handlers without a word.
+  void report_dropped(const std::exception_ptr& e) noexcept;
+
+  void on_time_advanced() override;
+  bool quiescent(clock::time_point& next_due) noexcept override;
+
+  // ---- I/O on the pool's threads. The pool registers Asio's scheduler in itself with no
+  // thread of its own (scheduled_thread_pool.cpp): sockets, timers and streams made on
+  // the pool reach their reactor through it, and the pool's idle workers run it. The
+  // reactor appears (attach_reactor, from the scheduler's init_task) with the first I/O
+  // object; from then on one parked worker waits in it (park_in_reactor).
+  void attach_io(boost::asio::detail::scheduler* io) noexcept { io_ = io; }
+  void attach_reactor(boost::asio::detail::scheduler_task* reactor) noexcept;
+  // After close(), before the pool's services shut down: lets go of what the pool holds
+  // of them (its reactor timer).
+  void release_io() noexcept;
+
+  // ---- Hosted core (host != nullptr). Called on a host thread, never on two at once:
+  // runs what is ready or due (at most `budget` tasks) and says what the host must time.
+  struct drive_result {
+    clock::time_point next_due; // the heap's head (time_point::max(): nothing to time)
+    bool more;                  // the budget ran out with work left: drive again soon
+  };
+  drive_result drive_hosted(std::size_t budget) noexcept;
+  // The host context shuts down: everything held is destroyed unrun (waits' handlers
+  // completed with operation_aborted through their executors, typed tasks cancelled),
+  // and later work is refused as by a terminated pool.
+  void close_hosted() noexcept;
+  bool is_hosted() const noexcept { return host_ != nullptr; }
+
+  // fork(): the child has none of this pool's threads. Every live pool is enrolled; the
+  // process's fork hooks (pool_lifecycle.cpp) lock each before the fork and, in the
+  // child, restart this one's threads (the timing pool: restart_after_fork()) or leave it
+  // terminated (any other pool: its work stays the parent's; it is dropped unrun when the
+  // child destroys the pool).
+  void restart_after_fork() noexcept { restart_after_fork_.store(true, std::memory_order_relaxed); }
+  void lock_for_fork() noexcept;
+  void unlock_after_fork() noexcept;
+  void restart_in_child() noexcept;
+  void terminate_in_child() noexcept;
+
+private:
+  friend struct worker;
+  struct checked_options {};
+  pool_engine(pool_options&& opts, core_host* host, checked_options);
+
+  void start_worker(bool core);
+  static void run_thread_hook(const std::function<void(std::size_t)>& hook, std::size_t id,
+                              pool_engine* pool) noexcept;
+  void worker_main(worker& w);
+  task_base* next_task(worker& w);
+  // park() and its roles (pool_core.cpp); each is called with mtx_ held.
+  task_base* park(worker& w, std::unique_lock<std::mutex>& lk);
+  void let_manual_clock_decide(std::unique_lock<std::mutex>& lk);
+  void wait_as_leader(worker& w, std::unique_lock<std::mutex>& lk);
+  bool wait_as_follower(worker& w, std::unique_lock<std::mutex>& lk);
+  // The reactor role of park(): waits in Asio's reactor (and runs what it completes)
+  // instead of on a condition variable. Caller holds mtx_, which is released meanwhile.
+  void park_in_reactor(worker& w, std::unique_lock<std::mutex>& lk, bool times_heap);
+  void interrupt_reactor_locked() noexcept;
+  void run_task(worker& w, task_base* t) noexcept;
+  void record_start(const timed_node* t, clock::time_point started) noexcept;
+  void reschedule(scheduled_task_base* t, clock::time_point started) noexcept;
+  void end_periodic(scheduled_task_base* t, std::exception_ptr e) noexcept;
+  void wake_one() noexcept;
+  void wake_some_locked(std::size_t n) noexcept;
+  void wake_all_locked() noexcept;
+  void wake_for_new_head_locked() noexcept;
+  void maybe_wake_after_push() noexcept;
+  void join_threads();
+  // Moves due heap nodes to the ready queue (a serial executor's to its queue, in due
+  // order); caller holds mtx_ and, after releasing it, posts the drains listed in
+  // `owed` (post_owed_drains). Returns the count moved to the ready queue.
+  std::size_t promote_due_locked(clock::time_point now, task_sink*& owed) noexcept;
+  void post_owed_drains(task_sink* owed) noexcept;
+  void leave_transit_locked() noexcept;
+  enum class promoter { by_worker, by_producer, by_clock }; // see promote() in pool_delay.cpp
+  void promote(clock::time_point current, promoter who) noexcept;
+  void update_next_due_locked() noexcept;
+  void heap_push_locked(timed_node* n);
+  void ask_clock_after_outside_push(std::unique_lock<std::mutex>& lk) noexcept;
+  // Caller holds the anchor's mutex (mtx_): takes n out of the heap if it is there
+  // (keeping next_due_ and the heap's storage in step). True when it did.
+  bool heap_remove_locked(timed_node* n) noexcept;
+  // Caller holds anchor->mtx: the live pool `anchor`/`generation` name, once it has taken
+  // n out of its heap; nullptr when the pool is gone or n is not in the heap.
+  static pool_engine* withdraw_wait_locked(pool_anchor* anchor, std::uint32_t generation,
+                                         wait_node* n) noexcept;
+  void heap_changed_locked() noexcept;
+  void reject_scheduled(scheduled_task_base* t, bool timed);
+  void drop_outside(task_base* t) noexcept;
+  // Destroys t unrun (a typed task: cancelled); executor work is reported as
+  // rejected_execution(why), unless why is null.
+  void discard_task(task_base* t, const char* why) noexcept;
+  bool discard_oldest_user_task() noexcept;
+  timed_node* queue_aborted_waits_locked(timed_node* gone) noexcept;
+  timed_node* drain_heap_locked() noexcept;
+  void discard_chain(timed_node* first) noexcept;
+  void sweep_for_shutdown_locked(timed_node*& gone) noexcept;
+  bool idle_for_termination_locked(int awake_expected) const noexcept;
+  void terminate_locked() noexcept;
+  // fork() (pool_lifecycle.cpp): the registry of live pools and the child's side.
+  friend struct fork_registry;
+  void enroll_for_fork() noexcept;
+  void leave_fork_registry() noexcept;
+  void forget_threads_in_child() noexcept;
+  void discard_left_in_child() noexcept;
+
+  pool_options opts_;
+  core_host* host_;
+  // Hosted: the worker record host threads run under while they drive (one at a time),
+  // and the due time the host times (mtx_): a new head before it asks for a drive.
+  std::unique_ptr<worker> host_worker_;
+  clock::rep host_timed_ = std::numeric_limits<clock::rep>::max();
+  manual_clock* manual_;
+  std::size_t core_threads_;
+  std::size_t max_threads_;
+
+  ready_queue ready_;
+
+  alignas(64) std::atomic<int> spinning_{0};
+  std::atomic<int> sleepers_{0};
+
+  // The pool mutex lives in the anchor, so handles that outlive the pool can lock it.
+  std::mutex& mtx_;
+  // What the mutex guards starts on its own line: producers read spinning_/sleepers_ on
+  // every push, and parking workers write the condition variables.
+  alignas(64) std::condition_variable follower_cv_;
+  std::condition_variable leader_cv_;
+  std::condition_variable terminated_cv_;
+  delay_heap heap_;
+  std::uint64_t next_seq_ = 0;
+  worker* leader_ = nullptr;
+  // I/O (attach_io): Asio's scheduler registered in the pool, its reactor once an I/O
+  // object exists (atomic: read by workers before they take mtx_), and the worker waiting
+  // in it (mtx_).
+  boost::asio::detail::scheduler* io_ = nullptr;
+  std::atomic<boost::asio::detail::scheduler_task*> reactor_{nullptr};
+  worker* reactor_waiter_ = nullptr;
+  reactor_timer* reactor_timer_ = nullptr; // the reactor waiter's alone (pool_reactor.cpp)
+  clock::time_point reactor_timer_due_ = clock::time_point::max();
+  int followers_ = 0;   // workers in follower_cv_ wait
+  int wake_tokens_ = 0; // notifications not yet consumed
+  int awake_ = 0;       // live workers not parked
+  int in_transit_ = 0;  // promotions whose serial drains, and cancels whose completions, are not delivered yet
+  std::size_t ticks_in_heap_ = 0; // untracked waits (wheels' ticks) in heap_: not work that keeps the pool busy
+  bool joining_ = false;
+  bool closing_ = false;        // destructor: ignore tracked work
+  bool closer_in_pool_ = false; // the destructor runs on one of our workers
+  bool forked_child_ = false;   // a pool of the parent, in a forked child (terminate_in_child)
+  std::atomic<bool> restart_after_fork_{false};
+  pool_engine* fork_prev_ = nullptr; // the fork registry's list (pool_lifecycle.cpp)
+  pool_engine* fork_next_ = nullptr;
+  std::size_t next_worker_id_ = 1;
+  std::vector<std::unique_ptr<worker>> workers_;
+  std::mutex join_mtx_;
+  // The heap's earliest due time (no_due when empty): written under mtx_ whenever the
+  // head changes, read without it by workers deciding whether to promote.
+  std::atomic<clock::rep> next_due_;
+
+  std::atomic<bool> shutdown_{false};
+  std::atomic<bool> stopped_{false}; // shutdown_now: nothing more starts
+  std::atomic<bool> terminated_{false};
+  std::atomic<std::size_t> threads_{0};
+  std::atomic<std::size_t> largest_{0};
+  std::atomic<std::size_t> rejected_{0};
+  std::atomic<std::size_t> retired_completed_{0};
+  // Start-time histograms recorded off the pool's workers (a serial executor's drain on
+  // another executor) and those of retired workers; workers keep their own.
+  latency_counters shared_latency_;
+  std::atomic<int> calls_{0}; // debug builds: threads inside post/submit/add_wait (see close())
+  // wheel_timers firing onto this pool (they must go first); the mutex is held while
+  // shutdown() tells them, so that none is destroyed meanwhile.
+  std::mutex wheels_mtx_;
+  std::vector<pool_shutdown_listener*> wheels_;
+  std::atomic<std::size_t> wheel_waits_{0}; // see wheel_wait_started()
+};
+
+// The engine behind a pool's surface (pool_engine is the only class derived from it).
+inline pool_engine& engine(pool_core& c) noexcept { return static_cast<pool_engine&>(c); }
+inline const pool_engine& engine(const pool_core& c) noexcept { return static_cast<const pool_engine&>(c); }
+inline pool_engine* engine(pool_core* c) noexcept { return static_cast<pool_engine*>(c); }
+
+} // namespace metronome::detail
+
+#endif
