@@ -2,7 +2,7 @@
 // enrollment in it, and what a handle does through it (cancel, reset, report, is_due).
 #include <metronome/detail/report.hpp>
 #include <metronome/detail/test_hooks.hpp>
-#include <metronome/detail/wheel_core.hpp>
+#include "wheel_engine.hpp"
 
 #include "fork_hooks.hpp"
 
@@ -39,7 +39,7 @@ public:
   }
 
   // fork(): the registry's mutex, then every anchor's (the wheels' mutexes), are held
-  // across it; in the child each live wheel refuses new timeouts (wheel_core).
+  // across it; in the child each live wheel refuses new timeouts (wheel_engine).
   void prepare_fork() noexcept {
     m_.lock();
     for (std::uint64_t i = 0; i < used_; ++i) at(i).mtx.lock();
@@ -63,7 +63,7 @@ public:
   }
 
   // Returns the new wheel's id.
-  std::uint64_t enroll(wheel_core* w) {
+  std::uint64_t enroll(wheel_engine* w) {
     std::lock_guard lk(m_);
     std::uint64_t index;
     if (free_ != 0) {
@@ -118,10 +118,10 @@ void wheels_prepare_fork() noexcept { anchor_registry::get().prepare_fork(); }
 void wheels_parent_after_fork() noexcept { anchor_registry::get().parent_after_fork(); }
 void wheels_child_after_fork() noexcept { anchor_registry::get().child_after_fork(); }
 
-wheel_core::enrollment::enrollment(wheel_core* w)
+wheel_engine::enrollment::enrollment(wheel_engine* w)
     : id(anchor_registry::get().enroll(w)), anchor(&anchor_registry::get().at(id)) {}
 
-void wheel_core::enrollment::retire() noexcept {
+void wheel_engine::enrollment::retire() noexcept {
   if (!anchor) return;
   anchor_registry::get().retire(id);
   anchor = nullptr;
@@ -151,12 +151,12 @@ void wheel_entry::settle(bool run) noexcept {
 
 bool wheel_entry::is_due() const noexcept {
   const auto s = state();
-  if (s == pending) return wheel_core::deadline_passed(this);
+  if (s == pending) return wheel_engine::deadline_passed(this);
   return s == firing || s == running || s == done;
 }
 
 bool wheel_entry::cancel() noexcept {
-  if (state() == pending && wheel_core::cancel(this)) return true;
+  if (state() == pending && wheel_engine::cancel(this)) return true;
   if (claim(cancelled)) { // queued on the executor, not started
     // The caller holds a reference (a handle's, or the one a wait's slot takes): the
     // executor's settle() may let go of the queue's reference meanwhile.
@@ -186,12 +186,12 @@ std::uint32_t own_hand_overs(const wheel_anchor& a) noexcept {
 // In the child (the wheel's mutex held): refuse new timeouts, as a stopped wheel does
 // (its tick, if it runs here, finds forked_child_ and stops); the destructor stops it as
 // usual. Hand-overs of the parent's other threads never finish here.
-void wheel_core::terminate_in_child(wheel_anchor& a) noexcept {
+void wheel_engine::terminate_in_child(wheel_anchor& a) noexcept {
   forked_child_.store(true, std::memory_order_relaxed);
   a.handing_over.store(own_hand_overs(a), std::memory_order_relaxed);
 }
 
-void wheel_core::hand_over_unlocked(wheel_anchor& a, std::unique_lock<std::mutex>& lk, chain& fired,
+void wheel_engine::hand_over_unlocked(wheel_anchor& a, std::unique_lock<std::mutex>& lk, chain& fired,
                                     bool handle) noexcept {
   if (!fired.head) {
     lk.unlock();
@@ -213,16 +213,16 @@ void wheel_core::hand_over_unlocked(wheel_anchor& a, std::unique_lock<std::mutex
   a.handing_over.fetch_sub(1, std::memory_order_release);
 }
 
-void wheel_core::wait_for_hand_overs(wheel_anchor& a) noexcept {
+void wheel_engine::wait_for_hand_overs(wheel_anchor& a) noexcept {
   const std::uint32_t own = own_hand_overs(a);
   while (a.handing_over.load(std::memory_order_acquire) > own) std::this_thread::yield();
 }
 
-bool wheel_core::enrolled(const wheel_anchor& a, std::uint64_t id) noexcept {
+bool wheel_engine::enrolled(const wheel_anchor& a, std::uint64_t id) noexcept {
   return a.generation.load(std::memory_order_acquire) == generation_of(id);
 }
 
-bool wheel_core::cancel(wheel_entry* e) noexcept {
+bool wheel_engine::cancel(wheel_entry* e) noexcept {
   {
     wheel_anchor& a = anchor_registry::get().at(e->wheel_id_);
     std::unique_lock lk(a.mtx);
@@ -239,10 +239,10 @@ bool wheel_core::cancel(wheel_entry* e) noexcept {
 }
 
 bool wheel_entry::reset(clock::duration delay) noexcept {
-  return state() == pending && wheel_core::reset(this, delay);
+  return state() == pending && wheel_engine::reset(this, delay);
 }
 
-bool wheel_core::reset(wheel_entry* e, clock::duration delay) noexcept {
+bool wheel_engine::reset(wheel_entry* e, clock::duration delay) noexcept {
   wheel_anchor& a = anchor_registry::get().at(e->wheel_id_);
   std::unique_lock lk(a.mtx);
   if (a.generation.load(std::memory_order_relaxed) != generation_of(e->wheel_id_)) return false; // gone
@@ -252,7 +252,7 @@ bool wheel_core::reset(wheel_entry* e, clock::duration delay) noexcept {
   return moved;
 }
 
-void wheel_core::report(const wheel_entry* e, std::exception_ptr x) noexcept {
+void wheel_engine::report(const wheel_entry* e, std::exception_ptr x) noexcept {
   std::shared_ptr<const std::function<void(std::exception_ptr)>> handler;
   {
     wheel_anchor& a = anchor_registry::get().at(e->wheel_id_);
@@ -266,7 +266,7 @@ void wheel_core::report(const wheel_entry* e, std::exception_ptr x) noexcept {
     report_here(x, "timeout");
 }
 
-bool wheel_core::deadline_passed(const wheel_entry* e) noexcept {
+bool wheel_engine::deadline_passed(const wheel_entry* e) noexcept {
   const wheel_anchor& a = anchor_registry::get().at(e->wheel_id_);
   const std::uint64_t generation = generation_of(e->wheel_id_);
   if (a.generation.load(std::memory_order_acquire) == generation) {

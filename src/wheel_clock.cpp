@@ -2,7 +2,7 @@
 // that brings the next tick's timeouts into cache, and moving on a manual clock.
 #include <metronome/detail/report.hpp>
 #include <metronome/detail/test_hooks.hpp>
-#include <metronome/detail/wheel_core.hpp>
+#include "wheel_engine.hpp"
 #include <metronome/manual_clock.hpp>
 
 #include "platform.hpp"
@@ -11,9 +11,9 @@
 
 namespace metronome::detail {
 
-clock::time_point wheel_core::now() const noexcept { return manual_ ? manual_->now() : clock::now(); }
+clock::time_point wheel_engine::now() const noexcept { return manual_ ? manual_->now() : clock::now(); }
 
-void wheel_core::on_time_advanced() {
+void wheel_engine::on_time_advanced() {
   chain fired;
   {
     std::lock_guard lk(mtx_);
@@ -33,7 +33,7 @@ void wheel_core::on_time_advanced() {
 // entry after another: each entry's link is in the one before). The slot's list is walked from all its entry points side by side, so the
 // cache misses overlap. The mutex is let go between groups of entry points: a cancel()
 // waits for one group at most. Returns whether it touched anything.
-bool wheel_core::touch_next_tick(std::unique_lock<std::mutex>& lk) noexcept {
+bool wheel_engine::touch_next_tick(std::unique_lock<std::mutex>& lk) noexcept {
   const std::uint64_t tick = elapsed_ + 1;
   if (marks_.empty() || touched_ >= tick) return false;
   const auto index = static_cast<std::size_t>(tick & mask_);
@@ -74,7 +74,7 @@ bool wheel_core::touch_next_tick(std::unique_lock<std::mutex>& lk) noexcept {
 // producer with an earlier deadline then wakes the loop. A Dekker pair with the producers
 // (wheel_producer_* hooks): whatever a producer pushed before it could see `until` is in
 // the inbox at the last look, so turn::sleep misses nothing.
-wheel_core::turn wheel_core::turn_locked(std::unique_lock<std::mutex>& lk, chain& fired, bool touch_ahead,
+wheel_engine::turn wheel_engine::turn_locked(std::unique_lock<std::mutex>& lk, chain& fired, bool touch_ahead,
                                          std::uint64_t& until) noexcept {
   wheel_anchor& a = *enrolled_.anchor;
   const std::uint64_t id = enrolled_.id;

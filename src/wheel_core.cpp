@@ -2,7 +2,7 @@
 // insert, cancel under the mutex, handing due entries to the executor, stop.
 #include <metronome/detail/report.hpp>
 #include <metronome/detail/test_hooks.hpp>
-#include <metronome/detail/wheel_core.hpp>
+#include "wheel_engine.hpp"
 #include <metronome/errors.hpp>
 #include <metronome/manual_clock.hpp>
 
@@ -42,7 +42,7 @@ private:
 
 } // namespace
 
-wheel_core::wheel_core(wheel_options opts, boost::asio::any_io_executor ex, pool_core* pool, pool_core* host)
+wheel_engine::wheel_engine(wheel_options opts, boost::asio::any_io_executor ex, pool_core* pool, pool_core* host)
     : enrolled_(this), mtx_(enrolled_.anchor->mtx), opts_(std::move(opts)), ex_(std::move(ex)), pool_(pool),
       manual_(opts_.time_source) {
   if (opts_.exception_handler)
@@ -79,7 +79,7 @@ wheel_core::wheel_core(wheel_options opts, boost::asio::any_io_executor ex, pool
   }
 }
 
-wheel_core::~wheel_core() {
+wheel_engine::~wheel_engine() {
   auto left = stop();
   for (auto* e : left) e->release();
   if (tick_) {
@@ -99,7 +99,7 @@ wheel_core::~wheel_core() {
   wait_for_hand_overs(a);
 }
 
-bool wheel_core::push_inbox(wheel_entry* e) noexcept {
+bool wheel_engine::push_inbox(wheel_entry* e) noexcept {
   wheel_entry* head = inbox_.load(std::memory_order_relaxed);
   do {
     if (head == closed_inbox) return false;
@@ -110,7 +110,7 @@ bool wheel_core::push_inbox(wheel_entry* e) noexcept {
 
 // Moves what producers pushed into the slots (or to `fired` when already due); returns
 // the earliest deadline linked (never if none).
-std::uint64_t wheel_core::drain_inbox_locked(chain& fired) noexcept {
+std::uint64_t wheel_engine::drain_inbox_locked(chain& fired) noexcept {
   wheel_entry* e = inbox_.load(std::memory_order_seq_cst);
   if (e == nullptr || e == closed_inbox) return never;
   // The stack holds the newest first: reverse it, so that ties keep scheduling order.
@@ -124,7 +124,7 @@ std::uint64_t wheel_core::drain_inbox_locked(chain& fired) noexcept {
   return place_locked(oldest, fired, no_level);
 }
 
-void wheel_core::dispatch_to(pool_core* pool, const boost::asio::any_io_executor* ex, chain& fired) noexcept {
+void wheel_engine::dispatch_to(pool_core* pool, const boost::asio::any_io_executor* ex, chain& fired) noexcept {
   if (!fired.head) return;
   const chain taken = std::exchange(fired, chain{});
   if (pool) {
@@ -144,7 +144,7 @@ void wheel_core::dispatch_to(pool_core* pool, const boost::asio::any_io_executor
   }
 }
 
-void wheel_core::insert(wheel_entry* e, clock::duration delay) {
+void wheel_engine::insert(wheel_entry* e, clock::duration delay) {
   try {
     enter(e, delay);
   } catch (...) {
@@ -161,7 +161,7 @@ namespace {
 }
 } // namespace
 
-void wheel_core::enter(wheel_entry* e, clock::duration delay) {
+void wheel_engine::enter(wheel_entry* e, clock::duration delay) {
   e->wheel_id_ = enrolled_.id;
   if (forked_child_.load(std::memory_order_relaxed))
     throw rejected_execution("metronome: a wheel_timer of the parent process, in a forked child");
@@ -243,7 +243,7 @@ void wheel_core::enter(wheel_entry* e, clock::duration delay) {
   }
 }
 
-bool wheel_core::cancel_locked(wheel_entry* e, chain& fired) noexcept {
+bool wheel_engine::cancel_locked(wheel_entry* e, chain& fired) noexcept {
   if (e->state() == wheel_entry::pending && e->slot_index_ == wheel_entry::no_slot)
     drain_inbox_locked(fired); // it is still in the inbox: link it first
   // Linked entries are never due yet; a pending entry with a passed deadline was
@@ -262,7 +262,7 @@ bool wheel_core::cancel_locked(wheel_entry* e, chain& fired) noexcept {
 // The same tests as cancel_locked(): only a linked entry whose deadline is still ahead
 // can move. Unlinked and linked again (at the tail of its new slot: a reset counts as a
 // new scheduling among equal deadlines), the node and its slot lists allocate nothing.
-bool wheel_core::reset_locked(wheel_entry* e, clock::duration delay, chain& fired) noexcept {
+bool wheel_engine::reset_locked(wheel_entry* e, clock::duration delay, chain& fired) noexcept {
   if (e->state() == wheel_entry::pending && e->slot_index_ == wheel_entry::no_slot)
     drain_inbox_locked(fired); // it is still in the inbox: link it first
   if (e->state() != wheel_entry::pending || e->slot_index_ == wheel_entry::no_slot || e->when_ <= elapsed_)
@@ -282,7 +282,7 @@ bool wheel_core::reset_locked(wheel_entry* e, clock::duration delay, chain& fire
   return true;
 }
 
-std::vector<wheel_entry*> wheel_core::stop() {
+std::vector<wheel_entry*> wheel_engine::stop() {
   std::vector<wheel_entry*> left;
   {
     std::lock_guard lk(mtx_);
@@ -319,7 +319,7 @@ std::vector<wheel_entry*> wheel_core::stop() {
   return left;
 }
 
-void wheel_core::on_pool_shutdown() noexcept {
+void wheel_engine::on_pool_shutdown() noexcept {
   chain fired;
   wheel_entry* aborted = nullptr;
   {
@@ -352,7 +352,7 @@ void wheel_core::on_pool_shutdown() noexcept {
   }
 }
 
-std::size_t wheel_core::pending() const noexcept {
+std::size_t wheel_engine::pending() const noexcept {
   // Removals are counted under the mutex, insertions by producers: read the removals
   // first so that the difference never goes below zero.
   const std::size_t removed = removed_.load(std::memory_order_acquire);
@@ -360,13 +360,13 @@ std::size_t wheel_core::pending() const noexcept {
   return inserted > removed ? inserted - removed : 0;
 }
 
-std::size_t wheel_core::moving(std::size_t level) const {
+std::size_t wheel_engine::moving(std::size_t level) const {
   std::lock_guard lk(mtx_);
   if (level == 0 || level >= opts_.levels) return 0;
   return cascades_[level].number == (elapsed_ >> shift(level)) + 1 ? slots_[cascading(level)].count : 0;
 }
 
-std::size_t wheel_core::touched_ahead() const {
+std::size_t wheel_engine::touched_ahead() const {
   std::lock_guard lk(mtx_);
   return touched_entries_;
 }

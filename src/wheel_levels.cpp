@@ -2,7 +2,7 @@
 // occupied-slot bitmap, slots moving down a level (cascades) and the step from tick to
 // tick. Everything here runs under the wheel's mutex; the arithmetic is in
 // src/wheel_slots.hpp.
-#include <metronome/detail/wheel_core.hpp>
+#include "wheel_engine.hpp"
 #include "wheel_slots.hpp"
 
 #include <algorithm>
@@ -10,26 +10,26 @@
 
 namespace metronome::detail {
 
-std::uint64_t wheel_core::divide_by_tick(std::uint64_t ns, std::uint64_t& rest) const noexcept {
+std::uint64_t wheel_engine::divide_by_tick(std::uint64_t ns, std::uint64_t& rest) const noexcept {
   const auto tick = static_cast<std::uint64_t>(opts_.tick.count());
   rest = ns % tick;
   return ns / tick;
 }
 
-std::uint64_t wheel_core::tick_of(clock::time_point t) const noexcept {
+std::uint64_t wheel_engine::tick_of(clock::time_point t) const noexcept {
   if (t <= start_) return 0;
   std::uint64_t rest;
   return divide_by_tick(static_cast<std::uint64_t>((t - start_).count()), rest);
 }
 
-clock::time_point wheel_core::time_of_tick(std::uint64_t n) const noexcept {
+clock::time_point wheel_engine::time_of_tick(std::uint64_t n) const noexcept {
   // Ticks past the one time_point::max() is in saturate (start_ + tick * n overflowed
   // for a huge tick or a deadline at the end of time).
   if (n >= tick_of(clock::time_point::max())) return clock::time_point::max();
   return start_ + opts_.tick * static_cast<clock::rep>(n);
 }
 
-std::uint64_t wheel_core::deadline_tick(clock::time_point current, clock::duration delay) const noexcept {
+std::uint64_t wheel_engine::deadline_tick(clock::time_point current, clock::duration delay) const noexcept {
   // Never early: round the deadline up to the next tick boundary.
   if (delay < clock::duration::zero()) delay = clock::duration::zero();
   const clock::time_point due = saturating_add(current, delay);
@@ -42,7 +42,7 @@ std::uint64_t wheel_core::deadline_tick(clock::time_point current, clock::durati
   return std::min(q + (rest != 0 ? 1 : 0), tick_of(clock::time_point::max()));
 }
 
-std::size_t wheel_core::level_for(std::uint64_t when) const noexcept {
+std::size_t wheel_engine::level_for(std::uint64_t when) const noexcept {
   return wheel_slots::level_for(when, elapsed_, opts_.levels, span_bits_);
 }
 
@@ -51,7 +51,7 @@ std::size_t wheel_core::level_for(std::uint64_t when) const noexcept {
 // slot moving down from the level above: then it joins that slot's tail, behind the
 // older ones with the same deadline (ties stay in scheduling order). Deadlines past the
 // top level's ring wait in its farthest slot.
-void wheel_core::link_locked(wheel_entry* e, std::size_t from_level) noexcept {
+void wheel_engine::link_locked(wheel_entry* e, std::size_t from_level) noexcept {
   const std::uint64_t when = e->when_;
   std::size_t level = level_for(when);
   const std::size_t up = level + 1;
@@ -61,7 +61,7 @@ void wheel_core::link_locked(wheel_entry* e, std::size_t from_level) noexcept {
   append_locked(e, level * (mask_ + 1) + wheel_slots::slot_in_level(when, elapsed_, level, span_bits_, mask_));
 }
 
-void wheel_core::append_locked(wheel_entry* e, std::size_t index) noexcept {
+void wheel_engine::append_locked(wheel_entry* e, std::size_t index) noexcept {
   slot_list& list = slots_[index];
   e->slot_index_ = static_cast<std::uint16_t>(index);
   e->mark_ = wheel_entry::no_mark;
@@ -76,7 +76,7 @@ void wheel_core::append_locked(wheel_entry* e, std::size_t index) noexcept {
   if (list.count++ == 0) set_occupied(index, true);
 }
 
-void wheel_core::mark_locked(wheel_entry* e, std::size_t index) noexcept {
+void wheel_engine::mark_locked(wheel_entry* e, std::size_t index) noexcept {
   auto& marks = marks_[index];
   if (marks.size() >= wheel_entry::no_mark) return;
   try {
@@ -87,11 +87,11 @@ void wheel_core::mark_locked(wheel_entry* e, std::size_t index) noexcept {
   e->mark_ = static_cast<std::uint8_t>(marks.size() - 1);
 }
 
-wheel_entry* wheel_core::next_in_slot(wheel_entry* e) noexcept {
+wheel_entry* wheel_engine::next_in_slot(wheel_entry* e) noexcept {
   return static_cast<wheel_entry*>(e->next_.load(std::memory_order_relaxed));
 }
 
-void wheel_core::unlink_locked(wheel_entry* e) noexcept {
+void wheel_engine::unlink_locked(wheel_entry* e) noexcept {
   const std::size_t index = e->slot_index_;
   slot_list& list = slots_[index];
   wheel_entry* next = next_in_slot(e);
@@ -113,7 +113,7 @@ void wheel_core::unlink_locked(wheel_entry* e) noexcept {
   e->slot_index_ = wheel_entry::no_slot;
 }
 
-void wheel_core::set_occupied(std::size_t index, bool on) noexcept {
+void wheel_engine::set_occupied(std::size_t index, bool on) noexcept {
   const std::size_t level = index / (mask_ + 1), slot = index & mask_;
   std::uint64_t& word = occupied_[level * words_per_level_ + slot / 64];
   const std::uint64_t bit = std::uint64_t(1) << (slot % 64);
@@ -121,13 +121,13 @@ void wheel_core::set_occupied(std::size_t index, bool on) noexcept {
 }
 
 // The first occupied slot of `level` at or after `from`, going round; slots if none.
-std::size_t wheel_core::next_occupied(std::size_t level, std::size_t from) const noexcept {
+std::size_t wheel_engine::next_occupied(std::size_t level, std::size_t from) const noexcept {
   return wheel_slots::next_occupied(occupied_.data() + level * words_per_level_, words_per_level_, from, mask_ + 1);
 }
 
 // The next tick at which the wheel has something to do: a level-0 slot falls due, a
 // level's next slot starts moving down, or a slot moving down owes its next batch.
-std::uint64_t wheel_core::next_event_locked() const noexcept {
+std::uint64_t wheel_engine::next_event_locked() const noexcept {
   const std::uint64_t soonest = elapsed_ + 1;
   std::uint64_t best = never;
   auto consider = [&](std::uint64_t t) { best = std::min(best, std::max(t, soonest)); };
@@ -150,12 +150,12 @@ std::uint64_t wheel_core::next_event_locked() const noexcept {
   return best;
 }
 
-void wheel_core::chain::push(wheel_entry* e) noexcept {
+void wheel_engine::chain::push(wheel_entry* e) noexcept {
   e->next_.store(nullptr, std::memory_order_relaxed);
   append(e, e, 1);
 }
 
-void wheel_core::chain::append(wheel_entry* first, wheel_entry* last, std::size_t n) noexcept {
+void wheel_engine::chain::append(wheel_entry* first, wheel_entry* last, std::size_t n) noexcept {
   if (tail)
     tail->next_.store(first, std::memory_order_relaxed);
   else
@@ -164,7 +164,7 @@ void wheel_core::chain::append(wheel_entry* first, wheel_entry* last, std::size_
   count += n;
 }
 
-void wheel_core::fire_locked(wheel_entry* e, chain& fired) noexcept {
+void wheel_engine::fire_locked(wheel_entry* e, chain& fired) noexcept {
   e->slot_index_ = wheel_entry::no_slot;
   e->prev_ = nullptr;
   e->state_.store(wheel_entry::firing, std::memory_order_release);
@@ -173,7 +173,7 @@ void wheel_core::fire_locked(wheel_entry* e, chain& fired) noexcept {
 
 // Walks a list linked through next_: entries already due go to `fired`, the others
 // are linked. Returns the earliest deadline linked (never if none).
-std::uint64_t wheel_core::place_locked(wheel_entry* e, chain& fired, std::size_t from_level) noexcept {
+std::uint64_t wheel_engine::place_locked(wheel_entry* e, chain& fired, std::size_t from_level) noexcept {
   std::uint64_t earliest = never;
   std::size_t due = 0;
   while (e) {
@@ -192,7 +192,7 @@ std::uint64_t wheel_core::place_locked(wheel_entry* e, chain& fired, std::size_t
 }
 
 // Fired, cancelled or stopped entries leave pending(); only mutex holders write removed_.
-void wheel_core::count_removed_locked(std::size_t n) noexcept {
+void wheel_engine::count_removed_locked(std::size_t n) noexcept {
   if (n) removed_.store(removed_.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
 }
 
@@ -200,7 +200,7 @@ void wheel_core::count_removed_locked(std::size_t n) noexcept {
 // slot before it just became current: it starts moving down, to be linked one level
 // down bit by bit until one lower slot before its first deadline, when that lower slot
 // must be complete to start moving down itself. The entries stay where they are.
-void wheel_core::start_cascade_locked(std::size_t level, chain& fired) noexcept {
+void wheel_engine::start_cascade_locked(std::size_t level, chain& fired) noexcept {
   const std::uint64_t number = (elapsed_ >> shift(level)) + 1;
   cascade& c = cascades_[level];
   if (c.number == number) return; // already moving
@@ -218,7 +218,7 @@ void wheel_core::start_cascade_locked(std::size_t level, chain& fired) noexcept 
 
 // Links as many of the level's moving entries one level down as its schedule owes by
 // now: all of them at its finish tick, a proportional share before.
-void wheel_core::progress_cascade_locked(std::size_t level, chain& fired) noexcept {
+void wheel_engine::progress_cascade_locked(std::size_t level, chain& fired) noexcept {
   slot_list& moving = slots_[cascading(level)];
   const cascade& c = cascades_[level];
   if (moving.count == 0 || c.number != (elapsed_ >> shift(level)) + 1) return;
@@ -241,7 +241,7 @@ void wheel_core::progress_cascade_locked(std::size_t level, chain& fired) noexce
 // Moves the wheel to `tick`, which no event lies before: levels top-down finish or
 // continue what they are moving down and start on their next slot, then level 0's slot
 // for this tick goes to the executor.
-void wheel_core::step_locked(std::uint64_t tick, chain& fired) noexcept {
+void wheel_engine::step_locked(std::uint64_t tick, chain& fired) noexcept {
   elapsed_ = tick;
   for (std::size_t level = opts_.levels - 1; level >= 1; --level) {
     if (slots_[cascading(level)].count != 0) start_cascade_locked(level, fired);
@@ -271,7 +271,7 @@ void wheel_core::step_locked(std::uint64_t tick, chain& fired) noexcept {
 // round once per rotation, in time proportional to the distance (days for a jump to the
 // clock's end on a 64 x 2 wheel). Returns the tick before which no entry is due (the
 // earliest deadline, when it looked; elapsed_ when a cheap check said no).
-std::uint64_t wheel_core::skip_rotations_locked(std::uint64_t now_tick) noexcept {
+std::uint64_t wheel_engine::skip_rotations_locked(std::uint64_t now_tick) noexcept {
   const std::size_t top = opts_.levels - 1;
   const unsigned ring_bits = shift(top) + span_bits_ + 1; // (mask_ + 1) << shift(top) ticks
   if (ring_bits >= 62) return never;                      // the ring spans the clock: nothing past it
@@ -288,7 +288,7 @@ std::uint64_t wheel_core::skip_rotations_locked(std::uint64_t now_tick) noexcept
   return earliest;
 }
 
-void wheel_core::advance_locked(std::uint64_t now_tick, chain& fired) noexcept {
+void wheel_engine::advance_locked(std::uint64_t now_tick, chain& fired) noexcept {
   std::uint64_t nothing_before = 0; // no entry is due before this tick (nothing is added meanwhile)
   while (elapsed_ < now_tick) {
     if (elapsed_ >= nothing_before) nothing_before = skip_rotations_locked(now_tick);

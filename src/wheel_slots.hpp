@@ -1,6 +1,6 @@
 // The timing wheel's arithmetic as pure functions: ticks from nanoseconds, the level and
 // slot a deadline belongs to, the occupied-slot bitmap search, and a moving slot's
-// schedule. wheel_core calls them with its own state; test/unit/detail/wheel_slots.cpp checks
+// schedule. wheel_engine calls them with its own state; test/unit/detail/wheel_slots.cpp checks
 // them directly.
 #ifndef METRONOME_DETAIL_WHEEL_SLOTS_HPP
 #define METRONOME_DETAIL_WHEEL_SLOTS_HPP

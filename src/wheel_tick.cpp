@@ -9,7 +9,7 @@
 #include "pool_engine.hpp"
 #include <metronome/detail/report.hpp>
 #include <metronome/detail/test_hooks.hpp>
-#include <metronome/detail/wheel_core.hpp>
+#include "wheel_engine.hpp"
 
 #include <atomic>
 #include <new>
@@ -41,12 +41,12 @@ struct wheel_tick final : wait_node {
     auto* t = static_cast<wheel_tick*>(b);
     wheel_anchor& a = *t->anchor;
     std::unique_lock lk(a.mtx);
-    if (!wheel_core::enrolled(a, t->id)) {
+    if (!wheel_engine::enrolled(a, t->id)) {
       lk.unlock();
       delete t;
       return;
     }
-    wheel_core& w = *a.core;
+    wheel_engine& w = *a.core;
     if (w.tick_ != t) { // the wheel's destructor saw it busy and left it to free itself
       lk.unlock();
       delete t;
@@ -55,11 +55,11 @@ struct wheel_tick final : wait_node {
     if (action != run_action || t->aborted_) {
       // The host context shuts down (its core closed): no more ticks; the wheel must be
       // destroyed before its executor's context, as any I/O object.
-      w.tick_state_ = wheel_core::tick_state::idle;
+      w.tick_state_ = wheel_engine::tick_state::idle;
       w.sleeping_until_.store(0, std::memory_order_relaxed); // producers ask no more
       return;
     }
-    w.tick_state_ = wheel_core::tick_state::running;
+    w.tick_state_ = wheel_engine::tick_state::running;
     if (!w.tick_once(lk)) { // the wheel went away meanwhile (a timeout's drop destroyed it)
       lk.unlock();
       delete t;
@@ -83,7 +83,7 @@ wait_node* wheel_tick_node(wheel_tick* t) noexcept { return t; }
 // Kept by rearm_tick_locked() and tick_once(); tested by
 // `a_timeout_pushed_while_the_hosted_tick_chooses_its_deadline_fires_on_time` (hook
 // wheel_timer_before_sleep) (test/unit/detail/timing_service.cpp).
-void wheel_core::rearm_tick_locked(std::uint64_t when) noexcept {
+void wheel_engine::rearm_tick_locked(std::uint64_t when) noexcept {
   if (!tick_ || stopped_ || forked_child_.load(std::memory_order_relaxed) || tick_state_ == tick_state::running) return;
   if (tick_state_ == tick_state::armed) {
     if (tick_at_ <= when) return;
@@ -107,7 +107,7 @@ void wheel_core::rearm_tick_locked(std::uint64_t when) noexcept {
 
 // An armed tick taken back out of the host's heap. False when the host took it first (it
 // is queued there, or running): it will look at the wheel.
-bool wheel_core::withdraw_tick_locked() noexcept {
+bool wheel_engine::withdraw_tick_locked() noexcept {
   if (!tick_ || tick_state_ != tick_state::armed ||
       !pool_core::withdraw_wait(host_->anchor(), host_->anchor_generation(), wheel_tick_node(tick_)))
     return false;
@@ -117,7 +117,7 @@ bool wheel_core::withdraw_tick_locked() noexcept {
 
 // The tick: the wheel's turns (turn_locked(), wheel_clock.cpp) on a host thread, until
 // the wheel may sleep; then it arms itself for that.
-bool wheel_core::tick_once(std::unique_lock<std::mutex>& lk) noexcept {
+bool wheel_engine::tick_once(std::unique_lock<std::mutex>& lk) noexcept {
   chain fired;
   for (;;) {
     if (stopped_ || forked_child_.load(std::memory_order_relaxed)) {

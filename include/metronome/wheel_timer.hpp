@@ -246,14 +246,14 @@ public:
 
   /// A wheel firing onto `pool`. @throws std::invalid_argument on bad options.
   explicit wheel_timer(scheduled_thread_pool& pool, wheel_options opts = {})
-      : core_(std::make_unique<detail::wheel_core>(std::move(opts), pool.get_executor(), &detail::pool_of(pool),
+      : core_(detail::wheel_core::make(std::move(opts), pool.get_executor(), &detail::pool_of(pool),
                                                    &detail::pool_of(pool))) {}
 
   /// A wheel firing onto any Asio executor.
   template <class Executor>
   requires(!std::is_convertible_v<Executor&, scheduled_thread_pool&>) explicit wheel_timer(const Executor& ex,
                                                                                            wheel_options opts = {})
-      : core_(std::make_unique<detail::wheel_core>(std::move(opts), boost::asio::any_io_executor(ex), nullptr,
+      : core_(detail::wheel_core::make(std::move(opts), boost::asio::any_io_executor(ex), nullptr,
                                                    hosted_ticks(ex))) {}
 
   /// Stops the wheel (cancelling what never fired).

@@ -2,7 +2,7 @@
 // (the library's test hooks): producers and the wheel's tick choosing its sleep, and a cancel
 // racing the executor's settlement of a due timeout. docs/design.md states each invariant.
 #include <metronome/detail/test_hooks.hpp>
-#include <metronome/detail/wheel_core.hpp>
+#include "wheel_engine.hpp"
 
 #include <metronome/manual_clock.hpp>
 #include <metronome/scheduled_thread_pool.hpp>

@@ -7,6 +7,7 @@
 #include <metronome/scheduled_thread_pool.hpp>
 #include <metronome/serial_executor.hpp>
 
+#include "wheel_engine.hpp"
 #include "common/counting_executor.hpp"
 #include "common/exception_log.hpp"
 #include "common/io_churn.hpp"
@@ -50,9 +51,9 @@ namespace {
 // The wheel's diagnostics, through the library's internal access to the engine.
 struct wheel_access {
   static std::size_t moving(const wheel_timer& w, std::size_t level) {
-    return metronome::detail::core_access::core(w).moving(level);
+    return metronome::detail::engine(metronome::detail::core_access::core(w)).moving(level);
   }
-  static std::size_t touched_ahead(const wheel_timer& w) { return metronome::detail::core_access::core(w).touched_ahead(); }
+  static std::size_t touched_ahead(const wheel_timer& w) { return metronome::detail::engine(metronome::detail::core_access::core(w)).touched_ahead(); }
 };
 } // namespace
 
