@@ -342,6 +342,27 @@ pool_engine* pool_engine::withdraw_wait_locked(pool_anchor* anchor, std::uint32_
   return core->heap_remove_locked(n) ? core : nullptr; // or the wait already left the queue
 }
 
+// A handle's completion ended elsewhere (scheduled_task_base::deliver_elsewhere): queued
+// on the task's pool, as Asio posts a handler with no executor of its own to its I/O
+// object's executor. Into the ready queue under the mutex, in transit until the wake-up
+// is done, so that the pool neither terminates without running it nor is destroyed
+// under the push (cancel_wait's rule). The node is a completion: after shutdown_now() a
+// worker discards it, and its discard delivers too (as an aborted wait's). False,
+// nothing queued, when the pool is gone or terminated: no thread of it would run it.
+bool pool_engine::post_completion(pool_anchor* anchor, std::uint32_t generation, task_base* n) noexcept {
+  pool_engine* core = nullptr;
+  {
+    std::lock_guard lk(anchor->mtx);
+    core = engine(anchor->core.load(std::memory_order_relaxed));
+    if (!core || anchor->generation != generation || core->terminated_.load()) return false;
+    core->ready_.push(n);
+    ++core->in_transit_;
+  }
+  core->maybe_wake_after_push();
+  core->cancel_delivered();
+  return true;
+}
+
 void pool_engine::cancel_wait(pool_anchor* anchor, std::uint32_t generation, wait_node* n) noexcept {
   pool_engine* core = nullptr;
   {

@@ -122,6 +122,9 @@ public:
   // (under the pool mutex, which lives in the anchor). True when it did: the caller
   // now owns the node and the pool never touches it again. Safe after the pool is gone.
   static bool withdraw_wait(pool_anchor* anchor, std::uint32_t generation, wait_node* n) noexcept;
+  // Queues a handle's completion on the pool `anchor`/`generation` name (pool_delay.cpp).
+  // False when that pool is gone or terminated: the caller runs it.
+  static bool post_completion(pool_anchor* anchor, std::uint32_t generation, task_base* n) noexcept;
 
   // Cancel support, caller holds the anchor's mutex (mtx_): removes t from the heap if
   // it is there. Returns true when it did: the caller then drops the heap's reference.
@@ -235,9 +238,9 @@ public:
 
   // fork(): the child has none of this pool's threads. Every live pool is enrolled; the
   // process's fork hooks (pool_lifecycle.cpp) lock each before the fork and, in the
-  // child, restart this one's threads (the timing pool: restart_after_fork()) or leave it
-  // terminated (any other pool: its work stays the parent's; it is dropped unrun when the
-  // child destroys the pool).
+  // child, keep this one going (a hosted core: restart_after_fork(); its context's
+  // threads drive it) or leave it terminated (a pool: its work stays the parent's; it is
+  // dropped unrun when the child destroys the pool).
   void restart_after_fork() noexcept { restart_after_fork_.store(true, std::memory_order_relaxed); }
   void lock_for_fork() noexcept;
   void unlock_after_fork() noexcept;

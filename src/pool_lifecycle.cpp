@@ -474,34 +474,12 @@ void pool_engine::forget_threads_in_child() noexcept {
   threads_.store(0);
 }
 
-// The timing pool: its core workers start again, with nothing queued. What it held at
-// the fork (async_delay waits whose handlers run on the parent's executors, serial
-// executors' delayed tasks whose drains go to them, cancel_after emissions) is the
-// parent's and runs there, as any other pool's work does. Delivered here, it ran the
-// parent's work a second time and reached the parent's executors, whose mutexes and
-// condition variables a thread of the parent may have held at the fork (an io_context
-// another thread was posting to or waiting in): the timer thread blocked on one for
-// ever, and every delay and serial delayed task of the child behind it. The nodes are
-// left as they are (the child's copies leak, as behind a broken ready queue), save
-// their heap index: a handle or cancellation slot of the parent's used in the child
-// then finds its task out of the queue (cancel() still wins; a wait's slot does nothing).
+// A hosted core (the one kind that restarts): it has no thread to forget or restart, and
+// keeps its work, as its context's own pending operations do; the context's threads in
+// the child drive it.
 void pool_engine::restart_in_child() noexcept {
   std::lock_guard lk(mtx_);
   forget_threads_in_child();
-  if (!host_) { // (a hosted core keeps its work, as its context's own operations do)
-    heap_.drain([](timed_node*) noexcept {}); // allocates nothing; marks each node out of the heap
-    ticks_in_heap_ = 0;
-    update_next_due_locked();
-    ready_.consumer_lock().lock();
-    ready_.abandon_after_fork();
-    ready_.consumer_lock().unlock();
-  }
-  if (terminated_.load()) return;
-  try {
-    for (std::size_t i = 0; i < core_threads_; ++i) start_worker(true);
-  } catch (...) {
-    // No thread in the child: the work waits, as it would in a pool whose threads died.
-  }
 }
 
 // Any other pool of the parent: terminated in the child (its work is the parent's, and

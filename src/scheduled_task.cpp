@@ -61,6 +61,10 @@ void stripes_child_after_fork() noexcept {
 scheduled_task_base::scheduled_task_base(pool_core* pool) noexcept
     : timed_node(&complete_thunk), anchor_(pool->anchor()), generation_(pool->anchor_generation()) {}
 
+void scheduled_task_base::deliver_elsewhere(task_base* n) const noexcept {
+  if (!pool_engine::post_completion(anchor_, generation_, n)) n->complete(true);
+}
+
 void scheduled_task_base::complete_thunk(task_base* t, unsigned action) {
   const bool run = action == run_action;
   auto* self = static_cast<scheduled_task_base*>(t);

@@ -1,66 +1,18 @@
-// The serial executor's queue drain, its delayed tasks, dispose, and the process-wide
-// timing pool.
+// The serial executor's queue drain, its delayed tasks and dispose.
 #include <metronome/detail/internal_post.hpp>
-#include "pool_engine.hpp"
 #include <metronome/detail/report.hpp>
 #include <metronome/detail/serial_core.hpp>
 #include <metronome/detail/test_hooks.hpp>
 #include <metronome/errors.hpp>
 
-#include <vector>
+#include "pool_engine.hpp"
 
+#include <vector>
 
 namespace metronome::detail {
 
 namespace {
 thread_local const serial_core* current_drain = nullptr;
-}
-
-namespace {
-// Set once the timing pool is destroyed (static destruction at exit): trivially
-// destructible, so it can still be read by whatever static is destroyed after it.
-constinit std::atomic<bool> timer_pool_gone{false};
-} // namespace
-
-void post_to_timing_pool(task_base* t) noexcept {
-  // A pool destroyed at exit after the timing pool (made before it) has nowhere to post:
-  // its waits complete here, on the thread running the destructors - never lost.
-  pool_core* timing = nullptr;
-  if (!timer_pool_gone.load(std::memory_order_acquire)) {
-    try {
-      timing = &default_timer_pool();
-    } catch (...) { // its first use, out of memory or threads: never lost
-    }
-  }
-  if (timing == nullptr) {
-    t->complete(true);
-    return;
-  }
-  timing->post(t, false, true);
-}
-
-void make_timing_pool() { (void)default_timer_pool(); }
-
-pool_core& default_timer_pool() {
-  // A bare engine, without the public pool around it: only its delay queue is used.
-  struct timer_pool {
-    pool_engine core{[] {
-      pool_options o;
-      o.threads = 1;
-      o.thread_name_prefix = "mtr-timer";
-      return o;
-    }()};
-    ~timer_pool() {
-      core.close();
-      timer_pool_gone.store(true, std::memory_order_release);
-    }
-  };
-  static timer_pool pool;
-  // fork(): the child gets the pool with its mutex free and its thread started anew, so
-  // serial executors made before the fork keep timing their delayed work in the child.
-  static const bool restarts = (pool.core.restart_after_fork(), true);
-  (void)restarts;
-  return pool.core;
 }
 
 serial_core::serial_core(serial_options opts, pool_core& timers, pool_core* owner_pool)

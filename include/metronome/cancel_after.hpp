@@ -73,7 +73,8 @@ inline constexpr bool is_duration_v<std::chrono::duration<Rep, Period>> = true;
  * operation may complete on another thread at the same moment). A slot already
  * associated with the token's handler keeps working: what it emits is forwarded to the
  * operation. The timer is one node in a metronome delay queue: the pool behind the
- * operation's I/O executor (else the handler's executor), or the shared timing pool;
+ * operation's I/O executor (else the handler's executor), or the timing service of that
+ * executor's context (an `io_context`'s, driven by its own threads);
  * pass `timing` (an executor or execution context, e.g. a pool on a manual clock) to
  * choose. When the operation completes first, the node leaves the queue at once. If the
  * timing pool has terminated, the operation runs without a timeout; if the timer cannot

@@ -211,7 +211,7 @@ private:
  * instead of a time point counts from the construction time). `async_tick(token)`
  * waits for the next one (signature `void(error_code, clock::time_point due)`); the wait
  * is one node in the delay queue of the metronome pool behind the executor (else the
- * shared timing pool) and the handler runs on its associated executor (default: the
+ * timing service of its context) and the handler runs on its associated executor (default: the
  * interval's). The `missed_tick` policy decides what follows a tick when it completes,
  * as for `schedule_at_fixed_rate` at the end of a run: a tick that completes before the
  * next grid point is followed one period later under every policy. One that completes

@@ -192,15 +192,6 @@ public:
     if constexpr (Counted) pushed_.store(popped_.load(std::memory_order_relaxed) + reachable, std::memory_order_seq_cst);
   }
 
-  // fork(), in the child, the timing pool only: the caller holds consumer_lock() and no
-  // other thread exists. Forgets every node (the parent's work: the child's copies leak,
-  // untouched); the queue is empty, its counts equal.
-  void abandon_after_fork() noexcept {
-    stub_.next_.store(nullptr, std::memory_order_relaxed);
-    head_.store(&stub_, std::memory_order_relaxed);
-    tail_.store(&stub_, std::memory_order_relaxed);
-    if constexpr (Counted) pushed_.store(popped_.load(std::memory_order_relaxed), std::memory_order_seq_cst);
-  }
 
 private:
   task_base* taken(task_base* t) noexcept {

@@ -34,14 +34,6 @@ protected:
 
 class scheduled_task_base;
 
-// Runs `t` on the process-wide timing pool (the completion of a wait whose handler has no
-// executor of its own, ended by a call that must not run it inline). Never throws; once
-// that pool is destroyed (exit), or when it cannot be made (out of memory on its first
-// use), `t` runs on the calling thread instead.
-void post_to_timing_pool(task_base* t) noexcept;
-// Makes the timing pool if it is not there yet. @throws std::bad_alloc, std::system_error.
-void make_timing_pool();
-
 // Where a due scheduled task goes instead of running on the pool that timed it: a
 // serial executor's queue.
 class task_sink {
@@ -140,6 +132,12 @@ public:
   bool wait_until(clock::time_point real_deadline) const;
   clock::duration delay() const noexcept;
   // false when the task already ended (the caller delivers the result itself).
+  // Runs `n` (the completion of a wait whose handler has no executor of its own, ended by
+  // a call that must not run it inline) on this task's pool: queued there as any of its
+  // work (after shutdown_now(), a worker discards it: `n` must deliver on discard too).
+  // Never throws; when that pool is gone or terminated, no thread of it would run it:
+  // `n` runs on the calling thread instead.
+  void deliver_elsewhere(task_base* n) const noexcept;
   bool add_hook(completion_hook* h) noexcept;
   // Takes h out of the list if the task has not ended (then the caller completes it).
   bool remove_hook(completion_hook* h) noexcept;

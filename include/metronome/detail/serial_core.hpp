@@ -17,10 +17,6 @@ namespace metronome::detail {
 
 class pool_core;
 
-// A process-wide one-thread pool that times delayed work of serial executors whose
-// underlying executor is not a metronome pool.
-pool_core& default_timer_pool();
-
 // The queue drain (seed 004): an MPSC queue plus a count of pending tasks. The thread
 // that raises the count from 0 posts one drain to the underlying executor; the drain
 // runs tasks one at a time and lowers the count as it goes, so at most one drain is

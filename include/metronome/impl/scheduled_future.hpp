@@ -35,8 +35,9 @@ using wait_signature = typename wait_signature_of<R>::type;
 // the handler's associated executor. Completed by the thread that ran the task, it
 // dispatches (a handler with no executor of its own runs right there); ended by any
 // other call (cancel(), dispose(), shutdown_now(), the pool's destruction), it never
-// runs inside that call: posted to the handler's executor, or, with none, run by the
-// process-wide timing pool (through `repost_`, a node inside this one: no allocation).
+// runs inside that call: posted to the handler's executor, or, with none, queued on the
+// task's pool (through `repost_`, a node inside this one: no allocation) - unless that
+// pool has no thread left (deliver_elsewhere).
 // Per-operation cancellation (any type: abandoning a wait does nothing to the task)
 // takes the hook out of the task's list, if the task has not ended, and completes it
 // with operation_aborted, posted. Whoever takes the hook out of the list (the task's
@@ -67,7 +68,7 @@ public:
     else if constexpr (has_own_executor)
       deliver(true);
     else
-      post_to_timing_pool(&repost_);
+      task_->deliver_elsewhere(&repost_);
   }
 
   // `immediate`: the task had ended before a call that must not run the handler inline.
@@ -83,7 +84,8 @@ public:
   }
 
   // The task had already ended when async_wait was called: the handler runs on its
-  // executor, or with none on the timing pool, never inside async_wait. Out of memory,
+  // executor, or with none on the task's pool, never inside async_wait (unless that pool
+  // has no thread left). Out of memory,
   // async_wait throws and nothing is left behind (the handler is destroyed unrun).
   // (Through the system executor, a plain callback's first completion made Asio's
   // system_context, whose failure was reported and the handler lost.)
@@ -100,13 +102,7 @@ public:
       // The completion owns the node from here: released even when the post throws.
       std::apply([&](auto&... a) { this->complete_at_initiation(std::move(a)...); }, *args);
     } else {
-      try {
-        make_timing_pool();
-      } catch (...) {
-        release_node(this);
-        throw;
-      }
-      post_to_timing_pool(&repost_);
+      task_->deliver_elsewhere(&repost_);
     }
   }
 
@@ -131,10 +127,11 @@ private:
       this->complete_with(false, std::move(e), R{});
   }
 
-  // Runs the completion on the timing pool's thread (discarded - that pool stopped at
-  // process exit - it still completes, on the discarding thread: never lost).
+  // Runs the completion on the task's pool (deliver_elsewhere). A completion, as a wait
+  // is: discarded (after shutdown_now(), or met by a termination) it still delivers, on
+  // the discarding thread - never lost.
   struct repost_node final : task_base {
-    explicit repost_node(wait_hook* o) noexcept : task_base(&run), owner(o) {}
+    explicit repost_node(wait_hook* o) noexcept : task_base(&run), owner(o) { kind_ = task_kind::completion; }
     static void run(task_base* t, unsigned) { static_cast<repost_node*>(t)->owner->deliver(false); }
     wait_hook* owner;
   };
@@ -167,8 +164,9 @@ private:
  * the value or rethrows. The handler runs on its associated executor: dispatched from
  * the thread that ran the task when its run ends it (inline there when it has none);
  * posted when anything else ends it (`cancel()`, `dispose()`, `shutdown_now()`, the
- * pool's destructor), and with no executor of its own run by the process-wide timing
- * pool - never inside the call that ended the task. Allocated with its associated allocator;
+ * pool's destructor), with no executor of its own to the task's pool - never inside the
+ * call that ended the task, unless that pool has no thread left to run it (destroyed or
+ * terminated: then on the calling thread). Allocated with its associated allocator;
  * outstanding work on that executor is held until the completion has been handed to
  * it (Asio's rule). A handler that throws is reported to the exception handler of the
  * pool whose thread runs it (else printed to stderr). Any number of waits may be

@@ -12,6 +12,7 @@
 #include "common/io_churn.hpp"
 #include "common/latch_task.hpp"
 #include "common/poll_until.hpp"
+#include "common/threads.hpp"
 
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/io_context.hpp>
@@ -243,7 +244,8 @@ BOOST_AUTO_TEST_CASE(async_waits_completing_onto_a_dying_io_context_leave_it_alo
 
 // A wait ended by anything but the thread that ran the task never runs inside the call
 // that ended it: a caller may hold a lock its handler takes. With no executor of its own
-// the handler runs on the process-wide timing pool; with one, it is posted there.
+// the handler is queued on the task's pool (as Asio posts to an I/O object's executor);
+// with one, it is posted there.
 namespace {
 struct ended_elsewhere {
   std::atomic<bool> inside{false}; // the ending call is under way
@@ -299,6 +301,41 @@ BOOST_AUTO_TEST_CASE(a_wait_with_no_executor_never_runs_inside_cancel) {
   e2.end_with([&] { BOOST_TEST(q.cancel()); });
   g.open();
   e2.check();
+}
+
+// No thread of the library's own: a plain callback's wait, ended by a cancel() from
+// outside, runs on one of the task's pool's workers, and the process has the pool's
+// threads and this one only (the handler used to go through a process-wide timing
+// thread).
+BOOST_AUTO_TEST_CASE(a_wait_with_no_executor_ended_elsewhere_runs_on_the_task_s_pool_and_starts_no_thread) {
+  const std::size_t before = metronome::test::settled_threads(metronome::test::process_threads());
+  scheduled_thread_pool pool(2);
+  auto f = pool.schedule([] {}, 1h);
+  std::promise<bool> on_pool;
+  f.async_wait([&](std::exception_ptr) { on_pool.set_value(pool.get_executor().running_in_this_thread()); });
+  BOOST_TEST(f.cancel());
+  auto ran = on_pool.get_future();
+  BOOST_REQUIRE(ran.wait_for(10s) == std::future_status::ready);
+  BOOST_TEST(ran.get());
+  BOOST_TEST(metronome::test::process_threads() == before + 2);
+}
+
+// With no thread of the task's pool left (terminated), such a handler runs on the
+// calling thread - even inside async_wait: nothing else would ever run it.
+BOOST_AUTO_TEST_CASE(a_wait_with_no_executor_on_a_terminated_pool_runs_on_the_calling_thread) {
+  scheduled_thread_pool pool(1);
+  auto f = pool.schedule([] {}, 1h);
+  BOOST_TEST(f.cancel());
+  pool.shutdown();
+  pool.join();
+  bool ran = false;
+  std::thread::id where;
+  f.async_wait([&](std::exception_ptr e) {
+    ran = e != nullptr;
+    where = std::this_thread::get_id();
+  });
+  BOOST_TEST(ran);
+  BOOST_TEST((where == std::this_thread::get_id()));
 }
 
 BOOST_AUTO_TEST_CASE(a_wait_ended_by_shutdown_now_or_the_pool_destructor_never_runs_inside_it) {
