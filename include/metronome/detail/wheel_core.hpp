@@ -60,6 +60,10 @@ public:
   // Its deadline passed on the wheel: queued on the executor, running or done.
   bool is_due() const noexcept;
   bool is_wait() const noexcept { return wait_; }
+  // Its callable (or a wait's completion) starts: on a pool worker, when its wheel
+  // times its timeouts there (wheel_anchor::tick_ns), its lateness from its deadline's
+  // tick counts in that pool's stats. Reads nothing of a wheel that is gone.
+  void note_start() const noexcept;
 
   // In a level-0 slot: its place among that slot's entry points (wheel_core::marks_),
   // or no_mark. Only the mutex holder reads or writes it; stale once handed over. One
@@ -94,7 +98,10 @@ protected:
       // cancelled it before letting go) and is destroyed without a read-modify-write.
       if constexpr (Node::cancellers_hold_refs) {
         if (n->refs_.load(std::memory_order_acquire) == 1) {
-          if (const auto s = n->state_.load(std::memory_order_relaxed); s == pending || s == firing) n->on_fire();
+          if (const auto s = n->state_.load(std::memory_order_relaxed); s == pending || s == firing) {
+            n->note_start();
+            n->on_fire();
+          }
           n->on_destroy();
           break;
         }
@@ -105,6 +112,7 @@ protected:
       n->settle(false);
       break;
     case fire_action:
+      n->note_start();
       n->on_fire();
       break;
     case drop_action:
@@ -148,6 +156,12 @@ struct alignas(64) wheel_anchor {
   // destroying thread's own), so that what they hand to (the wheel's pool) is still there.
   std::atomic<std::uint32_t> handing_over{0};
   std::uint32_t next_free = 0; // the registry's free list (index + 1)
+  // The wheel's time base, for its timeouts' lateness on its pool (note_start): its start
+  // and its tick in nanoseconds, tick 0 when not timed (a wheel over another executor,
+  // or on another clock than its pool's). Written by the wheel's constructor, before any
+  // timeout exists; on their own line, away from the mutex.
+  alignas(64) std::atomic<clock::rep> start_ns{0};
+  std::atomic<clock::rep> tick_ns{0};
 };
 
 struct wheel_tick;
