@@ -152,9 +152,10 @@ struct pool_stats {
   ///   cancelled or aborted), up to the moment a worker delivers them: runs the handler
   ///   (its executor is this pool) or hands it to its executor (cancel_after: the
   ///   emission), whose own queue is not counted;
-  /// - timeouts (and `async_wait`s) of a `wheel_timer` built on this pool and on its
-  ///   clock: from the time of the tick they fire on (the deadline rounded up to the
-  ///   wheel's tick) to their callable's start. Not timeouts scheduled with a delay <= 0.
+  /// - timeouts (and `async_wait`s) of a `wheel_timer(pool, …)` on the pool's clock: from
+  ///   the time of the tick they fire on (the deadline rounded up to the wheel's tick) to
+  ///   their callable's start. Not timeouts scheduled with a delay <= 0. (A wheel built on
+  ///   an executor posts its timeouts: they count as executor-path work.)
   latency_histogram lateness;
 };
 
