@@ -3,7 +3,6 @@
 #include <metronome/scheduled_thread_pool.hpp>
 
 #include <metronome/async_delay.hpp>
-#include <metronome/cancel_after.hpp>
 #include <metronome/manual_clock.hpp>
 #include <metronome/serial_executor.hpp>
 #include <metronome/wheel_timer.hpp>
@@ -204,19 +203,6 @@ BOOST_AUTO_TEST_CASE(a_cancelled_async_delay_counts_nothing) {
   BOOST_TEST((p.get_future().get() == boost::asio::error::operation_aborted));
   c.advance(15ms);
   BOOST_TEST(pool.stats().lateness.total() == 0u);
-}
-
-BOOST_AUTO_TEST_CASE(a_cancel_after_timeout_counts_its_lateness) {
-  manual_clock c;
-  scheduled_thread_pool pool(on_clock(c));
-  std::promise<boost::system::error_code> p;
-  // The wait is cancelled (not counted); the timeout, due at +10 ms, fires at +12 ms.
-  metronome::async_delay(pool, 1h,
-                         metronome::cancel_after(10ms, [&](boost::system::error_code ec) { p.set_value(ec); }));
-  c.advance(12ms);
-  BOOST_TEST((p.get_future().get() == boost::asio::error::operation_aborted));
-  BOOST_TEST(poll_until([&] { return pool.stats().lateness.total() == 1u; }));
-  BOOST_TEST(pool.stats().lateness.count(latency_histogram::bucket_of(2ms)) == 1u);
 }
 
 BOOST_AUTO_TEST_CASE(a_wheel_timeout_fired_onto_the_pool_counts_its_lateness_from_its_tick) {
