@@ -504,6 +504,10 @@ void pool_engine::run_task(worker& w, task_base* t) noexcept {
     assert(st->sink() == nullptr);
     run_scheduled(st);
   } else {
+    if (t->sampled_)
+      record_post_wait(w, static_cast<const op_node*>(t));
+    else if (t->kind_ == task_kind::wait)
+      record_wait_start(static_cast<const wait_node*>(t));
     try {
       t->complete(true);
     } catch (...) {

@@ -316,6 +316,9 @@ bool pool_engine::add_wait(wait_node* n, clock::time_point due, clock::time_poin
     }
   }
   if (shutdown_.load()) n->aborted_ = true;
+  // Its time had passed at initiation: its start counts as queue wait from now, as typed
+  // work's whose delay had passed (record_wait_start).
+  if (due < current) n->set_due(current);
   push_ready(n);
   return true;
 }
@@ -432,6 +435,28 @@ void pool_engine::record_start(const timed_node* t, clock::time_point started) n
   } else {
     (t->timed_ ? shared_latency_.lateness[b] : shared_latency_.queue_wait[b]).fetch_add(1, std::memory_order_relaxed);
   }
+}
+
+// A sampled post (post_op) weighs post_sample_every: the histogram estimates every post.
+void pool_engine::record_post_wait(worker& w, const op_node* t) noexcept {
+  const auto waited = now().time_since_epoch() - clock::duration(t->queued_at_);
+  const std::size_t b = latency_histogram::bucket_of(waited);
+  latency_counters::bump_owned(w.latency.queue_wait[b], pool_stats::post_sample_every);
+}
+
+// A wait that fell due (async_delay, cancel_after): as a delayed task, lateness when it
+// went through the delay queue, else queue wait from its initiation (add_wait). Aborted
+// waits and a wheel's ticks are not timed.
+void pool_engine::record_wait_start(const wait_node* n) noexcept {
+  if (n->aborted_ || n->untracked_) return;
+  record_start(n, now());
+}
+
+void pool_engine::record_lateness_here(clock::time_point due) noexcept {
+  worker* w = this_worker;
+  if (w == nullptr) return;
+  const std::size_t b = latency_histogram::bucket_of(w->pool->now() - due);
+  latency_counters::bump_owned(w->latency.lateness[b]);
 }
 
 void pool_engine::run_detached(scheduled_task_base* t) noexcept {

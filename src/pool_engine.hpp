@@ -49,9 +49,9 @@ struct latency_counters {
   std::atomic<std::uint64_t> queue_wait[latency_histogram::bucket_count] = {};
   std::atomic<std::uint64_t> lateness[latency_histogram::bucket_count] = {};
 
-  // Only the owning thread writes (a worker's own counters).
-  static void bump_owned(std::atomic<std::uint64_t>& c) noexcept {
-    c.store(c.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  // Only the owning thread writes (a worker's own counters). `n`: a sample's weight.
+  static void bump_owned(std::atomic<std::uint64_t>& c, std::uint64_t n = 1) noexcept {
+    c.store(c.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
   }
   void add_to(pool_stats& s) const noexcept {
     for (std::size_t b = 0; b < latency_histogram::bucket_count; ++b) {
@@ -86,6 +86,10 @@ public:
   pool_engine& operator=(const pool_engine&) = delete;
 
   clock::time_point now() const noexcept;
+  manual_clock* time_source() const noexcept { return manual_; }
+  // A wheel's timeout fired onto a pool starts on one of its workers: its lateness, from
+  // `due` (the tick it fired on), in that worker's pool. Nothing on any other thread.
+  static void record_lateness_here(clock::time_point due) noexcept;
 
   // ---- Asio executor path: never throws.
   // continuation: relationship.continuation (defer) -> this thread's local queue.
@@ -93,6 +97,7 @@ public:
   // Asio strand's invoker): accepted after shutdown, from any thread, until the pool
   // terminates - dropping it would wedge everything queued behind it.
   void post(task_base* t, bool continuation, bool internal = false) noexcept;
+  void post_op(op_node* t, bool continuation, bool internal) noexcept; // pool_core's
   bool running_in_this_thread() const noexcept;
   // The pool whose worker the calling thread is (nullptr on any other thread, and on a
   // worker whose pool was destroyed from inside the task it runs).
@@ -268,6 +273,8 @@ private:
   void interrupt_reactor_locked() noexcept;
   void run_task(worker& w, task_base* t) noexcept;
   void record_start(const timed_node* t, clock::time_point started) noexcept;
+  void record_post_wait(worker& w, const op_node* t) noexcept;
+  void record_wait_start(const wait_node* n) noexcept;
   void reschedule(scheduled_task_base* t, clock::time_point started) noexcept;
   void end_periodic(scheduled_task_base* t, std::exception_ptr e) noexcept;
   void wake_one() noexcept;

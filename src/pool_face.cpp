@@ -8,6 +8,9 @@ clock::time_point pool_core::now() const noexcept { return engine(*this).now(); 
 void pool_core::post(task_base* t, bool continuation, bool internal) noexcept {
   engine(*this).post(t, continuation, internal);
 }
+void pool_core::post_op(op_node* t, bool continuation, bool internal) noexcept {
+  engine(*this).post_op(t, continuation, internal);
+}
 bool pool_core::running_in_this_thread() const noexcept { return engine(*this).running_in_this_thread(); }
 pool_core* pool_core::current() noexcept { return pool_engine::current(); }
 void pool_core::work_finished() noexcept { engine(*this).work_finished(); }

@@ -17,7 +17,11 @@ namespace metronome::detail {
 
 namespace {
 thread_local bool posting_internal = false;
-}
+// Counts the calling thread's post_op() calls: every post_sample_every-th is timed.
+thread_local unsigned post_tick = 0;
+constexpr unsigned post_sample_mask = pool_stats::post_sample_every - 1;
+static_assert((pool_stats::post_sample_every & post_sample_mask) == 0, "a power of two");
+} // namespace
 
 internal_post_scope::internal_post_scope(bool on) noexcept : outer_(posting_internal) { posting_internal = on; }
 internal_post_scope::~internal_post_scope() { posting_internal = outer_; }
@@ -115,6 +119,14 @@ void pool_engine::post(task_base* t, bool continuation, bool internal) noexcept 
   }
   t->runs_if_terminated_ = !inside && internal; // a strand's invoker
   push_ready(t);
+}
+
+void pool_engine::post_op(op_node* t, bool continuation, bool internal) noexcept {
+  if ((++post_tick & post_sample_mask) == 0) {
+    t->queued_at_ = now().time_since_epoch().count();
+    t->sampled_ = true;
+  }
+  post(t, continuation, internal);
 }
 
 void pool_engine::drop_outside(task_base* t) noexcept {

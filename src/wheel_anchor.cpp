@@ -5,6 +5,7 @@
 #include "wheel_engine.hpp"
 
 #include "fork_hooks.hpp"
+#include "pool_engine.hpp"
 
 #include <atomic>
 #include <bit>
@@ -147,6 +148,22 @@ void wheel_entry::settle(bool run) noexcept {
     complete_(this, run ? cancelled_run_action : cancelled_discard_action);
   }
   release();
+}
+
+void wheel_entry::note_start() const noexcept {
+  const wheel_anchor& a = anchor_registry::get().at(wheel_id_);
+  const std::uint64_t generation = generation_of(wheel_id_);
+  if (a.generation.load(std::memory_order_acquire) != generation) return; // gone
+  const clock::rep tick = a.tick_ns.load(std::memory_order_acquire);
+  const clock::rep start = a.start_ns.load(std::memory_order_acquire);
+  // A later wheel's time base (the anchor reused meanwhile) comes with a new generation.
+  std::atomic_thread_fence(std::memory_order_acquire);
+  if (tick == 0 || a.generation.load(std::memory_order_relaxed) != generation) return;
+  // Its deadline's tick; 0: handed to the executor when scheduled (a delay <= 0).
+  const std::uint64_t when =
+      std::atomic_ref<std::uint64_t>(const_cast<std::uint64_t&>(when_)).load(std::memory_order_relaxed);
+  if (when == 0 || when > static_cast<std::uint64_t>((clock::duration::max().count() - start) / tick)) return;
+  pool_engine::record_lateness_here(clock::time_point(clock::duration(start + tick * static_cast<clock::rep>(when))));
 }
 
 bool wheel_entry::is_due() const noexcept {

@@ -68,6 +68,10 @@ wheel_engine::wheel_engine(wheel_options opts, boost::asio::any_io_executor ex, 
   occupied_.assign(opts_.levels * words_per_level_, 0);
   if (opts_.levels > 1) marks_.resize(slots); // a level-0 slot is then one tick
   start_ = now();
+  // Its timeouts' lateness counts in its pool's stats when both read the same clock.
+  const bool timed_on_pool = pool_ != nullptr && engine(pool_)->time_source() == manual_;
+  enrolled_.anchor->start_ns.store(start_.time_since_epoch().count(), std::memory_order_release);
+  enrolled_.anchor->tick_ns.store(timed_on_pool ? opts_.tick.count() : 0, std::memory_order_release);
   if (pool_) engine(pool_)->attach_wheel(this);
   if (manual_) {
     manual_->attach(this);

@@ -39,6 +39,12 @@ struct alignas(64) wheel_anchor {
   // destroying thread's own), so that what they hand to (the wheel's pool) is still there.
   std::atomic<std::uint32_t> handing_over{0};
   std::uint32_t next_free = 0; // the registry's free list (index + 1)
+  // The wheel's time base, for its timeouts' lateness on its pool (note_start): its start
+  // and its tick in nanoseconds, tick 0 when not timed (a wheel over another executor,
+  // or on another clock than its pool's). Written by the wheel's constructor, before any
+  // timeout exists; on their own line, away from the mutex.
+  alignas(64) std::atomic<clock::rep> start_ns{0};
+  std::atomic<clock::rep> tick_ns{0};
 };
 
 struct wheel_tick;

@@ -131,12 +131,31 @@ struct pool_stats {
   std::size_t completed = 0;         ///< tasks (and periodic runs) finished
   std::size_t rejected = 0;          ///< submissions refused, every policy counted
   std::size_t largest_pool_size = 0; ///< most threads alive at once
-  /// Ready-queue wait (from submission to start) of tasks of the typed API (`submit`,
-  /// a `schedule…` whose delay had already passed, a serial executor's `submit`), and of
-  /// a periodic task's first run when its initial delay is 0.
+  /// Executor-path work is timed one post in this many, counted per posting thread; each
+  /// timed post counts this many in `queue_wait`.
+  static constexpr std::size_t post_sample_every = 64;
+  /// Ready-queue wait, from being queued to starting on a worker, of:
+  /// - tasks of the typed API (`submit`, a `schedule…` whose delay had already passed, a
+  ///   serial executor's `submit`), and a periodic task's first run when its initial
+  ///   delay is 0 (every one);
+  /// - executor-path work queued on the pool: `asio::post`, `asio::defer`, and
+  ///   `asio::dispatch` / `execute` called off the pool's threads (coroutines' posts, a
+  ///   strand's invoker) - sampled: one post in `post_sample_every` of each posting
+  ///   thread, counted `post_sample_every` times. A dispatch that runs inline has no wait;
+  /// - an `async_delay` or `cancel_after` wait on the pool whose due time had passed when
+  ///   it started: from its start to the delivery below.
   latency_histogram queue_wait;
-  /// Lateness (from due time to start) of delayed tasks and of every later run of a
-  /// periodic task: the timer's lateness plus the wait for a free worker.
+  /// Lateness, from the due time to the start (every one, not sampled), of:
+  /// - delayed tasks and every later run of a periodic task: the timer's lateness plus
+  ///   the wait for a free worker;
+  /// - `async_delay` and `cancel_after` waits in the pool's delay queue that fall due (not
+  ///   cancelled or aborted), up to the moment a worker delivers them: runs the handler
+  ///   (its executor is this pool) or hands it to its executor (cancel_after: the
+  ///   emission), whose own queue is not counted;
+  /// - timeouts (and `async_wait`s) of a `wheel_timer(pool, …)` on the pool's clock: from
+  ///   the time of the tick they fire on (the deadline rounded up to the wheel's tick) to
+  ///   their callable's start. Not timeouts scheduled with a delay <= 0. (A wheel built on
+  ///   an executor posts its timeouts: they count as executor-path work.)
   latency_histogram lateness;
 };
 

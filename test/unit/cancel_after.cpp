@@ -380,4 +380,18 @@ BOOST_AUTO_TEST_CASE(a_wait_completing_while_a_cancel_after_inside_a_binder_emit
 }
 #endif
 
+// The pool's stats (scheduled_thread_pool::stats()): the timeout's delivery counts as
+// lateness; the wait it cancels, aborted, counts nothing.
+BOOST_AUTO_TEST_CASE(a_cancel_after_timeout_counts_its_lateness) {
+  manual_clock c;
+  scheduled_thread_pool pool(on_clock(c));
+  std::promise<error_code> p;
+  async_delay(pool, 1h, cancel_after(10ms, [&](error_code ec) { p.set_value(ec); }));
+  c.advance(12ms); // due at +10 ms, delivered at +12 ms
+  BOOST_TEST((p.get_future().get() == asio::error::operation_aborted));
+  BOOST_TEST(poll_until([&] { return pool.stats().lateness.total() == 1u; }));
+  using metronome::latency_histogram;
+  BOOST_TEST(pool.stats().lateness.count(latency_histogram::bucket_of(2ms)) == 1u);
+}
+
 BOOST_AUTO_TEST_SUITE_END()

@@ -13,7 +13,7 @@ namespace metronome::detail {
 // through the executor's allocator). The node is freed before the function runs, as
 // Asio does, so a handler that posts again can reuse the memory.
 template <class F, class Alloc>
-class executor_op final : public task_base {
+class executor_op final : public op_node {
   using alloc_traits = typename std::allocator_traits<Alloc>::template rebind_traits<executor_op>;
   using node_alloc = typename alloc_traits::allocator_type;
 
@@ -32,7 +32,7 @@ public:
   }
 
   template <class G>
-  executor_op(G&& g, const Alloc& a) : task_base(&do_complete), f_(std::forward<G>(g)), alloc_(a) {}
+  executor_op(G&& g, const Alloc& a) : op_node(&do_complete), f_(std::forward<G>(g)), alloc_(a) {}
 
 private:
   static void do_complete(task_base* b, unsigned action) {
@@ -46,7 +46,7 @@ private:
   }
 
   F f_;
-  Alloc alloc_;
+  [[no_unique_address]] Alloc alloc_; // an empty allocator takes no room beside queued_at_
 };
 
 } // namespace metronome::detail

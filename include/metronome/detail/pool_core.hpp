@@ -18,6 +18,7 @@
 namespace metronome::detail {
 
 struct task_base;
+struct op_node;
 struct wait_node;
 class scheduled_task_base;
 
@@ -64,6 +65,10 @@ public:
   // Asio strand's invoker): accepted after shutdown, from any thread, until the pool
   // terminates - dropping it would wedge everything queued behind it.
   void post(task_base* t, bool continuation, bool internal = false) noexcept;
+  // The executor's own work (submit_op): as post(), and one in
+  // pool_stats::post_sample_every of each thread's posts carries the time it was queued
+  // (the others are not timed: a clock read costs about as much as the post itself).
+  void post_op(op_node* t, bool continuation, bool internal) noexcept;
   bool running_in_this_thread() const noexcept;
   // The pool whose worker the calling thread is (nullptr on any other thread, and on a
   // worker whose pool was destroyed from inside the task it runs).

@@ -55,6 +55,16 @@ struct task_base {
   // its strand locked, and every handler queued behind it - completions of operations
   // that ran on the pool - lost). Set by the pool's post().
   bool runs_if_terminated_ : 1 = false; // shares kind_'s byte: the wheel's nodes use the padding after it
+  // An op_node that pool_core::post_op() sampled for the queue-wait statistic: its
+  // queued_at_ holds the pool's time when it was queued. Shares kind_'s byte too.
+  bool sampled_ : 1 = false;
+};
+
+// Executor-path work (executor_op): post_op() samples one in post_sample_every of these
+// per posting thread, and the worker that starts a sampled one records its queue wait.
+struct op_node : task_base {
+  using task_base::task_base;
+  clock::rep queued_at_ = 0; // the pool's time at post_op(), when sampled_
 };
 
 // A heap position; the heap refuses to grow to not_in_heap entries.

@@ -59,6 +59,10 @@ public:
   // Its deadline passed on the wheel: queued on the executor, running or done.
   bool is_due() const noexcept;
   bool is_wait() const noexcept { return wait_; }
+  // Its callable (or a wait's completion) starts: on a pool worker, when its wheel
+  // times its timeouts there (wheel_anchor::tick_ns), its lateness from its deadline's
+  // tick counts in that pool's stats. Reads nothing of a wheel that is gone.
+  void note_start() const noexcept;
 
   // In a level-0 slot: its place among that slot's entry points (wheel_core::marks_),
   // or no_mark. Only the mutex holder reads or writes it; stale once handed over. One
@@ -93,7 +97,10 @@ protected:
       // cancelled it before letting go) and is destroyed without a read-modify-write.
       if constexpr (Node::cancellers_hold_refs) {
         if (n->refs_.load(std::memory_order_acquire) == 1) {
-          if (const auto s = n->state_.load(std::memory_order_relaxed); s == pending || s == firing) n->on_fire();
+          if (const auto s = n->state_.load(std::memory_order_relaxed); s == pending || s == firing) {
+            n->note_start();
+            n->on_fire();
+          }
           n->on_destroy();
           break;
         }
@@ -104,6 +111,7 @@ protected:
       n->settle(false);
       break;
     case fire_action:
+      n->note_start();
       n->on_fire();
       break;
     case drop_action:

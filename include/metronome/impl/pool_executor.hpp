@@ -213,11 +213,11 @@ private:
       return;
     }
     using node_alloc = detail::node_allocator_for<OtherAllocator>;
-    task_base_ptr op =
+    op_node_ptr op =
         detail::executor_op<F, typename node_alloc::type>::create(std::forward<Function>(f), node_alloc::get(a));
-    core.post(op, continuation, detail::is_strand_invoker<F>::value);
+    core.post_op(op, continuation, detail::is_strand_invoker<F>::value);
   }
-  using task_base_ptr = detail::task_base*;
+  using op_node_ptr = detail::op_node*;
 
   scheduled_thread_pool* pool_;
   Allocator allocator_;

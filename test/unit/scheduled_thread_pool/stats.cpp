@@ -2,18 +2,26 @@
 // one-line printing. Time is the manual clock's: every duration here is exact.
 #include <metronome/scheduled_thread_pool.hpp>
 
+#include <metronome/async_delay.hpp>
 #include <metronome/manual_clock.hpp>
 #include <metronome/serial_executor.hpp>
+#include <metronome/wheel_timer.hpp>
 
 #include "common/latch_task.hpp"
 #include "common/manual_pool.hpp"
 #include "common/poll_until.hpp"
 
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/system/error_code.hpp>
 #include <boost/test/unit_test.hpp>
 
 #include <chrono>
+#include <future>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 using namespace std::chrono_literals;
@@ -118,6 +126,113 @@ BOOST_AUTO_TEST_CASE(counts_of_retired_elastic_threads_are_kept) {
   for (auto& h : hs) h.get();
   BOOST_TEST(poll_until([&] { return pool.stats().threads == 1u; })); // two retired
   BOOST_TEST(pool.stats().queue_wait.total() == 3u);
+}
+
+// ---- Executor-path work, async_delay, cancel_after and wheel timeouts.
+
+BOOST_AUTO_TEST_CASE(posts_count_their_queue_wait_one_in_post_sample_every_weighted_by_it) {
+  constexpr int every = static_cast<int>(metronome::pool_stats::post_sample_every);
+  manual_clock c;
+  scheduled_thread_pool pool(on_clock(c));
+  metronome::test::gate release;
+  metronome::test::counter started, ran;
+  // A new thread counts its posts from 0: its 4 x every posts (the first one holds the
+  // only worker) are timed 4 times, each queued at +0.
+  std::thread poster([&] {
+    boost::asio::post(pool, [&] {
+      started.add();
+      release.wait();
+    });
+    for (int i = 1; i < 4 * every; ++i) boost::asio::post(pool, [&] { ran.add(); });
+  });
+  poster.join();
+  BOOST_TEST(started.wait_for_at_least(1));
+  c.advance(3ms);
+  release.open();
+  BOOST_TEST(ran.wait_for_at_least(4 * every - 1));
+  BOOST_TEST(poll_until([&] { return pool.stats().queue_wait.total() == 4u * every; }));
+  const auto s = pool.stats();
+  BOOST_TEST(s.queue_wait.count(latency_histogram::bucket_of(3ms)) == 4u * every);
+  BOOST_TEST(s.lateness.total() == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(an_async_delay_due_at_10ms_completing_at_15ms_is_in_the_5ms_lateness_bucket) {
+  manual_clock c;
+  scheduled_thread_pool pool(on_clock(c));
+  metronome::test::counter done;
+  metronome::async_delay(pool, 10ms, [&](boost::system::error_code) { done.add(); });
+  c.advance(15ms);
+  BOOST_TEST(done.wait_for_at_least(1));
+  BOOST_TEST(poll_until([&] { return pool.stats().lateness.total() == 1u; }));
+  const auto s = pool.stats();
+  BOOST_TEST(s.lateness.count(latency_histogram::bucket_of(5ms)) == 1u);
+  BOOST_TEST(s.queue_wait.total() == 0u); // its handler ran inline, on the pool
+}
+
+BOOST_AUTO_TEST_CASE(an_async_delay_already_due_counts_as_queue_wait_from_its_start) {
+  manual_clock c;
+  scheduled_thread_pool pool(on_clock(c));
+  c.advance(100ms);
+  metronome::test::gate release;
+  metronome::test::counter started, done;
+  auto blocker = pool.submit([&] { // queue wait 0
+    started.add();
+    release.wait();
+  });
+  BOOST_TEST(started.wait_for_at_least(1));
+  // Due 50 ms before it starts: queued at +100 ms behind the blocker, delivered at +103 ms.
+  metronome::async_delay_until(pool, metronome::clock::time_point(50ms),
+                               [&](boost::system::error_code) { done.add(); });
+  c.advance(3ms);
+  release.open();
+  BOOST_TEST(done.wait_for_at_least(1));
+  BOOST_TEST(poll_until([&] { return pool.stats().queue_wait.total() == 2u; }));
+  const auto s = pool.stats();
+  BOOST_TEST(s.queue_wait.count(latency_histogram::bucket_of(3ms)) == 1u);
+  BOOST_TEST(s.lateness.total() == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(a_cancelled_async_delay_counts_nothing) {
+  manual_clock c;
+  scheduled_thread_pool pool(on_clock(c));
+  std::promise<boost::system::error_code> p;
+  boost::asio::cancellation_signal sig;
+  auto handler = [&](boost::system::error_code ec) { p.set_value(ec); };
+  metronome::async_delay(pool, 10ms, boost::asio::bind_cancellation_slot(sig.slot(), handler));
+  sig.emit(boost::asio::cancellation_type::terminal);
+  BOOST_TEST((p.get_future().get() == boost::asio::error::operation_aborted));
+  c.advance(15ms);
+  BOOST_TEST(pool.stats().lateness.total() == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(a_wheel_timeout_fired_onto_the_pool_counts_its_lateness_from_its_tick) {
+  manual_clock c;
+  scheduled_thread_pool pool(on_clock(c));
+  metronome::wheel_options o;
+  o.tick = 1ms;
+  o.time_source = &c;
+  metronome::wheel_timer wheel(pool, o);
+  metronome::test::counter fired;
+  auto t = wheel.schedule([&] { fired.add(); }, 10ms);
+  c.advance(15ms); // its tick is +10 ms; it starts at +15 ms
+  BOOST_TEST(fired.wait_for_at_least(1));
+  BOOST_TEST(poll_until([&] { return pool.stats().lateness.total() == 1u; }));
+  BOOST_TEST(pool.stats().lateness.count(latency_histogram::bucket_of(5ms)) == 1u);
+}
+
+BOOST_AUTO_TEST_CASE(a_wheel_wait_fired_onto_the_pool_counts_its_lateness) {
+  manual_clock c;
+  scheduled_thread_pool pool(on_clock(c));
+  metronome::wheel_options o;
+  o.tick = 1ms;
+  o.time_source = &c;
+  metronome::wheel_timer wheel(pool, o);
+  metronome::test::counter done;
+  wheel.async_wait(4ms, [&](boost::system::error_code) { done.add(); });
+  c.advance(6ms);
+  BOOST_TEST(done.wait_for_at_least(1));
+  BOOST_TEST(poll_until([&] { return pool.stats().lateness.total() == 1u; }));
+  BOOST_TEST(pool.stats().lateness.count(latency_histogram::bucket_of(2ms)) == 1u);
 }
 
 BOOST_AUTO_TEST_CASE(stats_print_as_one_line) {
