@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Installs what metronome needs on Debian 12 when it is missing: a C++20 compiler,
-# CMake, Ninja, Boost 1.81 (Asio, Boost.Test), doxygen (the API reference test). Safe to run again; needs root or sudo
+# CMake, Ninja, Boost 1.81 (Asio, Boost.Test), standalone Asio 1.22 (the clang preset),
+# doxygen (the API reference test). Safe to run again; needs root or sudo
 # only when something is missing.
 set -euo pipefail
 need=()
-for pkg in g++ clang-14 cmake ninja-build libboost1.81-dev libboost-test1.81-dev doxygen; do
+for pkg in g++ clang-14 cmake ninja-build libboost1.81-dev libboost-test1.81-dev libasio-dev doxygen; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then
@@ -12,5 +13,6 @@ if [ ${#need[@]} -gt 0 ]; then
   SUDO=""
   [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   $SUDO apt-get update -qq
+  # No recommends: libasio-dev's (libboost-dev, Debian's Boost 1.74) would replace Boost 1.81.
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi

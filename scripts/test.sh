@@ -2,7 +2,8 @@
 # Builds and runs every test: clang-tidy over the library, then the CMake presets (the
 # same ones a developer uses, CMakePresets.json): release (as a consumer builds it, no test
 # hooks: with the install/find_package consumer test, the examples and the bench's smoke
-# run), clang (clang 14 on the portable fallbacks), tsan (ThreadSanitizer) and asan
+# run), clang (clang 14 on the portable fallbacks, against standalone Asio: its
+# unit tests, examples and a second install/find_package consumer test), tsan (ThreadSanitizer) and asan
 # (AddressSanitizer+UBSan, which bypasses the node cache: every node is its own operator
 # new). The hand-over tests need the test hooks: every preset but release has them.
 # Installs what is missing first.

@@ -1,0 +1,28 @@
+# Standalone Asio for a metronome built with METRONOME_STANDALONE_ASIO: the imported
+# target metronome::asio (Asio's headers, ASIO_STANDALONE, Threads). Included by
+# metronome's CMakeLists.txt and by its installed package config, so a consumer finds
+# the same Asio. Sets metronome_asio_FOUND, and metronome_asio_message when not found.
+# A non-system Asio: set METRONOME_ASIO_INCLUDE_DIR (the folder holding asio.hpp).
+find_path(METRONOME_ASIO_INCLUDE_DIR asio/version.hpp)
+mark_as_advanced(METRONOME_ASIO_INCLUDE_DIR)
+if(NOT METRONOME_ASIO_INCLUDE_DIR)
+  set(metronome_asio_FOUND FALSE)
+  set(metronome_asio_message "standalone Asio not found (asio/version.hpp; Debian: libasio-dev; or set METRONOME_ASIO_INCLUDE_DIR)")
+  return()
+endif()
+file(STRINGS ${METRONOME_ASIO_INCLUDE_DIR}/asio/version.hpp _metronome_asio_version REGEX "#define ASIO_VERSION ")
+string(REGEX MATCH "[0-9]+" _metronome_asio_version "${_metronome_asio_version}")
+if(_metronome_asio_version LESS 102201)
+  set(metronome_asio_FOUND FALSE)
+  set(metronome_asio_message "standalone Asio ${_metronome_asio_version} in ${METRONOME_ASIO_INCLUDE_DIR} is older than 1.22.1 (102201)")
+  return()
+endif()
+set(metronome_asio_FOUND TRUE)
+if(NOT TARGET metronome::asio)
+  find_package(Threads REQUIRED)
+  add_library(metronome::asio INTERFACE IMPORTED GLOBAL)
+  set_target_properties(metronome::asio PROPERTIES
+    INTERFACE_INCLUDE_DIRECTORIES ${METRONOME_ASIO_INCLUDE_DIR}
+    INTERFACE_COMPILE_DEFINITIONS ASIO_STANDALONE
+    INTERFACE_LINK_LIBRARIES Threads::Threads)
+endif()
