@@ -1,13 +1,10 @@
 // A deadline around a whole coroutine (Tokio's `timeout(d, future)`): async_timeout
 // gives the coroutine's result, or cancels it when time is up, waits for it to finish
-// its clean-up, and reports asio::error::timed_out. On a manual clock with auto-advance:
+// its clean-up, and reports net::error::timed_out. On a manual clock with auto-advance:
 // the slow query below takes 30 virtual seconds and the run a few real milliseconds.
 #include <metronome/metronome.hpp>
 
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/detached.hpp>
-#include <boost/asio/this_coro.hpp>
-#include <boost/asio/use_awaitable.hpp>
+#include <metronome/detail/asio.hpp>
 
 #include <chrono>
 #include <exception>
@@ -15,21 +12,21 @@
 #include <iostream>
 #include <string>
 
-namespace asio = boost::asio;
+namespace net = metronome::net;
 using namespace std::chrono_literals;
 using executor = metronome::scheduled_thread_pool::executor_type;
 
 // A query that takes `took`; cancelled, it rolls back (100 ms) before it gives up.
-asio::awaitable<std::string> query(executor ex, std::chrono::milliseconds took, bool& rolled_back) {
+net::awaitable<std::string> query(executor ex, std::chrono::milliseconds took, bool& rolled_back) {
   std::exception_ptr cancelled;
   try {
-    co_await metronome::async_delay(ex, took, asio::use_awaitable);
-  } catch (const boost::system::system_error&) {
+    co_await metronome::async_delay(ex, took, net::use_awaitable);
+  } catch (const metronome::system_error&) {
     cancelled = std::current_exception();
   }
   if (cancelled) {
-    co_await asio::this_coro::reset_cancellation_state(); // let the roll-back's own wait run
-    co_await metronome::async_delay(ex, 100ms, asio::use_awaitable);
+    co_await net::this_coro::reset_cancellation_state(); // let the roll-back's own wait run
+    co_await metronome::async_delay(ex, 100ms, net::use_awaitable);
     rolled_back = true;
     std::rethrow_exception(cancelled);
   }
@@ -47,25 +44,25 @@ int main() {
   auto virt = [&] { return std::chrono::duration_cast<std::chrono::milliseconds>(clock.now() - t0).count(); };
 
   std::promise<bool> ok;
-  asio::co_spawn(
+  net::co_spawn(
       pool,
-      [&]() -> asio::awaitable<void> {
+      [&]() -> net::awaitable<void> {
         auto ex = pool.get_executor();
         bool rolled_back = false;
         const std::string fast =
-            co_await metronome::async_timeout(ex, 1s, query(ex, 200ms, rolled_back), asio::use_awaitable);
+            co_await metronome::async_timeout(ex, 1s, query(ex, 200ms, rolled_back), net::use_awaitable);
         std::cout << "[" << virt() << " ms] fast query: " << fast << "\n";
         try {
-          co_await metronome::async_timeout(ex, 1s, query(ex, 30000ms, rolled_back), asio::use_awaitable);
+          co_await metronome::async_timeout(ex, 1s, query(ex, 30000ms, rolled_back), net::use_awaitable);
           std::cout << "slow query answered?\n";
           ok.set_value(false);
-        } catch (const boost::system::system_error& e) {
+        } catch (const metronome::system_error& e) {
           // Completes after the roll-back: at 1 s + 100 ms after it started, not at 1 s.
           std::cout << "[" << virt() << " ms] slow query: " << e.code().message()
                     << (rolled_back ? " (rolled back)" : " (still running!)") << "\n";
-          ok.set_value(e.code() == asio::error::timed_out && rolled_back && virt() == 1300);
+          ok.set_value(e.code() == net::error::timed_out && rolled_back && virt() == 1300);
         }
       },
-      asio::detached);
+      net::detached);
   return ok.get_future().get() ? 0 : 1;
 }

@@ -11,7 +11,7 @@
 //   the latest event seen during a window is emitted when it closes (leading + trailing).
 #include <metronome/metronome.hpp>
 
-#include <boost/asio/post.hpp>
+#include <metronome/detail/asio.hpp>
 
 #include <chrono>
 #include <cstdint>
@@ -114,7 +114,7 @@ int main() {
     if (t > 0) clock.advance(10ms); // due timers join the serial queue before the events
     for (; next < events.size() && events[next] == t; ++next) {
       const int value = static_cast<int>(next) + 1;
-      boost::asio::post(serial, [&, value] {
+      metronome::net::post(serial, [&, value] {
         debounce.on_event(value);
         throttle.on_event(value);
       });

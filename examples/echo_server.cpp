@@ -10,13 +10,10 @@
 // client is disconnected by the server's timeout. Exit code 0 when all went well.
 #include <metronome/metronome.hpp>
 
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/detached.hpp>
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/ip/tcp.hpp>
-#include <boost/asio/read.hpp>
-#include <boost/asio/use_awaitable.hpp>
-#include <boost/asio/write.hpp>
+#include <metronome/detail/asio.hpp>
+#include METRONOME_ASIO_HEADER(ip/tcp.hpp)
+#include METRONOME_ASIO_HEADER(read.hpp)
+#include METRONOME_ASIO_HEADER(write.hpp)
 
 #include <algorithm>
 #include <atomic>
@@ -24,8 +21,8 @@
 #include <iostream>
 #include <string>
 
-namespace asio = boost::asio;
-using asio::ip::tcp;
+namespace net = metronome::net;
+using net::ip::tcp;
 using namespace std::chrono_literals;
 
 namespace {
@@ -34,7 +31,7 @@ constexpr auto idle_timeout = 200ms;
 std::atomic<int> timeouts{0}; // sessions closed by their idle timeout
 std::atomic<int> ended{0};    // sessions over, for any reason
 
-asio::awaitable<void> session(tcp::socket socket, metronome::scheduled_thread_pool& pool, metronome::wheel_timer& wheel) {
+net::awaitable<void> session(tcp::socket socket, metronome::scheduled_thread_pool& pool, metronome::wheel_timer& wheel) {
   // The wheel fires onto the io_context, this session's thread: closing the socket there
   // ends the pending read with operation_aborted.
   auto idle = wheel.schedule(
@@ -46,7 +43,7 @@ asio::awaitable<void> session(tcp::socket socket, metronome::scheduled_thread_po
   char data[1024];
   try {
     for (;;) {
-      const std::size_t n = co_await socket.async_read_some(asio::buffer(data), asio::use_awaitable);
+      const std::size_t n = co_await socket.async_read_some(net::buffer(data), net::use_awaitable);
       // Activity: the idle timeout starts again. false: it already fell due (it is
       // closing the socket, or about to): the session is over.
       if (!idle.reset(idle_timeout)) break;
@@ -54,10 +51,10 @@ asio::awaitable<void> session(tcp::socket socket, metronome::scheduled_thread_po
       // handle is named in its own statement: g++ 12 destroys a temporary closure
       // inside a co_await full-expression twice.)
       auto processed = pool.submit([msg = std::string(data, n)] { return msg; });
-      std::string echo = co_await processed.async_wait(asio::use_awaitable);
-      co_await asio::async_write(socket, asio::buffer(echo), asio::use_awaitable);
+      std::string echo = co_await processed.async_wait(net::use_awaitable);
+      co_await net::async_write(socket, net::buffer(echo), net::use_awaitable);
     }
-  } catch (const boost::system::system_error&) {
+  } catch (const metronome::system_error&) {
     // closed by the idle timeout, or by the peer
   }
   // On this thread: false means the timeout has already run here (it never runs once
@@ -66,36 +63,36 @@ asio::awaitable<void> session(tcp::socket socket, metronome::scheduled_thread_po
   ++ended;
 }
 
-asio::awaitable<void> listener(tcp::acceptor& acceptor, metronome::scheduled_thread_pool& pool,
+net::awaitable<void> listener(tcp::acceptor& acceptor, metronome::scheduled_thread_pool& pool,
                                metronome::wheel_timer& wheel) {
   for (;;) {
-    tcp::socket socket = co_await acceptor.async_accept(asio::use_awaitable);
-    asio::co_spawn(acceptor.get_executor(), session(std::move(socket), pool, wheel), asio::detached);
+    tcp::socket socket = co_await acceptor.async_accept(net::use_awaitable);
+    net::co_spawn(acceptor.get_executor(), session(std::move(socket), pool, wheel), net::detached);
   }
 }
 
-asio::awaitable<bool> busy_client(tcp::endpoint server, int id) {
-  tcp::socket socket(co_await asio::this_coro::executor);
-  co_await socket.async_connect(server, asio::use_awaitable);
+net::awaitable<bool> busy_client(tcp::endpoint server, int id) {
+  tcp::socket socket(co_await net::this_coro::executor);
+  co_await socket.async_connect(server, net::use_awaitable);
   for (int i = 0; i < 5; ++i) {
     std::string msg = "client " + std::to_string(id) + " message " + std::to_string(i);
-    co_await asio::async_write(socket, asio::buffer(msg), asio::use_awaitable);
+    co_await net::async_write(socket, net::buffer(msg), net::use_awaitable);
     std::string reply(msg.size(), '\0');
-    co_await asio::async_read(socket, asio::buffer(reply), asio::use_awaitable);
+    co_await net::async_read(socket, net::buffer(reply), net::use_awaitable);
     if (reply != msg) co_return false;
   }
   co_return true;
 }
 
-asio::awaitable<bool> idle_client(tcp::endpoint server) {
-  tcp::socket socket(co_await asio::this_coro::executor);
-  co_await socket.async_connect(server, asio::use_awaitable);
+net::awaitable<bool> idle_client(tcp::endpoint server) {
+  tcp::socket socket(co_await net::this_coro::executor);
+  co_await socket.async_connect(server, net::use_awaitable);
   const auto start = metronome::clock::now();
   char byte;
   try {
-    co_await socket.async_read_some(asio::buffer(&byte, 1), asio::use_awaitable);
+    co_await socket.async_read_some(net::buffer(&byte, 1), net::use_awaitable);
     co_return false; // the server should not send anything
-  } catch (const boost::system::system_error&) {
+  } catch (const metronome::system_error&) {
     // closed by the server's idle timeout
   }
   co_return metronome::clock::now() - start >= idle_timeout;
@@ -104,31 +101,31 @@ asio::awaitable<bool> idle_client(tcp::endpoint server) {
 } // namespace
 
 int main() {
-  asio::io_context io;
+  net::io_context io;
   metronome::scheduled_thread_pool pool(2);
   metronome::wheel_timer wheel(io.get_executor()); // idle timeouts fire on the io_context
-  tcp::acceptor acceptor(io, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
+  tcp::acceptor acceptor(io, tcp::endpoint(net::ip::make_address("127.0.0.1"), 0));
   const tcp::endpoint server = acceptor.local_endpoint();
-  asio::co_spawn(io, listener(acceptor, pool, wheel), asio::detached);
+  net::co_spawn(io, listener(acceptor, pool, wheel), net::detached);
 
   std::atomic<int> ok{0};
   constexpr int busy = 4;
   auto tally = [&](std::exception_ptr e, bool good) {
     if (!e && good) ++ok;
   };
-  for (int i = 0; i < busy; ++i) asio::co_spawn(io, busy_client(server, i), tally);
-  asio::co_spawn(io, idle_client(server), tally);
+  for (int i = 0; i < busy; ++i) net::co_spawn(io, busy_client(server, i), tally);
+  net::co_spawn(io, idle_client(server), tally);
 
   // Stop once every client reported and every session is over.
-  asio::co_spawn(
+  net::co_spawn(
       io,
-      [&]() -> asio::awaitable<void> {
+      [&]() -> net::awaitable<void> {
         const auto deadline = metronome::clock::now() + 20s;
         while ((ok < busy + 1 || ended < busy + 1) && metronome::clock::now() < deadline)
-          co_await metronome::async_delay(pool.get_executor(), 10ms, asio::use_awaitable);
+          co_await metronome::async_delay(pool.get_executor(), 10ms, net::use_awaitable);
         io.stop();
       },
-      asio::detached);
+      net::detached);
 
   io.run();
   std::cout << "echo: " << ok << "/" << busy + 1 << " clients ok, " << ended << " sessions over, " << timeouts

@@ -2,7 +2,7 @@
 // Asio posting on a metronome pool.
 #include <metronome/metronome.hpp>
 
-#include <boost/asio/post.hpp>
+#include <metronome/detail/asio.hpp>
 
 #include <atomic>
 #include <chrono>
@@ -34,7 +34,7 @@ int main() {
 
   // Plain Asio posting onto the pool.
   std::atomic<bool> posted{false};
-  boost::asio::post(pool, [&] { posted = true; });
+  metronome::net::post(pool, [&] { posted = true; });
 
   const int result = answer.get();
   std::cout << "[" << ms() << " ms] one-shot result: " << result << "\n";

@@ -2,36 +2,34 @@
 // after a slow iteration, and a clean stop through cancel().
 #include <metronome/metronome.hpp>
 
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/detached.hpp>
-#include <boost/asio/use_awaitable.hpp>
+#include <metronome/detail/asio.hpp>
 
 #include <chrono>
 #include <future>
 #include <iostream>
 #include <thread>
 
-namespace asio = boost::asio;
+namespace net = metronome::net;
 using namespace std::chrono_literals;
 
 int main() {
   metronome::scheduled_thread_pool pool(1);
   std::promise<int> done;
-  asio::co_spawn(
+  net::co_spawn(
       pool,
-      [&]() -> asio::awaitable<void> {
+      [&]() -> net::awaitable<void> {
         metronome::interval it(pool.get_executor(), 20ms, metronome::missed_tick::skip);
         const auto start = it.next_tick();
         int ticks = 0;
         for (; ticks < 6; ++ticks) {
-          const auto due = co_await it.async_tick(asio::use_awaitable);
+          const auto due = co_await it.async_tick(net::use_awaitable);
           std::cout << "tick " << ticks << " due at +"
                     << std::chrono::duration_cast<std::chrono::milliseconds>(due - start).count() << " ms\n";
           if (ticks == 2) std::this_thread::sleep_for(50ms); // a slow iteration: the missed ticks are skipped
         }
         done.set_value(ticks);
       },
-      asio::detached);
+      net::detached);
   const int n = done.get_future().get();
   std::cout << n << " ticks\n";
   return n == 6 ? 0 : 1;

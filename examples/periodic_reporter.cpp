@@ -3,7 +3,7 @@
 // down and joined, and one last report prints the final count.
 #include <metronome/metronome.hpp>
 
-#include <boost/asio/post.hpp>
+#include <metronome/detail/asio.hpp>
 
 #include <atomic>
 #include <chrono>

@@ -5,21 +5,19 @@
 // the pool options for a real pool and the same code runs for real.
 #include <metronome/metronome.hpp>
 
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/detached.hpp>
-#include <boost/asio/use_awaitable.hpp>
+#include <metronome/detail/asio.hpp>
 
 #include <chrono>
 #include <exception>
 #include <future>
 #include <iostream>
 
-namespace asio = boost::asio;
+namespace net = metronome::net;
 using namespace std::chrono_literals;
 
 // A flaky service: it hangs on the first three calls and answers on the fourth.
-asio::awaitable<int> call_service(metronome::scheduled_thread_pool::executor_type ex, int attempt) {
-  co_await metronome::async_delay(ex, attempt < 4 ? 24h : 150ms, asio::use_awaitable);
+net::awaitable<int> call_service(metronome::scheduled_thread_pool::executor_type ex, int attempt) {
+  co_await metronome::async_delay(ex, attempt < 4 ? 24h : 150ms, net::use_awaitable);
   co_return 42;
 }
 
@@ -34,9 +32,9 @@ int main() {
   auto virt = [&] { return std::chrono::duration_cast<std::chrono::milliseconds>(clock.now() - t0).count(); };
 
   std::promise<int> result;
-  asio::co_spawn(
+  net::co_spawn(
       pool,
-      [&]() -> asio::awaitable<void> {
+      [&]() -> net::awaitable<void> {
         auto ex = pool.get_executor();
         int attempt = 0;
         // One attempt: the call, bounded by 2 s. Signature void(std::exception_ptr, int).
@@ -49,8 +47,8 @@ int main() {
         auto timed_out = [](const std::exception_ptr& e) {
           try {
             std::rethrow_exception(e);
-          } catch (const boost::system::system_error& x) {
-            return x.code() == asio::error::timed_out;
+          } catch (const metronome::system_error& x) {
+            return x.code() == net::error::timed_out;
           } catch (...) {
             return false;
           }
@@ -58,7 +56,7 @@ int main() {
         try {
           const int value = co_await metronome::async_retry(
               ex, metronome::backoff({.initial = 1s, .multiplier = 2.0, .cap = 1min, .max_attempts = 5, .seed = 2024}),
-              call_once, timed_out, asio::use_awaitable);
+              call_once, timed_out, net::use_awaitable);
           std::cout << "[" << virt() << " ms] attempt " << attempt << " answered " << value << "\n";
           result.set_value(value);
         } catch (const std::exception& e) { // the last attempt's error, once the retries ran out
@@ -66,7 +64,7 @@ int main() {
           result.set_value(-1);
         }
       },
-      asio::detached);
+      net::detached);
 
   const int v = result.get_future().get();
   const auto wall = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - wall0);

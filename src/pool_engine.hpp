@@ -12,7 +12,7 @@
 
 #include "delay_heap.hpp"
 
-#include <boost/asio/execution_context.hpp>
+#include <metronome/detail/asio.hpp>
 
 #include <atomic>
 #include <condition_variable>
@@ -30,10 +30,10 @@ namespace metronome {
 class manual_clock;
 } // namespace metronome
 
-namespace boost::asio::detail {
+namespace METRONOME_NET_NAMESPACE::detail {
 class scheduler;
 class scheduler_task;
-} // namespace boost::asio::detail
+} // namespace METRONOME_NET_NAMESPACE::detail
 
 namespace metronome::detail {
 
@@ -222,8 +222,8 @@ public:
   // the pool reach their reactor through it, and the pool's idle workers run it. The
   // reactor appears (attach_reactor, from the scheduler's init_task) with the first I/O
   // object; from then on one parked worker waits in it (park_in_reactor).
-  void attach_io(boost::asio::detail::scheduler* io) noexcept { io_ = io; }
-  void attach_reactor(boost::asio::detail::scheduler_task* reactor) noexcept;
+  void attach_io(net::detail::scheduler* io) noexcept { io_ = io; }
+  void attach_reactor(net::detail::scheduler_task* reactor) noexcept;
   // After close(), before the pool's services shut down: lets go of what the pool holds
   // of them (its reactor timer).
   void release_io() noexcept;
@@ -349,8 +349,8 @@ private:
   // I/O (attach_io): Asio's scheduler registered in the pool, its reactor once an I/O
   // object exists (atomic: read by workers before they take mtx_), and the worker waiting
   // in it (mtx_).
-  boost::asio::detail::scheduler* io_ = nullptr;
-  std::atomic<boost::asio::detail::scheduler_task*> reactor_{nullptr};
+  net::detail::scheduler* io_ = nullptr;
+  std::atomic<net::detail::scheduler_task*> reactor_{nullptr};
   worker* reactor_waiter_ = nullptr;
   reactor_timer* reactor_timer_ = nullptr; // the reactor waiter's alone (pool_reactor.cpp)
   clock::time_point reactor_timer_due_ = clock::time_point::max();

@@ -6,11 +6,7 @@
 
 #include "pool_internal.hpp"
 
-#include <boost/asio/basic_waitable_timer.hpp>
-#include <boost/asio/detail/scheduler.hpp>
-#include <boost/asio/detail/scheduler_task.hpp>
-#include <boost/asio/execution.hpp>
-#include <boost/asio/wait_traits.hpp>
+#include <metronome/detail/asio.hpp>
 
 #include <utility>
 
@@ -24,11 +20,11 @@ namespace {
 class untracked_executor {
 public:
   explicit untracked_executor(scheduled_thread_pool::executor_type ex) noexcept : ex_(std::move(ex)) {}
-  scheduled_thread_pool& query(boost::asio::execution::context_t) const noexcept {
-    return boost::asio::query(ex_, boost::asio::execution::context);
+  scheduled_thread_pool& query(net::execution::context_t) const noexcept {
+    return net::query(ex_, net::execution::context);
   }
-  static constexpr boost::asio::execution::blocking_t query(boost::asio::execution::blocking_t) noexcept {
-    return boost::asio::execution::blocking.possibly;
+  static constexpr net::execution::blocking_t query(net::execution::blocking_t) noexcept {
+    return net::execution::blocking.possibly;
   }
   template <class F>
   void execute(F&& f) const {
@@ -45,11 +41,11 @@ private:
 
 struct reactor_timer {
   explicit reactor_timer(scheduled_thread_pool& pool) : timer(untracked_executor(pool.get_executor())) {}
-  boost::asio::basic_waitable_timer<clock, boost::asio::wait_traits<clock>, untracked_executor> timer;
+  net::basic_waitable_timer<clock, net::wait_traits<clock>, untracked_executor> timer;
 };
 
 reactor_timer* make_reactor_timer(pool_engine& core) {
-  auto* ctx = const_cast<boost::asio::execution_context*>(core.context());
+  auto* ctx = const_cast<net::execution_context*>(core.context());
   return new reactor_timer(*static_cast<scheduled_thread_pool*>(ctx));
 }
 
@@ -59,7 +55,7 @@ void arm_reactor_timer(reactor_timer& t, clock::time_point due) {
     return;
   }
   t.timer.expires_at(due); // a wait still pending completes with operation_aborted: a no-op
-  t.timer.async_wait([](const boost::system::error_code&) {}); // its completion ends wait_one()
+  t.timer.async_wait([](const error_code&) {}); // its completion ends wait_one()
 }
 
 void destroy_reactor_timer(reactor_timer* t) noexcept { delete t; }
@@ -73,7 +69,7 @@ void destroy_reactor_timer(reactor_timer* t) noexcept { delete t; }
 // role is taken and given up under mtx_, and an interrupt made before the waiter enters
 // epoll_wait still ends that wait (Asio's interrupter is edge-triggered and re-armed by
 // the interrupt). Stop-here test: hook reactor_before_wait (test/unit/scheduled_thread_pool/io.cpp).
-void pool_engine::attach_reactor(boost::asio::detail::scheduler_task* reactor) noexcept {
+void pool_engine::attach_reactor(net::detail::scheduler_task* reactor) noexcept {
   std::lock_guard lk(mtx_); // (the scheduler's mutex is held: its lock comes before ours)
   reactor_.store(reactor, std::memory_order_relaxed);
   wake_some_locked(1); // a worker parked on a condition variable moves into the reactor
@@ -103,7 +99,7 @@ void pool_engine::park_in_reactor(worker& w, std::unique_lock<std::mutex>& lk, b
       arm_reactor_timer(*reactor_timer_, due);
       reactor_timer_due_ = due;
     }
-    boost::system::error_code ignored;
+    error_code ignored;
     // One completion (the timer's, or I/O), on this worker; then every other one already
     // ready, in one go (poll(): no blocking), before the pool's queues are looked at again.
     if (io_->wait_one(-1, ignored) != 0) io_->poll(ignored);

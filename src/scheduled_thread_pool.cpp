@@ -6,8 +6,7 @@
 
 #include "pool_engine.hpp"
 
-#include <boost/asio/detail/reactor.hpp>
-#include <boost/asio/detail/scheduler.hpp>
+#include <metronome/detail/asio.hpp>
 
 #include <stdexcept>
 
@@ -17,8 +16,8 @@ namespace {
 
 // Asio's scheduler asks for its reactor when the first I/O object is made on the pool:
 // the pool's workers start waiting in it from then on.
-boost::asio::detail::scheduler_task* pool_reactor(boost::asio::execution_context& ctx) {
-  boost::asio::detail::scheduler_task* reactor = &boost::asio::use_service<boost::asio::detail::reactor>(ctx);
+net::detail::scheduler_task* pool_reactor(net::execution_context& ctx) {
+  net::detail::scheduler_task* reactor = &net::use_service<net::detail::reactor>(ctx);
   if (detail::pool_core* core = detail::pool_locator::find(ctx)) detail::engine(core)->attach_reactor(reactor);
   return reactor;
 }
@@ -32,13 +31,13 @@ scheduled_thread_pool::scheduled_thread_pool(pool_options options)
     : core_(std::make_unique<detail::pool_engine>(std::move(options))) {
   try {
     core_->set_context(this);
-    boost::asio::make_service<detail::pool_locator>(*this, *core_);
+    net::make_service<detail::pool_locator>(*this, *core_);
     // Asio's scheduler for I/O objects made on the pool, registered before any exists,
     // with no thread of its own (Asio's reactor makes one for any other context): the
     // pool's workers run it. One unit of work, never finished, so that it never stops
     // for lack of work between sockets.
     const int hint = detail::engine(*core_).max_thread_count() == 1 ? 1 : 0; // 1: Asio's single-thread shortcuts
-    auto& io = boost::asio::make_service<boost::asio::detail::scheduler>(*this, hint, false, &pool_reactor);
+    auto& io = net::make_service<net::detail::scheduler>(*this, hint, false, &pool_reactor);
     io.work_started();
     detail::engine(*core_).attach_io(&io);
   } catch (...) {
@@ -51,8 +50,8 @@ scheduled_thread_pool::~scheduled_thread_pool() {
   detail::engine(*core_).close();
   detail::engine(*core_).release_io();
   // Services (e.g. anything registered with use_service) go before the core.
-  boost::asio::execution_context::shutdown();
-  boost::asio::execution_context::destroy();
+  net::execution_context::shutdown();
+  net::execution_context::destroy();
 }
 
 void scheduled_thread_pool::shutdown() { detail::engine(*core_).shutdown(); }

@@ -5,7 +5,7 @@
 #include <metronome/detail/test_hooks.hpp>
 #include <metronome/detail/timing_service.hpp>
 
-#include <boost/asio/execution_context.hpp>
+#include <metronome/detail/asio.hpp>
 
 #include <cassert>
 #include <memory>
@@ -29,16 +29,16 @@ pool_options hosted_options() {
 // executor's delayed work was started on. Registered after the services its host's timer
 // needs (hosted_timing_core makes the host first), so the context shuts it down - and
 // destroys it - before them: the timer is cancelled and destroyed while they live.
-class timing_service final : public boost::asio::execution_context::service {
+class timing_service final : public net::execution_context::service {
 public:
-  static inline boost::asio::execution_context::id id;
+  static inline net::execution_context::id id;
 
-  timing_service(boost::asio::execution_context& ctx, std::unique_ptr<timing_host_base> host)
-      : boost::asio::execution_context::service(ctx), host_(std::move(host)), core_(hosted_options(), host_.get()) {
+  timing_service(net::execution_context& ctx, std::unique_ptr<timing_host_base> host)
+      : net::execution_context::service(ctx), host_(std::move(host)), core_(hosted_options(), host_.get()) {
     host_->attach(core_);
   }
   // Required by use_service; hosted_timing_core() never lets it make one.
-  explicit timing_service(boost::asio::execution_context& ctx) : timing_service(ctx, nullptr) {}
+  explicit timing_service(net::execution_context& ctx) : timing_service(ctx, nullptr) {}
 
   pool_core& core() noexcept { return core_; }
 
@@ -49,8 +49,8 @@ private:
     core_.close_hosted();
     host_->shutdown();
   }
-  void notify_fork(boost::asio::execution_context::fork_event event) override {
-    if (event == boost::asio::execution_context::fork_child) host_->restart_in_child();
+  void notify_fork(net::execution_context::fork_event event) override {
+    if (event == net::execution_context::fork_child) host_->restart_in_child();
   }
 
   std::unique_ptr<timing_host_base> host_;
@@ -59,18 +59,18 @@ private:
 
 } // namespace
 
-pool_core& hosted_timing_core(boost::asio::execution_context& ctx, timing_host_factory make, const void* source) {
-  if (!boost::asio::has_service<timing_service>(ctx)) {
+pool_core& hosted_timing_core(net::execution_context& ctx, timing_host_factory make, const void* source) {
+  if (!net::has_service<timing_service>(ctx)) {
     // The host first: its timer registers the services it needs before ours exists.
     auto svc = std::make_unique<timing_service>(ctx, make(source));
     try {
-      boost::asio::add_service(ctx, svc.get());
+      net::add_service(ctx, svc.get());
       return svc.release()->core();
-    } catch (const boost::asio::service_already_exists&) {
+    } catch (const net::service_already_exists&) {
       // Another thread registered one first: use that.
     }
   }
-  return boost::asio::use_service<timing_service>(ctx).core();
+  return net::use_service<timing_service>(ctx).core();
 }
 
 // ---------------------------------------------------------------- the drive protocol

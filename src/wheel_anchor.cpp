@@ -217,7 +217,7 @@ void wheel_engine::hand_over_unlocked(wheel_anchor& a, std::unique_lock<std::mut
   // Copied under the mutex: once it is let go, the wheel may go (its pool may not, until
   // this hand-over is done: the wheel's destructor waits for it).
   pool_core* pool = pool_;
-  std::optional<boost::asio::any_io_executor> ex;
+  std::optional<net::any_io_executor> ex;
   if (!pool) ex.emplace(ex_);
   a.handing_over.fetch_add(1, std::memory_order_relaxed);
   lk.unlock();

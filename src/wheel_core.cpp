@@ -6,7 +6,7 @@
 #include <metronome/errors.hpp>
 #include <metronome/manual_clock.hpp>
 
-#include <boost/asio/post.hpp>
+#include <metronome/detail/asio.hpp>
 
 #include "pool_engine.hpp"
 #include "wheel_slots.hpp"
@@ -42,7 +42,7 @@ private:
 
 } // namespace
 
-wheel_engine::wheel_engine(wheel_options opts, boost::asio::any_io_executor ex, pool_core* pool, pool_core* host)
+wheel_engine::wheel_engine(wheel_options opts, net::any_io_executor ex, pool_core* pool, pool_core* host)
     : enrolled_(this), mtx_(enrolled_.anchor->mtx), opts_(std::move(opts)), ex_(std::move(ex)), pool_(pool),
       manual_(opts_.time_source) {
   if (opts_.exception_handler)
@@ -128,18 +128,18 @@ std::uint64_t wheel_engine::drain_inbox_locked(chain& fired) noexcept {
   return place_locked(oldest, fired, no_level);
 }
 
-void wheel_engine::dispatch_to(pool_core* pool, const boost::asio::any_io_executor* ex, chain& fired) noexcept {
+void wheel_engine::dispatch_to(pool_core* pool, const net::any_io_executor* ex, chain& fired) noexcept {
   if (!fired.head) return;
   const chain taken = std::exchange(fired, chain{});
   if (pool) {
     // Entries are task nodes: one chain, one push, no allocation.
     engine(pool)->push_ready_chain(taken.head, taken.tail, taken.count);
   } else {
-    const boost::asio::any_io_executor target = *ex; // read before any timeout runs
+    const net::any_io_executor target = *ex; // read before any timeout runs
     for (wheel_entry* e = taken.head; e;) {
       wheel_entry* next = next_in_slot(e);
       try {
-        boost::asio::post(target, fire_on_executor(e));
+        net::post(target, fire_on_executor(e));
       } catch (...) {
         report_here(std::current_exception(), "wheel_timer"); // the timeout was cancelled
       }

@@ -9,7 +9,7 @@
 #include <metronome/detail/wheel_core.hpp>
 #include <metronome/options.hpp>
 
-#include <boost/asio/any_io_executor.hpp>
+#include <metronome/detail/asio.hpp>
 
 #include <atomic>
 #include <cstdint>
@@ -58,7 +58,7 @@ public:
   // pool: the metronome pool `ex` runs on, if any. host: else, the hosted timing core of
   // ex's context (timing_service.hpp): the wheel's ticks are then a wait in it, driven by
   // that context's threads, and the wheel has no thread of its own (wheel_tick.cpp).
-  wheel_engine(wheel_options opts, boost::asio::any_io_executor ex, pool_core* pool, pool_core* host = nullptr);
+  wheel_engine(wheel_options opts, net::any_io_executor ex, pool_core* pool, pool_core* host = nullptr);
   ~wheel_engine() override;
 
   // Takes the wheel's reference on e. Throws rejected_execution (stopped, full) after
@@ -80,7 +80,7 @@ public:
   // takes the wheel's references).
   std::vector<wheel_entry*> stop();
   std::size_t pending() const noexcept;
-  const boost::asio::any_io_executor& executor() const noexcept { return ex_; }
+  const net::any_io_executor& executor() const noexcept { return ex_; }
   // The metronome pool the wheel fires onto, or nullptr (another executor, or the wheel
   // is stopped: the pool may be gone).
   pool_core* pool() const noexcept { return detached_.load(std::memory_order_acquire) ? nullptr : pool_; }
@@ -170,7 +170,7 @@ private:
   // strand over a terminated pool runs it) happens right here, user code included.
   void dispatch(chain& fired) noexcept { dispatch_to(pool_, &ex_, fired); }
   // Reads nothing of the wheel, which the user code it may run can destroy.
-  static void dispatch_to(pool_core* pool, const boost::asio::any_io_executor* ex, chain& fired) noexcept;
+  static void dispatch_to(pool_core* pool, const net::any_io_executor* ex, chain& fired) noexcept;
   // For handles and the tick: lets go of the mutex (held by lk, the wheel live) and then
   // hands `fired` over, counted in the anchor's handing_over (the wheel's destructor, on
   // another thread, waits for it). `handle`: a handle's (the test hook's point).
@@ -204,7 +204,7 @@ private:
   wheel_options opts_;
   // opts_.exception_handler, shared so that a worker calls it without holding mtx_.
   std::shared_ptr<const std::function<void(std::exception_ptr)>> exception_handler_;
-  boost::asio::any_io_executor ex_;
+  net::any_io_executor ex_;
   pool_core* pool_;
   manual_clock* manual_;
   unsigned span_bits_; // log2(slots_per_level / 2): a level-L slot spans 2^(L * span_bits_) ticks

@@ -10,14 +10,7 @@
 #include <metronome/options.hpp>
 #include <metronome/scheduled_thread_pool.hpp>
 
-#include <boost/asio/async_result.hpp>
-#include <boost/asio/cancellation_type.hpp>
-#include <boost/asio/error.hpp>
-#include <boost/asio/execution.hpp>
-#include <boost/asio/execution_context.hpp>
-#include <boost/asio/is_executor.hpp>
-#include <boost/asio/query.hpp>
-#include <boost/system/error_code.hpp>
+#include <metronome/detail/asio.hpp>
 
 #include <chrono>
 #include <type_traits>
@@ -28,10 +21,10 @@ namespace detail {
 
 template <class T>
 inline constexpr bool is_any_executor_v =
-    boost::asio::execution::is_executor<T>::value || boost::asio::is_executor<T>::value;
+    net::execution::is_executor<T>::value || net::is_executor<T>::value;
 
 template <class T>
-inline constexpr bool is_context_v = std::is_convertible_v<T&, boost::asio::execution_context&>;
+inline constexpr bool is_context_v = std::is_convertible_v<T&, net::execution_context&>;
 
 // The executor a wait started on `T` (an executor or an execution context) completes on.
 template <class T, class = void>
@@ -60,8 +53,8 @@ struct delay_default_token {
 };
 template <class T>
 struct delay_default_token<
-    T, std::enable_if_t<!std::is_void_v<boost::asio::default_completion_token_t<delay_executor_t<T>>>>> {
-  using type = boost::asio::default_completion_token_t<delay_executor_t<T>>;
+    T, std::enable_if_t<!std::is_void_v<net::default_completion_token_t<delay_executor_t<T>>>>> {
+  using type = net::default_completion_token_t<delay_executor_t<T>>;
 };
 template <class T>
 using delay_default_token_t = typename delay_default_token<T>::type;
@@ -74,9 +67,9 @@ inline constexpr bool always_false_v = false;
 
 template <class Executor>
 bool runs_on_pool(const Executor& ex, const pool_core& core) noexcept {
-  if constexpr (requires { boost::asio::query(ex, boost::asio::execution::context); }) {
-    decltype(auto) ctx = boost::asio::query(ex, boost::asio::execution::context);
-    return &static_cast<const boost::asio::execution_context&>(ctx) == core.context();
+  if constexpr (requires { net::query(ex, net::execution::context); }) {
+    decltype(auto) ctx = net::query(ex, net::execution::context);
+    return &static_cast<const net::execution_context&>(ctx) == core.context();
   } else {
     return false;
   }
@@ -94,8 +87,8 @@ class delay_op final : public wait_node, public handler_op<delay_op<Handler, IoE
     delay_op* op;
     pool_anchor* anchor;
     std::uint32_t generation;
-    void operator()(boost::asio::cancellation_type_t type) const {
-      if (type != boost::asio::cancellation_type::none) pool_core::cancel_wait(anchor, generation, op);
+    void operator()(net::cancellation_type_t type) const {
+      if (type != net::cancellation_type::none) pool_core::cancel_wait(anchor, generation, op);
     }
   };
 
@@ -112,7 +105,7 @@ public:
     }
     if (!queued) { // the pool has terminated: complete aborted, through the handler's executor
       d->aborted_ = true; // (out of memory for that post: the handler is destroyed unrun and this throws)
-      d->complete_at_initiation(boost::system::error_code(boost::asio::error::operation_aborted));
+      d->complete_at_initiation(error_code(net::error::operation_aborted));
     }
   }
 
@@ -134,8 +127,8 @@ private:
   static void do_complete(task_base* b, unsigned action) {
     auto* d = static_cast<delay_op*>(b);
     const bool run = action == run_action;
-    d->complete_with(run, (run && !d->aborted_) ? boost::system::error_code()
-                                                : boost::system::error_code(boost::asio::error::operation_aborted));
+    d->complete_with(run, (run && !d->aborted_) ? error_code()
+                                                : error_code(net::error::operation_aborted));
   }
 };
 
@@ -164,7 +157,7 @@ private:
 template <class Target, class CompletionToken>
 auto start_delay(Target& target, clock::duration amount, bool relative, CompletionToken&& token) {
   using executor = delay_executor_t<Target>;
-  return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code)>(
+  return net::async_initiate<CompletionToken, void(error_code)>(
       initiate_delay<executor>(delay_target<std::remove_cvref_t<Target>>::get(target)), token, amount, relative);
 }
 
@@ -180,7 +173,7 @@ auto start_delay(Target& target, clock::duration amount, bool relative, Completi
  * reads the real clock.
  * @param delay <= 0 completes as soon as the timing pool takes it (never inside this
  * call); too large saturates. With `deferred`, the delay counts from the launch.
- * @param token any completion token; signature `void(boost::system::error_code)`.
+ * @param token any completion token; signature `void(error_code)`.
  *
  * The handler runs through its associated executor (default: `target`'s executor) —
  * inline on the firing pool thread when that is the pool itself — and the node is

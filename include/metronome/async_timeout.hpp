@@ -4,16 +4,7 @@
 
 #include <metronome/async_delay.hpp>
 
-#include <boost/asio/associator.hpp>
-#include <boost/asio/async_result.hpp>
-#include <boost/asio/awaitable.hpp>
-#include <boost/asio/cancellation_type.hpp>
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/deferred.hpp>
-#include <boost/asio/error.hpp>
-#include <boost/asio/experimental/parallel_group.hpp>
-#include <boost/system/error_code.hpp>
-#include <boost/system/system_error.hpp>
+#include <metronome/detail/asio.hpp>
 
 #include <array>
 #include <chrono>
@@ -27,7 +18,7 @@ namespace metronome {
 namespace detail {
 
 inline std::exception_ptr timed_out_exception() {
-  return std::make_exception_ptr(boost::system::system_error(boost::system::error_code(boost::asio::error::timed_out),
+  return std::make_exception_ptr(system_error(error_code(net::error::timed_out),
                                                              "metronome: async_timeout"));
 }
 
@@ -43,8 +34,8 @@ struct timeout_signature<void> {
 // The group's condition: whichever finishes first, the other is cancelled (terminal).
 struct cancel_the_other {
   template <class... Args>
-  boost::asio::cancellation_type_t operator()(Args&&...) const noexcept {
-    return boost::asio::cancellation_type::terminal;
+  net::cancellation_type_t operator()(Args&&...) const noexcept {
+    return net::cancellation_type::terminal;
   }
 };
 
@@ -57,13 +48,13 @@ public:
   explicit timeout_handler(Handler h) : handler_(std::move(h)) {}
 
   template <class V>
-  void operator()(std::array<std::size_t, 2> order, std::exception_ptr e, V&& v, boost::system::error_code deadline) {
+  void operator()(std::array<std::size_t, 2> order, std::exception_ptr e, V&& v, error_code deadline) {
     if (order[0] == 1 && !deadline)
       std::move(handler_)(timed_out_exception(), T());
     else
       std::move(handler_)(std::move(e), std::forward<V>(v));
   }
-  void operator()(std::array<std::size_t, 2> order, std::exception_ptr e, boost::system::error_code deadline) {
+  void operator()(std::array<std::size_t, 2> order, std::exception_ptr e, error_code deadline) {
     if (order[0] == 1 && !deadline)
       std::move(handler_)(timed_out_exception());
     else
@@ -84,11 +75,11 @@ public:
   executor_type get_executor() const noexcept { return ex_; }
 
   template <class Handler, class T, class AwaitableExecutor>
-  void operator()(Handler&& handler, boost::asio::awaitable<T, AwaitableExecutor> coroutine,
+  void operator()(Handler&& handler, net::awaitable<T, AwaitableExecutor> coroutine,
                   clock::duration timeout) const {
-    namespace x = boost::asio::experimental;
-    x::make_parallel_group(boost::asio::co_spawn(ex_, std::move(coroutine), boost::asio::deferred),
-                           async_delay(ex_, timeout, boost::asio::deferred))
+    namespace x = net::experimental;
+    x::make_parallel_group(net::co_spawn(ex_, std::move(coroutine), net::deferred),
+                           async_delay(ex_, timeout, net::deferred))
         .async_wait(cancel_the_other(), timeout_handler<std::decay_t<Handler>, T>(std::forward<Handler>(handler)));
   }
 
@@ -103,7 +94,7 @@ private:
  * @code
  * try {
  *   int v = co_await metronome::async_timeout(strand, 2s, fetch(), asio::use_awaitable);
- * } catch (const boost::system::system_error& e) {
+ * } catch (const system_error& e) {
  *   if (e.code() == asio::error::timed_out) ...
  * }
  * @endcode
@@ -118,7 +109,7 @@ private:
  *   (`cancellation_type::terminal`: the `co_await` it is suspended in throws
  *   `operation_aborted` unless it filtered cancellation), and the operation completes
  *   only once the coroutine has finished — its clean-up included, no frame left
- *   running — with a `boost::system::system_error` carrying `asio::error::timed_out`
+ *   running — with a `system_error` carrying `asio::error::timed_out`
  *   (and a value-initialised `T`), whatever the cancelled coroutine returned or threw.
  * - Per-operation cancellation through the handler's slot cancels both the coroutine
  *   and the deadline; the coroutine's own outcome is delivered (usually
@@ -143,20 +134,20 @@ private:
  */
 template <class Target, class Rep, class Period, class T, class AwaitableExecutor, class CompletionToken>
 auto async_timeout(Target&& target, std::chrono::duration<Rep, Period> timeout,
-                   boost::asio::awaitable<T, AwaitableExecutor> coroutine, CompletionToken&& token) {
+                   net::awaitable<T, AwaitableExecutor> coroutine, CompletionToken&& token) {
   static_assert(detail::is_delay_target_v<Target>,
                 "metronome::async_timeout: the first argument must be an Asio executor or execution context");
   if (!coroutine.valid()) throw std::invalid_argument("metronome: async_timeout of an empty awaitable");
   using executor = detail::delay_executor_t<Target>;
   using signature = typename detail::timeout_signature<T>::type;
-  return boost::asio::async_initiate<CompletionToken, signature>(
+  return net::async_initiate<CompletionToken, signature>(
       detail::initiate_timeout<executor>(detail::delay_target<std::remove_cvref_t<Target>>::get(target)), token,
       std::move(coroutine), detail::saturating_duration(timeout));
 }
 
 } // namespace metronome
 
-namespace boost::asio {
+namespace METRONOME_NET_NAMESPACE {
 
 template <template <class, class> class Associator, class Handler, class T, class Default>
 struct associator<Associator, metronome::detail::timeout_handler<Handler, T>, Default> {
@@ -170,6 +161,6 @@ struct associator<Associator, metronome::detail::timeout_handler<Handler, T>, De
   }
 };
 
-} // namespace boost::asio
+} // namespace METRONOME_NET_NAMESPACE
 
 #endif

@@ -4,8 +4,7 @@
 #include <metronome/async_delay.hpp>
 #include <metronome/detail/cancel_after_op.hpp>
 
-#include <boost/asio/async_result.hpp>
-#include <boost/asio/cancellation_type.hpp>
+#include <metronome/detail/asio.hpp>
 
 #include <chrono>
 #include <type_traits>
@@ -24,14 +23,14 @@ class cancel_after_t {
 public:
   /// @cond internal
   template <class T>
-  cancel_after_t(T&& token, clock::duration amount, bool relative, boost::asio::cancellation_type_t type,
+  cancel_after_t(T&& token, clock::duration amount, bool relative, net::cancellation_type_t type,
                  detail::timing_holder<Timing> timing)
       : token_(std::forward<T>(token)), amount_(amount), relative_(relative), type_(type), timing_(std::move(timing)) {}
 
   CompletionToken token_;
   clock::duration amount_;
   bool relative_;
-  boost::asio::cancellation_type_t type_;
+  net::cancellation_type_t type_;
   detail::timing_holder<Timing> timing_;
   /// @endcond
 };
@@ -47,7 +46,7 @@ auto timing_of(Target&& target) {
 }
 
 template <class Timing, class Token>
-auto make_cancel_after(Token&& token, clock::duration amount, bool relative, boost::asio::cancellation_type_t type,
+auto make_cancel_after(Token&& token, clock::duration amount, bool relative, net::cancellation_type_t type,
                        timing_holder<Timing> timing) {
   return cancel_after_t<std::decay_t<Token>, Timing>(std::forward<Token>(token), amount, relative, type,
                                                      std::move(timing));
@@ -83,12 +82,12 @@ inline constexpr bool is_duration_v<std::chrono::duration<Rep, Period>> = true;
 template <class Rep, class Period, class CompletionToken>
 auto cancel_after(std::chrono::duration<Rep, Period> timeout, CompletionToken&& token) {
   return detail::make_cancel_after<void>(std::forward<CompletionToken>(token), detail::saturating_duration(timeout),
-                                         true, boost::asio::cancellation_type::terminal, {});
+                                         true, net::cancellation_type::terminal, {});
 }
 
 /// As above, emitting `type` (e.g. `cancellation_type::partial`) when time is up.
 template <class Rep, class Period, class CompletionToken>
-auto cancel_after(std::chrono::duration<Rep, Period> timeout, boost::asio::cancellation_type_t type,
+auto cancel_after(std::chrono::duration<Rep, Period> timeout, net::cancellation_type_t type,
                   CompletionToken&& token) {
   return detail::make_cancel_after<void>(std::forward<CompletionToken>(token), detail::saturating_duration(timeout),
                                          true, type, {});
@@ -98,7 +97,7 @@ auto cancel_after(std::chrono::duration<Rep, Period> timeout, boost::asio::cance
 template <class Target, class Rep, class Period, class CompletionToken>
   requires(!detail::is_duration_v<std::remove_cvref_t<Target>>)
 auto cancel_after(Target&& timing, std::chrono::duration<Rep, Period> timeout, CompletionToken&& token,
-                  boost::asio::cancellation_type_t type = boost::asio::cancellation_type::terminal) {
+                  net::cancellation_type_t type = net::cancellation_type::terminal) {
   auto t = detail::timing_of(std::forward<Target>(timing));
   using executor = typename decltype(t)::executor_type;
   return detail::make_cancel_after<executor>(std::forward<CompletionToken>(token),
@@ -108,7 +107,7 @@ auto cancel_after(Target&& timing, std::chrono::duration<Rep, Period> timeout, C
 /// Adapts `token` so that the operation is cancelled at `deadline`; see cancel_after.
 template <class Duration, class CompletionToken>
 auto cancel_at(std::chrono::time_point<clock, Duration> deadline, CompletionToken&& token,
-               boost::asio::cancellation_type_t type = boost::asio::cancellation_type::terminal) {
+               net::cancellation_type_t type = net::cancellation_type::terminal) {
   return detail::make_cancel_after<void>(std::forward<CompletionToken>(token),
                                          detail::saturating_duration(deadline.time_since_epoch()), false, type, {});
 }
@@ -116,7 +115,7 @@ auto cancel_at(std::chrono::time_point<clock, Duration> deadline, CompletionToke
 /// As above, with the timer in the metronome pool behind `timing`.
 template <class Target, class Duration, class CompletionToken>
 auto cancel_at(Target&& timing, std::chrono::time_point<clock, Duration> deadline, CompletionToken&& token,
-               boost::asio::cancellation_type_t type = boost::asio::cancellation_type::terminal) {
+               net::cancellation_type_t type = net::cancellation_type::terminal) {
   auto t = detail::timing_of(std::forward<Target>(timing));
   using executor = typename decltype(t)::executor_type;
   return detail::make_cancel_after<executor>(std::forward<CompletionToken>(token),
@@ -126,13 +125,13 @@ auto cancel_at(Target&& timing, std::chrono::time_point<clock, Duration> deadlin
 
 } // namespace metronome
 
-namespace boost::asio {
+namespace METRONOME_NET_NAMESPACE {
 
 template <class CompletionToken, class Timing, class... Signatures>
 struct async_result<metronome::cancel_after_t<CompletionToken, Timing>, Signatures...> {
   template <class Initiation, class RawToken, class... Args>
   static auto initiate(Initiation&& initiation, RawToken&& token, Args&&... args) {
-    return boost::asio::async_initiate<
+    return metronome::net::async_initiate<
         std::conditional_t<std::is_const_v<std::remove_reference_t<RawToken>>, const CompletionToken, CompletionToken>,
         Signatures...>(
         metronome::detail::initiate_cancel_after<std::decay_t<Initiation>, Timing>(
@@ -141,6 +140,6 @@ struct async_result<metronome::cancel_after_t<CompletionToken, Timing>, Signatur
   }
 };
 
-} // namespace boost::asio
+} // namespace METRONOME_NET_NAMESPACE
 
 #endif

@@ -7,14 +7,7 @@
 #include <metronome/detail/slot_handler.hpp>
 #include <metronome/options.hpp>
 
-#include <boost/asio/any_io_executor.hpp>
-#include <boost/asio/associated_allocator.hpp>
-#include <boost/asio/associated_cancellation_slot.hpp>
-#include <boost/asio/associated_executor.hpp>
-#include <boost/asio/async_result.hpp>
-#include <boost/asio/cancellation_signal.hpp>
-#include <boost/asio/error.hpp>
-#include <boost/asio/post.hpp>
+#include <metronome/detail/asio.hpp>
 
 #include <chrono>
 #include <memory>
@@ -43,8 +36,8 @@ struct interval_state {
   bool cancelled = false;  // cancel() while pending: the tick completes aborted, reset() or not
   bool ended = false;      // the tick at time_point::max() was handed out: the grid has no more
   clock::time_point pending_due{};
-  boost::asio::cancellation_signal signal; // the pending wait's slot
-  boost::asio::cancellation_slot user_slot;
+  net::cancellation_signal signal; // the pending wait's slot
+  net::cancellation_slot user_slot;
   bool user_slot_connected = false;
 
   // The pending tick is over (completed, or its handler destroyed): the user's slot no
@@ -83,7 +76,7 @@ struct interval_state {
 
 // Cancels the pending tick. After a reset() its wait may already be out of the queue
 // (aborted, to start again): it must then complete aborted instead.
-inline void cancel_pending_tick(interval_state& s, boost::asio::cancellation_type_t t) {
+inline void cancel_pending_tick(interval_state& s, net::cancellation_type_t t) {
   s.rearm = false;
   s.cancelled = true;
   s.signal.emit(t);
@@ -91,7 +84,7 @@ inline void cancel_pending_tick(interval_state& s, boost::asio::cancellation_typ
 
 struct interval_forward_cancel {
   interval_state* target; // alive while the tick is pending (the tick holds it)
-  void operator()(boost::asio::cancellation_type_t t) const { cancel_pending_tick(*target, t); }
+  void operator()(net::cancellation_type_t t) const { cancel_pending_tick(*target, t); }
 };
 
 // A pending tick's handler is the user's with the interval's slot
@@ -115,16 +108,16 @@ public:
     if (!std::exchange(s.moved, false)) s.give_back_tick();
   }
 
-  boost::asio::cancellation_slot slot() const noexcept { return state_->signal.slot(); }
+  net::cancellation_slot slot() const noexcept { return state_->signal.slot(); }
 
   template <class Wrapper>
-  static void complete(Wrapper& w, boost::system::error_code ec) {
+  static void complete(Wrapper& w, error_code ec) {
     tick_link& self = w.link();
     interval_state& s = *self.state_;
     const bool rearm = std::exchange(s.rearm, false);
     const bool moved = std::exchange(s.moved, false);
     s.cancelled = false;
-    if (ec == boost::asio::error::operation_aborted && rearm) { // reset(): wait again for the new grid
+    if (ec == net::error::operation_aborted && rearm) { // reset(): wait again for the new grid
       s.pending_due = s.take();
       const clock::time_point due = s.pending_due;
       const Executor ex = self.ex_;
@@ -162,22 +155,22 @@ public:
     H h(std::forward<Handler>(handler));
     interval_state& s = *state_;
     if (s.pending) { // one tick at a time: the second completes at once with already_started
-      auto hex = boost::asio::get_associated_executor(h, ex_);
+      auto hex = net::get_associated_executor(h, ex_);
       internal_post_scope internal; // a completion: a shut-down pool still takes it (not outside work)
-      boost::asio::post(hex, [h = std::move(h)]() mutable {
-        std::move(h)(boost::system::error_code(boost::asio::error::already_started), clock::time_point());
+      net::post(hex, [h = std::move(h)]() mutable {
+        std::move(h)(error_code(net::error::already_started), clock::time_point());
       });
       return;
     }
     if (s.ended) { // the grid ended at time_point::max(): no tick will ever fall due again
-      auto hex = boost::asio::get_associated_executor(h, ex_);
+      auto hex = net::get_associated_executor(h, ex_);
       internal_post_scope internal; // as above
-      boost::asio::post(hex, [h = std::move(h)]() mutable {
-        std::move(h)(boost::system::error_code(boost::asio::error::eof), clock::time_point::max());
+      net::post(hex, [h = std::move(h)]() mutable {
+        std::move(h)(error_code(net::error::eof), clock::time_point::max());
       });
       return;
     }
-    auto user = boost::asio::get_associated_cancellation_slot(h);
+    auto user = net::get_associated_cancellation_slot(h);
     if (user.is_connected()) {
       user.template emplace<interval_forward_cancel>(interval_forward_cancel{&s});
       s.user_slot = user;
@@ -289,15 +282,15 @@ public:
   clock::time_point next_tick() const noexcept { return state_->next; }
 
   /// Waits for the next tick; see the class comment. Signature `void(error_code, clock::time_point)`.
-  template <class CompletionToken = boost::asio::default_completion_token_t<Executor>>
-  auto async_tick(CompletionToken&& token = boost::asio::default_completion_token_t<Executor>()) {
-    return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code, clock::time_point)>(
+  template <class CompletionToken = net::default_completion_token_t<Executor>>
+  auto async_tick(CompletionToken&& token = net::default_completion_token_t<Executor>()) {
+    return net::async_initiate<CompletionToken, void(error_code, clock::time_point)>(
         detail::initiate_tick<Executor>(state_, ex_), token);
   }
 
   /// Completes the outstanding tick (if any) with `operation_aborted`.
   void cancel() noexcept {
-    if (state_->pending) detail::cancel_pending_tick(*state_, boost::asio::cancellation_type::terminal);
+    if (state_->pending) detail::cancel_pending_tick(*state_, net::cancellation_type::terminal);
   }
 
   /// Restarts the grid: the next tick falls due one period from now.
@@ -312,7 +305,7 @@ public:
       s.moved = true;
       if (!s.rearm && !s.cancelled) {
         s.rearm = true;
-        s.signal.emit(boost::asio::cancellation_type::terminal);
+        s.signal.emit(net::cancellation_type::terminal);
       }
     }
   }
@@ -337,7 +330,7 @@ private:
 };
 
 /// The common case: any executor, type-erased.
-using interval = basic_interval<boost::asio::any_io_executor>;
+using interval = basic_interval<net::any_io_executor>;
 
 } // namespace metronome
 

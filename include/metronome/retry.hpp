@@ -6,12 +6,7 @@
 #include <metronome/backoff.hpp>
 #include <metronome/detail/task.hpp>
 
-#include <boost/asio/async_result.hpp>
-#include <boost/asio/cancellation_type.hpp>
-#include <boost/asio/compose.hpp>
-#include <boost/asio/error.hpp>
-#include <boost/system/error_code.hpp>
-#include <boost/system/system_error.hpp>
+#include <metronome/detail/asio.hpp>
 
 #include <cstddef>
 #include <exception>
@@ -42,7 +37,7 @@ struct retry_signature_traits {
 };
 template <class Error, class... Args>
 struct retry_signature_traits<void(Error, Args...)> {
-  static constexpr bool valid = std::is_same_v<Error, boost::system::error_code> ||
+  static constexpr bool valid = std::is_same_v<Error, error_code> ||
                                 std::is_same_v<Error, std::error_code> || std::is_same_v<Error, std::exception_ptr>;
 };
 
@@ -53,16 +48,16 @@ struct retry_signature {
 };
 template <class Operation>
 struct retry_signature<void, Operation> {
-  using type = boost::asio::completion_signature_of_t<Operation&>;
+  using type = net::completion_signature_of_t<Operation&>;
 };
 
 // What a retry that was cancelled during a pause (or whose pause its timing pool
 // aborted) reports in place of the last attempt's error.
 template <class Error>
 Error aborted_retry_error() {
-  const boost::system::error_code aborted(boost::asio::error::operation_aborted);
+  const error_code aborted(net::error::operation_aborted);
   if constexpr (std::is_same_v<Error, std::exception_ptr>)
-    return std::make_exception_ptr(boost::system::system_error(aborted));
+    return std::make_exception_ptr(system_error(aborted));
   else
     return Error(aborted);
 }
@@ -107,12 +102,12 @@ public:
   // An attempt's completion (`Error, Args...`) or a pause's (`error_code`): `pausing` says which.
   template <class Self, class A0, class... A>
   void operator()(Self& self, A0&& a0, A&&... a) {
-    constexpr bool pause_like = sizeof...(A) == 0 && std::is_convertible_v<A0, boost::system::error_code>;
+    constexpr bool pause_like = sizeof...(A) == 0 && std::is_convertible_v<A0, error_code>;
     constexpr bool attempt_like = std::is_constructible_v<values, A0&&, A&&...>;
     static_assert(pause_like || attempt_like,
                   "metronome::async_retry: the operation completed with arguments its signature does not take");
     if (state_->pausing) {
-      if constexpr (pause_like) pause_done(self, boost::system::error_code(std::forward<A0>(a0)));
+      if constexpr (pause_like) pause_done(self, error_code(std::forward<A0>(a0)));
       return;
     }
     if constexpr (attempt_like) attempt_done(self, values(std::forward<A0>(a0), std::forward<A>(a)...));
@@ -130,7 +125,7 @@ private:
   void attempt_done(Self& self, values&& v) {
     state& s = *state_;
     const Error& e = std::get<0>(v);
-    if (!e || self.cancelled() != boost::asio::cancellation_type::none || !s.retry_if(e))
+    if (!e || self.cancelled() != net::cancellation_type::none || !s.retry_if(e))
       return finish(self, std::move(v));
     const std::optional<clock::duration> pause = s.policy.next();
     if (!pause) return finish(self, std::move(v)); // attempts ran out: the last error
@@ -141,9 +136,9 @@ private:
   }
 
   template <class Self>
-  void pause_done(Self& self, boost::system::error_code ec) {
+  void pause_done(Self& self, error_code ec) {
     state& s = *state_;
-    if (ec || self.cancelled() != boost::asio::cancellation_type::none) {
+    if (ec || self.cancelled() != net::cancellation_type::none) {
       values v = std::move(*s.last);
       std::get<0>(v) = aborted_retry_error<Error>();
       return finish(self, std::move(v));
@@ -171,12 +166,12 @@ auto start_retry(Target& target, const backoff& policy, Operation&& op, RetryIf&
   using sig = typename retry_signature<Signature, op_type>::type;
   static_assert(retry_signature_traits<sig>::valid,
                 "metronome::async_retry: the operation must complete with an error first "
-                "(boost::system::error_code, std::error_code or std::exception_ptr)");
+                "(error_code, std::error_code or std::exception_ptr)");
   if (is_empty_callable(op)) throw std::invalid_argument("metronome: async_retry of an empty operation");
   if (is_empty_callable(retry_if)) throw std::invalid_argument("metronome: async_retry with an empty predicate");
   using executor = delay_executor_t<Target>;
   const executor ex = delay_target<std::remove_cvref_t<Target>>::get(target);
-  return boost::asio::async_compose<CompletionToken, sig>(
+  return net::async_compose<CompletionToken, sig>(
       retry_op<executor, op_type, std::decay_t<RetryIf>, sig>(ex, std::forward<Operation>(op),
                                                               std::forward<RetryIf>(retry_if), policy),
       token, ex);
@@ -205,7 +200,7 @@ auto start_retry(Target& target, const backoff& policy, Operation&& op, RetryIf&
  * t) { return asio::co_spawn(ex, call(), std::forward<decltype(t)>(t)); }`. Its
  * completion signature (probed as `asio::completion_signature_of` does, or given as
  * the first template argument: `async_retry<void(error_code, std::size_t)>(...)`) is
- * `async_retry`'s, and must start with a `boost::system::error_code`, a
+ * `async_retry`'s, and must start with a `error_code`, a
  * `std::error_code` or a `std::exception_ptr`: an attempt succeeded when it is empty.
  * The callable stays at one address for the whole operation and is called from the
  * handler's executor; it is destroyed before the handler runs.
@@ -218,7 +213,7 @@ auto start_retry(Target& target, const backoff& policy, Operation&& op, RetryIf&
  * through the handler's slot reaches the running attempt (its operation sees the
  * slot) or the pause. A cancelled attempt's own result is delivered, whatever the
  * predicate says; a cancelled pause delivers `asio::error::operation_aborted` (for a
- * `std::exception_ptr`: a `boost::system::system_error` with it) and the values of the
+ * `std::exception_ptr`: a `system_error` with it) and the values of the
  * attempt before it. So does a pause its timing pool aborts (at shutdown). The
  * intermediate handlers run on the handler's associated executor (default: `target`'s)
  * and the state is allocated with its associated allocator. Each pause is one node in

@@ -8,8 +8,7 @@
 #include <metronome/options.hpp>
 #include <metronome/scheduled_future.hpp>
 
-#include <boost/asio/execution.hpp>
-#include <boost/asio/execution_context.hpp>
+#include <metronome/detail/asio.hpp>
 
 #include <chrono>
 #include <cstddef>
@@ -63,7 +62,7 @@ private:
  * @par Thread Safety
  * All members are safe to call concurrently from any thread.
  */
-class scheduled_thread_pool : public boost::asio::execution_context {
+class scheduled_thread_pool : public net::execution_context {
 public:
   template <class Allocator, unsigned Bits>
   class basic_executor_type;

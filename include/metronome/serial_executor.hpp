@@ -13,10 +13,7 @@
 #include <metronome/scheduled_future.hpp>
 #include <metronome/scheduled_thread_pool.hpp>
 
-#include <boost/asio/execution.hpp>
-#include <boost/asio/execution_context.hpp>
-#include <boost/asio/post.hpp>
-#include <boost/asio/query.hpp>
+#include <metronome/detail/asio.hpp>
 
 #include <concepts>
 #include <memory>
@@ -31,15 +28,15 @@ namespace detail {
 template <class P>
 struct is_allocator_property : std::false_type {};
 template <class A>
-struct is_allocator_property<boost::asio::execution::allocator_t<A>> : std::true_type {};
+struct is_allocator_property<net::execution::allocator_t<A>> : std::true_type {};
 
 // Properties a serial executor accepts as preferences and that change nothing in it.
 template <class P>
 concept serial_neutral_property =
-    std::is_same_v<P, boost::asio::execution::relationship_t::fork_t> ||
-    std::is_same_v<P, boost::asio::execution::relationship_t::continuation_t> ||
-    std::is_same_v<P, boost::asio::execution::outstanding_work_t::tracked_t> ||
-    std::is_same_v<P, boost::asio::execution::outstanding_work_t::untracked_t> || is_allocator_property<P>::value;
+    std::is_same_v<P, net::execution::relationship_t::fork_t> ||
+    std::is_same_v<P, net::execution::relationship_t::continuation_t> ||
+    std::is_same_v<P, net::execution::outstanding_work_t::tracked_t> ||
+    std::is_same_v<P, net::execution::outstanding_work_t::untracked_t> || is_allocator_property<P>::value;
 
 // The drain handed to the underlying executor. If the executor destroys it unrun (an
 // io_context stopped and destroyed, a terminated pool), the serial executor is
@@ -94,7 +91,7 @@ private:
         // dropped the drain as outside work - a delayed task promoted by the timing pool,
         // accepted before the shutdown, then never ran and its handle never completed.
         internal_post_scope internal;
-        boost::asio::post(inner_, std::move(drain));
+        net::post(inner_, std::move(drain));
       }
     } catch (...) {
       report(std::current_exception());
@@ -216,16 +213,16 @@ public:
   // asio::post() applies three of them in a row to a temporary, and every copy of a
   // serial_executor is an atomic increment and decrement of its shared state.
   /// The standard executor requirements (Asio's execution properties, `execute`): see the group.
-  serial_executor require(boost::asio::execution::blocking_t::never_t) const& noexcept {
+  serial_executor require(net::execution::blocking_t::never_t) const& noexcept {
     return with_blocking_never(serial_executor(*this), true);
   }
-  serial_executor require(boost::asio::execution::blocking_t::never_t) && noexcept {
+  serial_executor require(net::execution::blocking_t::never_t) && noexcept {
     return with_blocking_never(std::move(*this), true);
   }
-  serial_executor require(boost::asio::execution::blocking_t::possibly_t) const& noexcept {
+  serial_executor require(net::execution::blocking_t::possibly_t) const& noexcept {
     return with_blocking_never(serial_executor(*this), false);
   }
-  serial_executor require(boost::asio::execution::blocking_t::possibly_t) && noexcept {
+  serial_executor require(net::execution::blocking_t::possibly_t) && noexcept {
     return with_blocking_never(std::move(*this), false);
   }
   // Preferences that change nothing here: fork or continuation, tracked or untracked
@@ -241,21 +238,21 @@ public:
     return std::move(*this);
   }
 
-  decltype(auto) query(boost::asio::execution::context_t) const noexcept {
-    return boost::asio::query(state_->inner(), boost::asio::execution::context);
+  decltype(auto) query(net::execution::context_t) const noexcept {
+    return net::query(state_->inner(), net::execution::context);
   }
-  boost::asio::execution::blocking_t query(boost::asio::execution::blocking_t) const noexcept {
-    return blocking_never_ ? boost::asio::execution::blocking_t(boost::asio::execution::blocking.never)
-                           : boost::asio::execution::blocking_t(boost::asio::execution::blocking.possibly);
+  net::execution::blocking_t query(net::execution::blocking_t) const noexcept {
+    return blocking_never_ ? net::execution::blocking_t(net::execution::blocking.never)
+                           : net::execution::blocking_t(net::execution::blocking.possibly);
   }
-  static constexpr boost::asio::execution::relationship_t query(boost::asio::execution::relationship_t) noexcept {
-    return boost::asio::execution::relationship.fork;
+  static constexpr net::execution::relationship_t query(net::execution::relationship_t) noexcept {
+    return net::execution::relationship.fork;
   }
-  static constexpr boost::asio::execution::outstanding_work_t
-  query(boost::asio::execution::outstanding_work_t) noexcept {
-    return boost::asio::execution::outstanding_work.untracked;
+  static constexpr net::execution::outstanding_work_t
+  query(net::execution::outstanding_work_t) noexcept {
+    return net::execution::outstanding_work.untracked;
   }
-  static constexpr std::allocator<void> query(boost::asio::execution::allocator_t<void>) noexcept { return {}; }
+  static constexpr std::allocator<void> query(net::execution::allocator_t<void>) noexcept { return {}; }
 
   template <class Function>
   void execute(Function&& f) const {
@@ -278,7 +275,7 @@ public:
   /// The older executor requirements, for code written against them.
   ///@{
   /// The underlying executor's execution context.
-  auto& context() const noexcept { return query(boost::asio::execution::context); }
+  auto& context() const noexcept { return query(net::execution::context); }
   /// Nothing (work counting is the underlying executor's).
   void on_work_started() const noexcept {}
   /// Nothing.
@@ -418,7 +415,7 @@ serial_executor<Executor> make_serial_executor(const Executor& ex, serial_option
 
 /// A serial executor over a pool's (or any execution context's) executor.
 template <class ExecutionContext>
-requires std::is_convertible_v<ExecutionContext&, boost::asio::execution_context&>
+requires std::is_convertible_v<ExecutionContext&, net::execution_context&>
 auto make_serial_executor(ExecutionContext& ctx, serial_options opts = {}) {
   return make_serial_executor(ctx.get_executor(), std::move(opts));
 }

@@ -11,14 +11,7 @@
 #include <metronome/errors.hpp>
 #include <metronome/scheduled_thread_pool.hpp>
 
-#include <boost/asio/any_io_executor.hpp>
-#include <boost/asio/associated_executor.hpp>
-#include <boost/asio/async_result.hpp>
-#include <boost/asio/dispatch.hpp>
-#include <boost/asio/system_executor.hpp>
-#include <boost/asio/cancellation_type.hpp>
-#include <boost/asio/error.hpp>
-#include <boost/system/error_code.hpp>
+#include <metronome/detail/asio.hpp>
 
 #include <memory>
 #include <new>
@@ -105,8 +98,8 @@ class wheel_wait_op final : public wheel_entry, public handler_op<wheel_wait_op<
   // reference is held.
   struct cancel_handler {
     wheel_wait_op* op;
-    void operator()(boost::asio::cancellation_type_t type) const {
-      if (type == boost::asio::cancellation_type::none) return;
+    void operator()(net::cancellation_type_t type) const {
+      if (type == net::cancellation_type::none) return;
       wheel_wait_op* w = op;
       w->add_ref();
       w->cancel();
@@ -129,7 +122,7 @@ private:
   // to cancel): a worker may never assume that the queue's reference is the last.
   static constexpr bool cancellers_hold_refs = false;
 
-  void on_fire() noexcept { deliver(true, boost::system::error_code()); }
+  void on_fire() noexcept { deliver(true, error_code()); }
   // Out of the wheel, never to fire: to the pool's queue (with a reference of its own),
   // whose worker delivers operation_aborted in on_settled_cancelled().
   void on_drop() noexcept {
@@ -138,21 +131,21 @@ private:
       add_ref();
       pool_->push_ready(this);
     } else {
-      deliver(false, boost::asio::error::operation_aborted);
+      deliver(false, net::error::operation_aborted);
     }
   }
   void on_cancel_queued() noexcept {} // the executor's settle() delivers operation_aborted
-  void on_discarded() noexcept { deliver(false, boost::asio::error::operation_aborted); }
+  void on_discarded() noexcept { deliver(false, net::error::operation_aborted); }
   // Cancelled while queued, or cancelled out of the wheel and pushed by on_drop().
   void on_settled_cancelled(bool run) noexcept {
-    if (!delivered_) deliver(run, boost::asio::error::operation_aborted);
+    if (!delivered_) deliver(run, net::error::operation_aborted);
   }
   void on_destroy() noexcept { handler_base::destroy(this); }
   static void release_node(wheel_wait_op* w) noexcept { w->release(); }
 
   // The completion holds a reference until the handler has been taken out: the slot's
   // cancel handler may reach the node until the handler's context clears it.
-  void deliver(bool may_run_inline, boost::system::error_code ec) noexcept {
+  void deliver(bool may_run_inline, error_code ec) noexcept {
     delivered_ = true;
     add_ref();
     // Counted done first: the handler may run inline and destroy the pool. This is a
@@ -253,7 +246,7 @@ public:
   template <class Executor>
   requires(!std::is_convertible_v<Executor&, scheduled_thread_pool&>) explicit wheel_timer(const Executor& ex,
                                                                                            wheel_options opts = {})
-      : core_(detail::wheel_core::make(std::move(opts), boost::asio::any_io_executor(ex), nullptr,
+      : core_(detail::wheel_core::make(std::move(opts), net::any_io_executor(ex), nullptr,
                                                    hosted_ticks(ex))) {}
 
   /// Stops the wheel (cancelling what never fired).
@@ -273,12 +266,12 @@ public:
     using D = std::decay_t<F>;
     static_assert(std::is_invocable_v<D&>, "metronome: the timeout must be callable with no arguments");
     if (detail::is_empty_callable(f)) throw std::invalid_argument("metronome: empty function");
-    if constexpr (!std::is_same_v<boost::asio::associated_executor_t<D>, boost::asio::system_executor>) {
+    if constexpr (!std::is_same_v<net::associated_executor_t<D>, net::system_executor>) {
       // Its own executor: the timeout hands it there when due.
       return schedule_callable(
           [fn = D(std::forward<F>(f))]() mutable {
-            const auto ex = boost::asio::get_associated_executor(fn);
-            boost::asio::dispatch(ex, std::move(fn));
+            const auto ex = net::get_associated_executor(fn);
+            net::dispatch(ex, std::move(fn));
           },
           delay);
     } else {
@@ -298,7 +291,7 @@ private:
 public:
 
   /// Waits for `delay` on the wheel: an Asio operation with signature
-  /// `void(boost::system::error_code)`, any completion token, per-operation
+  /// `void(error_code)`, any completion token, per-operation
   /// cancellation (completes with `operation_aborted`). `stop()` aborts pending waits,
   /// and so does the `shutdown()` of the pool the wheel fires onto (later waits too).
   /**
@@ -312,7 +305,7 @@ public:
    */
   template <class Rep, class Period, class CompletionToken>
   auto async_wait(std::chrono::duration<Rep, Period> delay, CompletionToken&& token) {
-    return boost::asio::async_initiate<CompletionToken, void(boost::system::error_code)>(
+    return net::async_initiate<CompletionToken, void(error_code)>(
         [core = core_.get()](auto handler, clock::duration d) {
           using H = std::decay_t<decltype(handler)>;
           detail::wheel_entry* e;
@@ -324,7 +317,7 @@ public:
           if (pex && pool)
             e = detail::wheel_wait_op<H, scheduled_thread_pool::executor_type>::create(std::move(handler), *pex, pool);
           else
-            e = detail::wheel_wait_op<H, boost::asio::any_io_executor>::create(std::move(handler), core->executor(),
+            e = detail::wheel_wait_op<H, net::any_io_executor>::create(std::move(handler), core->executor(),
                                                                                pool);
           try {
             core->insert(e, d);

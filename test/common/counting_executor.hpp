@@ -1,7 +1,7 @@
 #ifndef METRONOME_TEST_COUNTING_EXECUTOR_HPP
 #define METRONOME_TEST_COUNTING_EXECUTOR_HPP
 
-#include <boost/asio/io_context.hpp>
+#include <metronome/detail/asio.hpp>
 
 #include <atomic>
 #include <utility>
@@ -21,9 +21,9 @@ public:
     std::atomic<int> held_when_handed{-1}; // at the last dispatch, post or defer
   };
 
-  counting_executor(boost::asio::io_context& io, counts& c) noexcept : io_(&io), counts_(&c) {}
+  counting_executor(metronome::net::io_context& io, counts& c) noexcept : io_(&io), counts_(&c) {}
 
-  boost::asio::io_context& context() const noexcept { return *io_; }
+  metronome::net::io_context& context() const noexcept { return *io_; }
   void on_work_started() const noexcept {
     counts_->held.fetch_add(1);
     io_->get_executor().on_work_started();
@@ -52,7 +52,7 @@ public:
   friend bool operator!=(const counting_executor& a, const counting_executor& b) noexcept { return a.io_ != b.io_; }
 
 private:
-  boost::asio::io_context* io_;
+  metronome::net::io_context* io_;
   counts* counts_;
 };
 

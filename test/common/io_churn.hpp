@@ -1,8 +1,7 @@
 #ifndef METRONOME_TEST_IO_CHURN_HPP
 #define METRONOME_TEST_IO_CHURN_HPP
 
-#include <boost/asio/executor_work_guard.hpp>
-#include <boost/asio/io_context.hpp>
+#include <metronome/detail/asio.hpp>
 
 #include <condition_variable>
 #include <functional>
@@ -62,7 +61,7 @@ void complete_onto_dying_io_contexts(int n, Start start) {
   // the sanitizers).
   std::mutex m;
   std::condition_variable cv;
-  boost::asio::io_context* to_run = nullptr; // handed to the runner; null again once run() returned
+  metronome::net::io_context* to_run = nullptr; // handed to the runner; null again once run() returned
   bool finished = false;
   std::thread runner([&] {
     std::unique_lock lk(m);
@@ -77,8 +76,8 @@ void complete_onto_dying_io_contexts(int n, Start start) {
     }
   });
   for (int i = 0; i < n; ++i) {
-    auto io = std::make_unique<boost::asio::io_context>();
-    auto guard = boost::asio::make_work_guard(*io);
+    auto io = std::make_unique<metronome::net::io_context>();
+    auto guard = metronome::net::make_work_guard(*io);
     {
       std::lock_guard lk(m);
       to_run = io.get();

@@ -11,7 +11,7 @@
 #include "common/accounting.hpp"
 #include "common/manual_pool.hpp"
 
-#include <boost/asio/post.hpp>
+#include <metronome/detail/asio.hpp>
 #include <boost/test/unit_test.hpp>
 
 #include <algorithm>
@@ -33,7 +33,7 @@
 #include <tuple>
 #include <vector>
 
-namespace asio = boost::asio;
+namespace net = metronome::net;
 using namespace std::chrono_literals;
 using metronome::cancelled_error;
 using metronome::manual_clock;

@@ -26,9 +26,9 @@
 #include <set>
 #include <string>
 
-namespace asio = boost::asio;
+namespace net = metronome::net;
 using namespace std::chrono_literals;
-using boost::system::error_code;
+using metronome::error_code;
 using metronome::make_serial_executor;
 using metronome::pool_options;
 using metronome::rejected_execution;

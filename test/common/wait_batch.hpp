@@ -8,10 +8,7 @@
 
 #include "common/stress_rounds.hpp"
 
-#include <boost/asio/bind_cancellation_slot.hpp>
-#include <boost/asio/bind_executor.hpp>
-#include <boost/asio/cancellation_signal.hpp>
-#include <boost/asio/post.hpp>
+#include <metronome/detail/asio.hpp>
 
 #include <random>
 #include <thread>
@@ -28,7 +25,7 @@ inline auto delay_on(scheduled_thread_pool& pool) {
 
 
 struct delay_state {
-  asio::cancellation_signal sig;
+  net::cancellation_signal sig;
   std::atomic<int> calls{0};
   // Touched only on the handler's executor (serialised there).
   bool launched = false;
@@ -48,10 +45,10 @@ template <class HandlerExecutor, class Start>
 void launch_delay(delay_state* st, scheduled_thread_pool& pool, HandlerExecutor hex, Start start, std::chrono::microseconds d,
                   int emit_mode, std::chrono::microseconds emit_after, metronome::test::counter& done,
                   std::atomic<int>& launches_run) {
-  asio::post(hex, [st, hex, start, d, emit_mode, emit_after, &pool, &done, &launches_run] {
+  net::post(hex, [st, hex, start, d, emit_mode, emit_after, &pool, &done, &launches_run] {
     st->launched = true;
-    start(d, asio::bind_cancellation_slot(st->sig.slot(),
-                                          asio::bind_executor(hex, [l = life(&st->s), st, &done](error_code ec) {
+    start(d, net::bind_cancellation_slot(st->sig.slot(),
+                                          net::bind_executor(hex, [l = life(&st->s), st, &done](error_code ec) {
                                             st->calls.fetch_add(1);
                                             st->ec = ec;
                                             st->emitted_before_completion = st->emitted;
@@ -60,15 +57,15 @@ void launch_delay(delay_state* st, scheduled_thread_pool& pool, HandlerExecutor 
     launches_run.fetch_add(1);
     auto emit = [st] {
       st->emitted = true;
-      st->sig.emit(asio::cancellation_type::terminal);
+      st->sig.emit(net::cancellation_type::terminal);
     };
     if (emit_mode == 0) {
-      asio::post(hex, emit);
+      net::post(hex, emit);
     } else if (emit_mode == 1) {
       try {
-        pool.schedule([hex, emit] { asio::post(hex, emit); }, emit_after);
+        pool.schedule([hex, emit] { net::post(hex, emit); }, emit_after);
       } catch (const rejected_execution&) {
-        asio::post(hex, emit);
+        net::post(hex, emit);
       }
     }
   });
@@ -114,11 +111,11 @@ void check_delay_batch(delay_batch& b, errors& errs, bool shutdown_race) {
                    calls));
       continue;
     }
-    if (st->ec && st->ec != asio::error::operation_aborted)
+    if (st->ec && st->ec != net::error::operation_aborted)
       errs.add(fmt("op %d: completed with %s", i, st->ec.message().c_str()));
-    if (st->long_wait && st->ec != asio::error::operation_aborted)
+    if (st->long_wait && st->ec != net::error::operation_aborted)
       errs.add(fmt("op %d: a cancelled 1 h wait completed with success", i));
-    if (!shutdown_race && st->ec == asio::error::operation_aborted && !st->emitted_before_completion)
+    if (!shutdown_race && st->ec == net::error::operation_aborted && !st->emitted_before_completion)
       errs.add(fmt("op %d: completed with operation_aborted before any cancellation was emitted", i));
   }
 }

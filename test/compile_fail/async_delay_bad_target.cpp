@@ -6,5 +6,5 @@
 
 int main() {
   int not_an_executor = 0;
-  metronome::async_delay(not_an_executor, std::chrono::milliseconds(1), [](boost::system::error_code) {});
+  metronome::async_delay(not_an_executor, std::chrono::milliseconds(1), [](metronome::error_code) {});
 }

@@ -14,11 +14,7 @@
 #include "common/manual_pool.hpp"
 #include "common/poll_until.hpp"
 
-#include <boost/asio/bind_cancellation_slot.hpp>
-#include <boost/asio/bind_executor.hpp>
-#include <boost/asio/cancellation_signal.hpp>
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/post.hpp>
+#include <metronome/detail/asio.hpp>
 #include <boost/test/unit_test.hpp>
 
 #include <atomic>
@@ -84,7 +80,7 @@ BOOST_AUTO_TEST_CASE(a_push_between_the_last_spin_and_the_park_is_not_lost) {
   arm_workers(pool);
   BOOST_REQUIRE(stop.arrived()); // the worker saw nothing and is on its way to park
   std::atomic<bool> ran{false};
-  boost::asio::post(pool, [&] { ran = true; }); // nobody spins, nobody sleeps: no wake-up
+  metronome::net::post(pool, [&] { ran = true; }); // nobody spins, nobody sleeps: no wake-up
   stop.release();
   BOOST_CHECK(poll_until([&] { return ran.load(); }, 10s));
 }
@@ -116,7 +112,7 @@ BOOST_AUTO_TEST_CASE(a_producer_stopped_before_its_wake_up_still_wakes_the_parke
   std::atomic<bool> ran{false};
   std::thread producer([&] {
     hook_stop::arm_this_thread();
-    boost::asio::post(pool, [&] { ran = true; });
+    metronome::net::post(pool, [&] { ran = true; });
   });
   BOOST_REQUIRE(stop.arrived());
   stop.release();
@@ -134,7 +130,7 @@ BOOST_AUTO_TEST_CASE(a_push_racing_termination_runs_once_or_is_reported) {
   std::atomic<int> ran{0};
   std::thread producer([&] {
     hook_stop::arm_this_thread();
-    boost::asio::post(pool, [&] { ++ran; });
+    metronome::net::post(pool, [&] { ++ran; });
   });
   BOOST_REQUIRE(stop.arrived());
   std::thread joiner([&] { pool.join(); });
@@ -244,7 +240,7 @@ BOOST_AUTO_TEST_CASE(a_push_that_sees_a_termination_backing_off_is_run_not_dropp
   std::atomic<bool> posted{false};
   std::thread producer([&] {
     hook_stop::arm_this_thread();
-    boost::asio::post(pool, [&] { ++ran; });
+    metronome::net::post(pool, [&] { ++ran; });
     posted = true;
   });
   BOOST_REQUIRE(stops.arrived(hook_point::producer_after_push));
@@ -265,17 +261,17 @@ BOOST_AUTO_TEST_CASE(a_push_that_sees_a_termination_backing_off_is_run_not_dropp
 // into the terminated pool's heap instead, nobody would look at it until the pool's
 // destruction.
 BOOST_AUTO_TEST_CASE(a_wait_added_as_its_pool_terminates_is_refused_and_completes_aborted) {
-  boost::asio::io_context io;
+  metronome::net::io_context io;
   std::thread io_thread;
   {
     scheduled_thread_pool pool(1);
     pool.submit([] {}).wait();
     hook_stop stop(hook_point::wait_before_lock);
     std::atomic<int> completions{0};
-    boost::system::error_code result;
+    metronome::error_code result;
     std::thread waiter([&] {
       hook_stop::arm_this_thread();
-      metronome::async_delay(pool.get_executor(), 1h, boost::asio::bind_executor(io, [&](boost::system::error_code ec) {
+      metronome::async_delay(pool.get_executor(), 1h, metronome::net::bind_executor(io, [&](metronome::error_code ec) {
                                result = ec;
                                completions.fetch_add(1);
                              }));
@@ -286,7 +282,7 @@ BOOST_AUTO_TEST_CASE(a_wait_added_as_its_pool_terminates_is_refused_and_complete
     waiter.join();
     io_thread = std::thread([&] { io.run(); }); // the handler's executor, kept busy by the wait
     BOOST_CHECK(poll_until([&] { return completions.load() == 1; }, 10s)); // the pool still exists
-    BOOST_CHECK(result == boost::asio::error::operation_aborted);
+    BOOST_CHECK(result == metronome::net::error::operation_aborted);
   }
   io_thread.join();
 }
@@ -320,7 +316,7 @@ BOOST_AUTO_TEST_CASE(a_worker_woken_by_the_termination_leaves_a_later_push_to_it
   std::atomic<int> ran{0};
   std::thread producer([&] {
     hook_stop::arm_this_thread();
-    boost::asio::post(pool, [&] { ++ran; });
+    metronome::net::post(pool, [&] { ++ran; });
   });
   BOOST_REQUIRE(stops.arrived(hook_point::producer_after_push));
   stops.release(hook_point::worker_woken_by_termination);
@@ -373,9 +369,9 @@ BOOST_AUTO_TEST_CASE(a_task_pushed_while_the_drain_settles_is_run_by_that_drain)
   recorder rec;
   hook_stop stop(hook_point::serial_before_settle);
   arm_workers(pool);
-  boost::asio::post(serial, rec.task(1));
+  metronome::net::post(serial, rec.task(1));
   BOOST_REQUIRE(stop.arrived());
-  boost::asio::post(serial, rec.task(2));
+  metronome::net::post(serial, rec.task(2));
   stop.release();
   BOOST_REQUIRE(rec.ran.wait_for_at_least(2));
   BOOST_CHECK((rec.snapshot() == std::vector<int>{1, 2}));
@@ -389,11 +385,11 @@ BOOST_AUTO_TEST_CASE(a_task_linked_but_not_yet_counted_when_the_drain_ends_gets_
   auto serial = metronome::make_serial_executor(pool);
   recorder rec;
   gate hold;
-  boost::asio::post(serial, [&] { hold.wait(); });
+  metronome::net::post(serial, [&] { hold.wait(); });
   hook_stop stop(hook_point::serial_after_push);
   std::thread producer([&] {
     hook_stop::arm_this_thread();
-    boost::asio::post(serial, rec.task(1));
+    metronome::net::post(serial, rec.task(1));
   });
   BOOST_REQUIRE(stop.arrived());
   hold.open();
@@ -414,12 +410,12 @@ BOOST_AUTO_TEST_CASE(a_drain_stopped_before_its_repost_loses_nothing_and_is_neve
   gate hold;
   auto serial = metronome::make_serial_executor(pool, so);
   recorder rec;
-  boost::asio::post(serial, [&] { hold.wait(); });
-  for (int i = 1; i <= 3; ++i) boost::asio::post(serial, rec.task(i));
+  metronome::net::post(serial, [&] { hold.wait(); });
+  for (int i = 1; i <= 3; ++i) metronome::net::post(serial, rec.task(i));
   hook_stop stop(hook_point::serial_before_repost, true);
   hold.open();
   BOOST_REQUIRE(stop.arrived());
-  for (int i = 4; i <= 6; ++i) boost::asio::post(serial, rec.task(i));
+  for (int i = 4; i <= 6; ++i) metronome::net::post(serial, rec.task(i));
   BOOST_CHECK_EQUAL(rec.ran.value(), 0); // no second drain started
   stop.release();
   BOOST_REQUIRE(rec.ran.wait_for_at_least(6));
@@ -467,7 +463,7 @@ BOOST_AUTO_TEST_CASE(due_serial_tasks_whose_drain_is_not_yet_posted_are_not_over
     clk.advance(1ms);
   });
   BOOST_REQUIRE(stop.arrived());
-  boost::asio::post(serial, rec.task(3));
+  metronome::net::post(serial, rec.task(3));
   BOOST_CHECK_EQUAL(rec.ran.value(), 0);
   stop.release();
   advancer.join();
@@ -553,7 +549,7 @@ BOOST_AUTO_TEST_CASE(a_shut_down_pool_does_not_terminate_before_a_cancel_deliver
   scheduled_thread_pool pool(1);
   auto h = pool.schedule([] {}, 1h);
   std::atomic<int> completed{0};
-  h.async_wait(boost::asio::bind_executor(pool.get_executor(), [&](std::exception_ptr e) {
+  h.async_wait(metronome::net::bind_executor(pool.get_executor(), [&](std::exception_ptr e) {
     if (e) ++completed;
   }));
   pool.shutdown(); // the delayed task would still run when due: the pool stays up
@@ -582,8 +578,8 @@ struct wait_record {
       if (e) {
         try {
           std::rethrow_exception(e);
-        } catch (const boost::system::system_error& se) {
-          if (se.code() == boost::asio::error::operation_aborted) aborted.fetch_add(1);
+        } catch (const metronome::system_error& se) {
+          if (se.code() == metronome::net::error::operation_aborted) aborted.fetch_add(1);
         } catch (...) {
         }
       } else if (v == 5) {
@@ -608,13 +604,13 @@ BOOST_AUTO_TEST_CASE(a_wait_cancelled_while_its_task_is_ending_completes_once_ab
     return 5;
   });
   wait_record cancelled, kept;
-  boost::asio::cancellation_signal sig;
-  h.async_wait(boost::asio::bind_cancellation_slot(sig.slot(), cancelled.handler()));
+  metronome::net::cancellation_signal sig;
+  h.async_wait(metronome::net::bind_cancellation_slot(sig.slot(), cancelled.handler()));
   h.async_wait(kept.handler());
   go.open();
   BOOST_REQUIRE(stop.arrived()); // terminal, both waits still listed
   BOOST_CHECK(h.is_done());
-  sig.emit(boost::asio::cancellation_type::terminal);
+  sig.emit(metronome::net::cancellation_type::terminal);
   BOOST_CHECK(poll_until([&] { return cancelled.calls.load() == 1; }, 10s));
   BOOST_CHECK_EQUAL(kept.calls.load(), 0);
   stop.release();
@@ -639,12 +635,12 @@ BOOST_AUTO_TEST_CASE(a_wait_taken_out_by_a_cancellation_is_not_completed_by_the_
     return 5;
   });
   wait_record w;
-  boost::asio::cancellation_signal sig;
-  h.async_wait(boost::asio::bind_cancellation_slot(sig.slot(), w.handler()));
+  metronome::net::cancellation_signal sig;
+  h.async_wait(metronome::net::bind_cancellation_slot(sig.slot(), w.handler()));
   hook_stop stop(hook_point::wait_removed_before_abort);
   std::thread canceller([&] {
     hook_stop::arm_this_thread();
-    sig.emit(boost::asio::cancellation_type::terminal);
+    sig.emit(metronome::net::cancellation_type::terminal);
   });
   BOOST_REQUIRE(stop.arrived());
   go.open();
@@ -687,13 +683,13 @@ BOOST_AUTO_TEST_CASE(destroying_a_pool_while_another_thread_is_inside_post_is_ca
   BOOST_CHECK(metronome::test::child_aborts([] {
     auto* pool = new scheduled_thread_pool(1);
     std::atomic<bool> producer_stopped{false};
-    boost::asio::post(*pool, [&] {
+    metronome::net::post(*pool, [&] {
       while (!producer_stopped.load()) std::this_thread::yield();
     });
     hook_stop stop(hook_point::producer_after_push);
     std::thread producer([&] {
       hook_stop::arm_this_thread();
-      boost::asio::post(*pool, [pool] { delete pool; });
+      metronome::net::post(*pool, [pool] { delete pool; });
     });
     stop.arrived();
     producer_stopped.store(true);

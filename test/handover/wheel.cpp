@@ -13,11 +13,7 @@
 #include "common/latch_task.hpp"
 #include "common/poll_until.hpp"
 
-#include <boost/asio/bind_cancellation_slot.hpp>
-#include <boost/asio/bind_executor.hpp>
-#include <boost/asio/cancellation_signal.hpp>
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/post.hpp>
+#include <metronome/detail/asio.hpp>
 #include <boost/test/unit_test.hpp>
 
 #include <atomic>
@@ -155,14 +151,14 @@ BOOST_AUTO_TEST_CASE(a_wheel_wait_cancelled_while_queued_outlives_the_worker_set
   metronome::wheel_options o;
   o.time_source = &clk;
   metronome::wheel_timer wheel(pool, o);
-  boost::asio::io_context handler_ctx; // the handler runs here, after the canceller is done
-  boost::asio::cancellation_signal sig;
+  metronome::net::io_context handler_ctx; // the handler runs here, after the canceller is done
+  metronome::net::cancellation_signal sig;
   metronome::test::slot s;
   std::atomic<int> calls{0};
-  boost::system::error_code result;
-  wheel.async_wait(10ms, boost::asio::bind_cancellation_slot(
-                             sig.slot(), boost::asio::bind_executor(handler_ctx, [&, l = metronome::test::life(&s)](
-                                                                                   boost::system::error_code ec) {
+  metronome::error_code result;
+  wheel.async_wait(10ms, metronome::net::bind_cancellation_slot(
+                             sig.slot(), metronome::net::bind_executor(handler_ctx, [&, l = metronome::test::life(&s)](
+                                                                                   metronome::error_code ec) {
                                result = ec;
                                calls.fetch_add(1);
                              })));
@@ -173,13 +169,13 @@ BOOST_AUTO_TEST_CASE(a_wheel_wait_cancelled_while_queued_outlives_the_worker_set
   hook_stop stop(hook_point::wheel_cancel_after_claim);
   std::thread canceller([&] {
     hook_stop::arm_this_thread();
-    sig.emit(boost::asio::cancellation_type::terminal);
+    sig.emit(metronome::net::cancellation_type::terminal);
   });
   BOOST_REQUIRE(stop.arrived());
   release.open();
   // A task posted behind the wait runs after the worker settled it.
   counter behind;
-  boost::asio::post(pool, [&] { behind.add(); });
+  metronome::net::post(pool, [&] { behind.add(); });
   BOOST_REQUIRE(behind.wait_for_at_least(1));
   BOOST_CHECK_EQUAL(s.destroyed.load(), 0); // still owned by the operation
   BOOST_CHECK_EQUAL(calls.load(), 0);
@@ -187,7 +183,7 @@ BOOST_AUTO_TEST_CASE(a_wheel_wait_cancelled_while_queued_outlives_the_worker_set
   canceller.join();
   handler_ctx.run();
   BOOST_CHECK_EQUAL(calls.load(), 1);
-  BOOST_CHECK(result == boost::asio::error::operation_aborted);
+  BOOST_CHECK(result == metronome::net::error::operation_aborted);
   BOOST_CHECK_EQUAL(s.destroyed.load(), 1);
 }
 
@@ -215,7 +211,7 @@ BOOST_AUTO_TEST_CASE(a_timeout_cancelled_while_queued_never_runs_when_the_worker
   BOOST_REQUIRE(stop.arrived());
   release.open();
   counter behind;
-  boost::asio::post(pool, [&] { behind.add(); });
+  metronome::net::post(pool, [&] { behind.add(); });
   BOOST_REQUIRE(behind.wait_for_at_least(1));
   stop.release();
   canceller.join();
@@ -272,10 +268,10 @@ BOOST_AUTO_TEST_CASE(a_wait_pushed_after_the_pool_s_shutdown_aborted_the_wheel_s
   auto far = wheel.schedule([] {}, 30s);
   BOOST_REQUIRE(stops.arrived(hook_point::wheel_timer_before_sleep)); // the tick holds the mutex
   std::atomic<int> calls{0};
-  boost::system::error_code result;
+  metronome::error_code result;
   std::thread producer([&] {
     hook_stop::arm_this_thread();
-    wheel.async_wait(1h, [&](boost::system::error_code ec) {
+    wheel.async_wait(1h, [&](metronome::error_code ec) {
       result = ec;
       calls.fetch_add(1);
     });
@@ -286,7 +282,7 @@ BOOST_AUTO_TEST_CASE(a_wait_pushed_after_the_pool_s_shutdown_aborted_the_wheel_s
   stops.release(hook_point::wheel_producer_before_push);
   producer.join();
   BOOST_CHECK(poll_until([&] { return calls.load() == 1; }, 10s));
-  BOOST_CHECK(result == boost::asio::error::operation_aborted);
+  BOOST_CHECK(result == metronome::net::error::operation_aborted);
   BOOST_CHECK(far.cancel());
   pool.join();
   BOOST_CHECK_EQUAL(calls.load(), 1);
@@ -357,7 +353,7 @@ BOOST_AUTO_TEST_CASE(a_tick_re_armed_while_its_pool_terminates_is_refused_and_fr
     const std::weak_ptr<int> alive = token;
     auto timeout = wheel->schedule([&runs, t = std::move(token)] { runs.fetch_add(1); }, 1h);
     gate hold;
-    boost::asio::post(pool, [&] { hold.wait(); }); // the only worker busy: no termination yet
+    metronome::net::post(pool, [&] { hold.wait(); }); // the only worker busy: no termination yet
     pool.shutdown();                               // the wheel keeps its timeout, the tick its place
     hook_stop stop(hook_point::wait_before_lock);
     std::thread resetter([&] {

@@ -111,7 +111,7 @@ void model_run::step_periodic(bool fixed_rate) {
 void model_run::step_post() {
   task& t = new_task(kind::post);
   note(fmt("post %s", t.describe().c_str()));
-  asio::post(*pool_, post_body(t));
+  net::post(*pool_, post_body(t));
   if (shutdown_) {
     // Outside work after shutdown: dropped, counted, reported.
     t.st = state::dropped;

@@ -6,7 +6,7 @@
 #include <metronome/scheduled_thread_pool.hpp>
 #include <metronome/serial_executor.hpp>
 
-#include <boost/asio/io_context.hpp>
+#include <metronome/detail/asio.hpp>
 
 #include <atomic>
 #include <chrono>
@@ -37,7 +37,7 @@ metronome::scheduled_thread_pool early_pool(1); // before the timing pool exists
 int main() {
   // First use of the timing pool (a serial executor over an io_context times its delayed
   // work there): it is made now, so destroyed before early_pool.
-  boost::asio::io_context io;
+  metronome::net::io_context io;
   auto serial = metronome::make_serial_executor(io.get_executor());
   serial.schedule([] {}, std::chrono::hours(1)).cancel();
 

@@ -41,11 +41,7 @@
 #include <unistd.h>
 #include <vector>
 
-#include <boost/asio/executor_work_guard.hpp>
-#include <boost/asio/execution.hpp>
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/post.hpp>
-#include <boost/asio/thread_pool.hpp>
+#include <metronome/detail/asio.hpp>
 
 using namespace std::chrono_literals;
 
@@ -107,7 +103,7 @@ int fork_inside_a_task() {
         if (pid == 0) {
           ::alarm(20);
           // The child goes on in this task: posts, submits, makes and destroys a pool.
-          boost::asio::post(pool, [] {});
+          metronome::net::post(pool, [] {});
           try {
             (void)pool.submit([] {});
           } catch (const metronome::rejected_execution&) {
@@ -125,8 +121,8 @@ int fork_inside_a_task() {
 #if !METRONOME_TEST_ASAN // see main()
 int forks_while_producers_run() {
   auto pool = std::make_unique<metronome::scheduled_thread_pool>(2);
-  boost::asio::io_context io; // the parent's: async_delay on it goes through the timing pool
-  auto guard = boost::asio::make_work_guard(io);
+  metronome::net::io_context io; // the parent's: async_delay on it goes through the timing pool
+  auto guard = metronome::net::make_work_guard(io);
   std::thread io_thread([&] { io.run(); });
   std::atomic<bool> stop{false};
   std::atomic<long> posted{0}, ran{0}, delays_started{0}, delays_done{0}, serial_ran{0}, serial_scheduled{0};
@@ -135,10 +131,10 @@ int forks_while_producers_run() {
     producers.emplace_back([&] {
       auto serial = metronome::make_serial_executor(io.get_executor());
       while (!stop.load()) {
-        boost::asio::post(*pool, [&] { ++ran; });
+        metronome::net::post(*pool, [&] { ++ran; });
         ++posted;
         metronome::async_delay(io.get_executor(), std::chrono::microseconds(300),
-                               [&](boost::system::error_code) { ++delays_done; });
+                               [&](metronome::error_code) { ++delays_done; });
         ++delays_started;
         serial.schedule([&] { ++serial_ran; }, std::chrono::microseconds(200));
         ++serial_scheduled;
@@ -154,9 +150,9 @@ int forks_while_producers_run() {
     if (pid == 0) {
       ::alarm(20);
       pool.reset(); // the parent's, terminated here: returns at once
-      boost::asio::io_context mine;
+      metronome::net::io_context mine;
       int got = 0;
-      metronome::async_delay(mine.get_executor(), 1ms, [&](boost::system::error_code ec) { got += ec ? 0 : 1; });
+      metronome::async_delay(mine.get_executor(), 1ms, [&](metronome::error_code ec) { got += ec ? 0 : 1; });
       mine.run(); // the timing pool restarted in the child
       metronome::scheduled_thread_pool fresh(1);
       got += fresh.submit([] { return 1; }).get();
@@ -192,17 +188,17 @@ int forks_while_producers_run() {
 // executor whose lock (or condition variable) a thread of the parent holds at the fork,
 // as an io_context's is while another thread posts to it or waits in it.
 struct locking_executor {
-  boost::asio::io_context* io;
+  metronome::net::io_context* io;
   std::mutex* m;
-  boost::asio::execution_context& query(boost::asio::execution::context_t) const noexcept { return *io; }
-  static constexpr boost::asio::execution::blocking_t query(boost::asio::execution::blocking_t) noexcept {
-    return boost::asio::execution::blocking.never;
+  metronome::net::execution_context& query(metronome::net::execution::context_t) const noexcept { return *io; }
+  static constexpr metronome::net::execution::blocking_t query(metronome::net::execution::blocking_t) noexcept {
+    return metronome::net::execution::blocking.never;
   }
-  locking_executor require(boost::asio::execution::blocking_t::never_t) const noexcept { return *this; }
+  locking_executor require(metronome::net::execution::blocking_t::never_t) const noexcept { return *this; }
   template <class F>
   void execute(F&& f) const {
     std::lock_guard lk(*m);
-    boost::asio::post(io->get_executor(), std::forward<F>(f));
+    metronome::net::post(io->get_executor(), std::forward<F>(f));
   }
   bool operator==(const locking_executor& o) const noexcept { return io == o.io && m == o.m; }
   bool operator!=(const locking_executor& o) const noexcept { return !(*this == o); }
@@ -214,9 +210,9 @@ struct locking_executor {
 // child's only timer thread blocked for good, and the child's own async_delay and
 // serial delayed work never completed (seen: fork_child's producers case, the timer
 // thread in pthread_cond_signal / pthread_mutex_lock of the parent's io_context; and a
-// serial executor over a new asio::thread_pool in the child never running its task).
+// serial executor over a new net::thread_pool in the child never running its task).
 int a_parent_s_delayed_work_stays_with_the_parent() {
-  boost::asio::io_context io; // never run: the parent's delayed task is only to be delivered
+  metronome::net::io_context io; // never run: the parent's delayed task is only to be delivered
   std::mutex m;
   auto serial = metronome::make_serial_executor(locking_executor{&io, &m});
   std::atomic<int> ran{0};
@@ -235,10 +231,10 @@ int a_parent_s_delayed_work_stays_with_the_parent() {
   if (pid == 0) {
     ::alarm(20);
     int got = 0;
-    boost::asio::io_context mine;
-    metronome::async_delay(mine.get_executor(), 600ms, [&](boost::system::error_code ec) { got += ec ? 0 : 1; });
+    metronome::net::io_context mine;
+    metronome::async_delay(mine.get_executor(), 600ms, [&](metronome::error_code ec) { got += ec ? 0 : 1; });
     mine.run_for(5s); // due after the parent's task: the timer thread must not be stuck on it
-    boost::asio::thread_pool tp(1);
+    metronome::net::thread_pool tp(1);
     auto child_serial = metronome::make_serial_executor(tp.get_executor());
     auto h = child_serial.schedule([] { return 1; }, 2ms);
     if (h.wait_for(5s) == std::future_status::ready) got += h.get();
@@ -249,7 +245,7 @@ int a_parent_s_delayed_work_stays_with_the_parent() {
   let_go = true;
   holder.join();
   // The task is the parent's: it runs here, once the timer thread can take the lock.
-  auto guard = boost::asio::make_work_guard(io);
+  auto guard = metronome::net::make_work_guard(io);
   while (ran.load() == 0) io.run_one();
   std::lock_guard lk(m); // the timer thread's execute() is over: io and m may go
   return bad + (ran.load() == 1 ? 0 : 1);
@@ -271,7 +267,7 @@ int fork_while_a_producer_is_mid_push() {
   auto pool = std::make_unique<metronome::scheduled_thread_pool>(1);
   std::atomic<bool> release_worker{false};
   std::atomic<bool> worker_busy{false};
-  boost::asio::post(*pool, [&] {
+  metronome::net::post(*pool, [&] {
     worker_busy = true;
     while (!release_worker.load()) std::this_thread::yield();
   });
@@ -282,7 +278,7 @@ int fork_while_a_producer_is_mid_push() {
   metronome::detail::test_hook = &stop_mid_push;
   std::thread producer([&] {
     stop_thread = std::this_thread::get_id();
-    boost::asio::post(*pool, [] {}); // stops after its exchange, before its link
+    metronome::net::post(*pool, [] {}); // stops after its exchange, before its link
   });
   while (!stopped.load()) std::this_thread::yield();
   const pid_t pid = ::fork();

@@ -6,11 +6,7 @@
 
 #include "common/wait_batch.hpp"
 
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/executor_work_guard.hpp>
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/strand.hpp>
-#include <boost/asio/use_awaitable.hpp>
+#include <metronome/detail/asio.hpp>
 
 #include <random>
 #include <thread>
@@ -25,19 +21,19 @@ namespace {
 // the strand's executor until its coroutine finishes).
 struct coro_state {
   std::unique_ptr<scheduled_thread_pool> pool;
-  std::vector<asio::strand<scheduled_thread_pool::executor_type>> strands;
+  std::vector<net::strand<scheduled_thread_pool::executor_type>> strands;
   std::atomic<int> finished{0}, aborted{0}, steps{0}, posted_ran{0};
   std::atomic<bool> producing{true};
 };
 
-asio::awaitable<void> delay_loop(coro_state* st, unsigned seed) {
+net::awaitable<void> delay_loop(coro_state* st, unsigned seed) {
   auto pex = st->pool->get_executor();
   for (int i = 0; i < 50; ++i) {
     seed = seed * 1103515245u + 12345u;
     try {
-      co_await metronome::async_delay(pex, std::chrono::microseconds(seed % 1500), asio::use_awaitable);
-    } catch (const boost::system::system_error& e) {
-      if (e.code() == asio::error::operation_aborted) st->aborted.fetch_add(1);
+      co_await metronome::async_delay(pex, std::chrono::microseconds(seed % 1500), net::use_awaitable);
+    } catch (const metronome::system_error& e) {
+      if (e.code() == net::error::operation_aborted) st->aborted.fetch_add(1);
       co_return;
     }
     st->steps.fetch_add(1);
@@ -52,15 +48,15 @@ bool coroutine_join_round(std::uint64_t seed, errors& errs) {
   o.threads = 2;
   o.exception_handler = [](std::exception_ptr) {}; // dropped outside work is reported here
   st.pool = std::make_unique<scheduled_thread_pool>(o);
-  for (int i = 0; i < 3; ++i) st.strands.push_back(asio::make_strand(st.pool->get_executor()));
+  for (int i = 0; i < 3; ++i) st.strands.push_back(net::make_strand(st.pool->get_executor()));
   const int n = scaled(24, 8);
   for (int i = 0; i < n; ++i)
-    asio::co_spawn(st.strands[i % 3], delay_loop(&st, static_cast<unsigned>(rng())),
+    net::co_spawn(st.strands[i % 3], delay_loop(&st, static_cast<unsigned>(rng())),
                    [p = &st](std::exception_ptr) { p->finished.fetch_add(1); });
   std::thread producer([&st, s0 = rng()] {
     std::mt19937_64 r2(s0);
     while (st.producing.load()) {
-      asio::post(st.strands[r2() % 3], [p = &st] { p->posted_ran.fetch_add(1); });
+      net::post(st.strands[r2() % 3], [p = &st] { p->posted_ran.fetch_add(1); });
       std::this_thread::yield();
     }
   });
@@ -121,10 +117,10 @@ BOOST_AUTO_TEST_CASE(async_delay_cancellation_races_completion_on_an_io_context_
                delay_batch batch;
                {
                  scheduled_thread_pool pool(2);
-                 asio::io_context ioc;
-                 auto guard = asio::make_work_guard(ioc);
+                 net::io_context ioc;
+                 auto guard = net::make_work_guard(ioc);
                  std::thread t1([&] { ioc.run(); }), t2([&] { ioc.run(); });
-                 auto hex = asio::make_strand(ioc);
+                 auto hex = net::make_strand(ioc);
                  launch_batch(batch, pool, hex, delay_on(pool), rng, scaled(300, 60));
                  if (!batch.done.wait_for_at_least(static_cast<int>(batch.states.size())))
                    errs.add(fmt("only %d of %zu async_delay handlers ran within 20 s", batch.done.value(),
@@ -186,7 +182,7 @@ BOOST_AUTO_TEST_CASE(async_delay_cancellation_races_shutdown_strand_handler) {
   run_rounds("async_delay racing shutdown(), handler on an asio strand", 12, budget(ms(2000, 3000), 2, 100000),
              [](std::uint64_t seed, errors& errs) {
                return delay_shutdown_round(seed, errs,
-                                           [](scheduled_thread_pool& p) { return asio::make_strand(p.get_executor()); });
+                                           [](scheduled_thread_pool& p) { return net::make_strand(p.get_executor()); });
              });
 }
 

@@ -8,15 +8,11 @@
 #include "common/stress_rounds.hpp"
 #include "common/poll_until.hpp"
 
-#include <boost/asio/as_tuple.hpp>
-#include <boost/asio/buffer.hpp>
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/detached.hpp>
-#include <boost/asio/ip/tcp.hpp>
-#include <boost/asio/read.hpp>
-#include <boost/asio/steady_timer.hpp>
-#include <boost/asio/use_awaitable.hpp>
-#include <boost/asio/write.hpp>
+#include <metronome/detail/asio.hpp>
+#include METRONOME_ASIO_HEADER(buffer.hpp)
+#include METRONOME_ASIO_HEADER(ip/tcp.hpp)
+#include METRONOME_ASIO_HEADER(read.hpp)
+#include METRONOME_ASIO_HEADER(write.hpp)
 
 #include <array>
 #include <random>
@@ -26,15 +22,15 @@
 
 namespace {
 
-using tcp = boost::asio::ip::tcp;
+using tcp = metronome::net::ip::tcp;
 
 // Echoes lines of 16 bytes until the peer closes.
-asio::awaitable<void> echo(tcp::socket s, std::atomic<long>& echoed) {
+net::awaitable<void> echo(tcp::socket s, std::atomic<long>& echoed) {
   std::array<char, 16> buf{};
   for (;;) {
-    auto [ec, n] = co_await asio::async_read(s, asio::buffer(buf), asio::as_tuple(asio::use_awaitable));
+    auto [ec, n] = co_await net::async_read(s, net::buffer(buf), net::as_tuple(net::use_awaitable));
     if (ec) co_return;
-    auto [wec, w] = co_await asio::async_write(s, asio::buffer(buf.data(), n), asio::as_tuple(asio::use_awaitable));
+    auto [wec, w] = co_await net::async_write(s, net::buffer(buf.data(), n), net::as_tuple(net::use_awaitable));
     if (wec) co_return;
     echoed.fetch_add(1);
   }
@@ -59,35 +55,35 @@ std::string io_round(std::uint64_t seed) {
   {
     scheduled_thread_pool pool(threads);
     metronome::wheel_timer wheel(pool);
-    tcp::acceptor acceptor(pool, tcp::endpoint(asio::ip::address_v4::loopback(), 0));
+    tcp::acceptor acceptor(pool, tcp::endpoint(net::ip::address_v4::loopback(), 0));
     const auto port = acceptor.local_endpoint().port();
-    asio::co_spawn(
+    net::co_spawn(
         pool,
-        [&]() -> asio::awaitable<void> {
+        [&]() -> net::awaitable<void> {
           for (int i = 0; i < connections; ++i) {
-            auto [ec, s] = co_await acceptor.async_accept(asio::as_tuple(asio::use_awaitable));
+            auto [ec, s] = co_await acceptor.async_accept(net::as_tuple(net::use_awaitable));
             if (ec) co_return;
-            asio::co_spawn(acceptor.get_executor(), echo(std::move(s), t.echoed), asio::detached);
+            net::co_spawn(acceptor.get_executor(), echo(std::move(s), t.echoed), net::detached);
           }
         },
-        asio::detached);
-    std::vector<std::unique_ptr<asio::steady_timer>> asio_timers;
-    for (int i = 0; i < timers; ++i) asio_timers.push_back(std::make_unique<asio::steady_timer>(pool));
+        net::detached);
+    std::vector<std::unique_ptr<net::steady_timer>> asio_timers;
+    for (int i = 0; i < timers; ++i) asio_timers.push_back(std::make_unique<net::steady_timer>(pool));
 
     std::vector<std::thread> outside;
     // Clients: blocking sockets on threads of their own.
     for (int c = 0; c < connections; ++c) {
       outside.emplace_back([&, c] {
         try {
-          asio::io_context io;
+          net::io_context io;
           tcp::socket s(io);
-          s.connect(tcp::endpoint(asio::ip::address_v4::loopback(), port));
+          s.connect(tcp::endpoint(net::ip::address_v4::loopback(), port));
           for (int l = 0; l < lines; ++l) {
             std::array<char, 16> out{}, back{};
             const std::string text = std::to_string(c) + ":" + std::to_string(l);
             std::copy(text.begin(), text.end(), out.begin());
-            asio::write(s, asio::buffer(out));
-            asio::read(s, asio::buffer(back));
+            net::write(s, net::buffer(out));
+            net::read(s, net::buffer(back));
             if (back != out) echo_errors.fetch_add(1);
           }
         } catch (...) {
@@ -99,7 +95,7 @@ std::string io_round(std::uint64_t seed) {
     // from outside, half from the pool's own threads.
     auto submit_some = [&](std::uint64_t s, int share, int of) {
       std::mt19937_64 r(s);
-      for (int i = share; i < posts; i += of) asio::post(pool, [&] { t.posts.fetch_add(1); });
+      for (int i = share; i < posts; i += of) net::post(pool, [&] { t.posts.fetch_add(1); });
       for (int i = share; i < delayed; i += of) {
         auto h = pool.schedule([&] { t.delayed_ran.fetch_add(1); }, std::chrono::microseconds(r() % 3000));
         if (r() % 4 == 0 && h.cancel()) delayed_cancelled.fetch_add(1);
@@ -114,7 +110,7 @@ std::string io_round(std::uint64_t seed) {
       }
     };
     outside.emplace_back([&, s = rng()] { submit_some(s, 0, 2); });
-    asio::post(pool, [&, s = rng()] { submit_some(s, 1, 2); });
+    net::post(pool, [&, s = rng()] { submit_some(s, 1, 2); });
 
     const bool done = metronome::test::poll_until(
         [&] {

@@ -14,9 +14,7 @@
 #include "common/latch_task.hpp"
 #include "common/manual_pool.hpp"
 
-#include <boost/asio/defer.hpp>
-#include <boost/asio/dispatch.hpp>
-#include <boost/asio/post.hpp>
+#include <metronome/detail/asio.hpp>
 
 #include <algorithm>
 #include <mutex>
@@ -95,7 +93,7 @@ auto exec_body(slot* s, slot* child, scheduled_thread_pool::executor_type ex) {
     if (child && tl_role == on_library) {
       // A continuation from a pool thread: accepted even after shutdown().
       child->posted.store(1);
-      asio::defer(ex, [l2 = life(child), child] { count_run(child); });
+      net::defer(ex, [l2 = life(child), child] { count_run(child); });
     }
   };
 }
@@ -155,11 +153,11 @@ void produce(pool_round& r, int p) {
         o.kind = k < 74 ? pop::post : k < 88 ? pop::defer : pop::dispatch;
         slot* child = rng() % 4 == 0 ? o.child : nullptr;
         if (o.kind == pop::post)
-          asio::post(ex, exec_body(o.s, child, ex));
+          net::post(ex, exec_body(o.s, child, ex));
         else if (o.kind == pop::defer)
-          asio::defer(ex, exec_body(o.s, child, ex));
+          net::defer(ex, exec_body(o.s, child, ex));
         else
-          asio::dispatch(ex, exec_body(o.s, child, ex));
+          net::dispatch(ex, exec_body(o.s, child, ex));
       }
     } catch (const rejected_execution&) {
       o.rejected = true;
@@ -453,7 +451,7 @@ BOOST_AUTO_TEST_CASE(shutdown_now_returns_or_runs_every_task_submitted_before_it
         else if (variant == 1)
           handles.push_back(pool.submit(task));
         else
-          boost::asio::post(pool, task);
+          metronome::net::post(pool, task);
       }
       auto rest = pool.shutdown_now();
       returned = rest.size();

@@ -1,5 +1,5 @@
 // Stress with accounting, ordered work: serial executors over a metronome pool, an
-// asio::thread_pool and an io_context keep their order and run every task once under
+// net::thread_pool and an io_context keep their order and run every task once under
 // load (delayed serial tasks in due order on four threads); join() with and without
 // shutdown() returns with asio strands and serial executors busy over the pool.
 // Bounded in time like every stress case; seeds as in common/stress_rounds.hpp.
@@ -7,11 +7,7 @@
 #include "common/stress_rounds.hpp"
 #include "common/manual_pool.hpp"
 
-#include <boost/asio/executor_work_guard.hpp>
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/post.hpp>
-#include <boost/asio/strand.hpp>
-#include <boost/asio/thread_pool.hpp>
+#include <metronome/detail/asio.hpp>
 
 #include <algorithm>
 #include <mutex>
@@ -105,13 +101,13 @@ void serial_round(Serial serial, std::uint64_t seed, errors& errs, int per, std:
         auto body = serial_body<Serial>(shp, s, p, i);
         switch (rng() % 4) {
         case 0:
-          asio::post(serial, std::move(body));
+          net::post(serial, std::move(body));
           break;
         case 1:
-          asio::dispatch(serial, std::move(body));
+          net::dispatch(serial, std::move(body));
           break;
         case 2:
-          asio::defer(serial, std::move(body));
+          net::defer(serial, std::move(body));
           break;
         default:
           try {
@@ -287,7 +283,7 @@ void delayed_serial_order_real(std::uint64_t seed, errors& errs, int n) {
 // run exactly once when join() returns.
 bool join_round(std::uint64_t seed, errors& errs, bool with_shutdown, int per) {
   std::mt19937_64 rng(seed);
-  using strand_t = asio::strand<scheduled_thread_pool::executor_type>;
+  using strand_t = net::strand<scheduled_thread_pool::executor_type>;
   using serial_t = metronome::serial_executor<scheduled_thread_pool::executor_type>;
   struct target {
     std::atomic<bool> inflight{false};
@@ -310,7 +306,7 @@ bool join_round(std::uint64_t seed, errors& errs, bool with_shutdown, int per) {
     o.exception_handler = [](std::exception_ptr) {}; // dropped outside work is reported here
     st.pool = std::make_unique<scheduled_thread_pool>(o);
   }
-  for (int i = 0; i < 3; ++i) st.strands.push_back(asio::make_strand(st.pool->get_executor()));
+  for (int i = 0; i < 3; ++i) st.strands.push_back(net::make_strand(st.pool->get_executor()));
   for (int i = 0; i < 2; ++i) st.serials.push_back(make_serial_executor(st.pool->get_executor()));
   st.slots.reset(new slot[producers * per * 3]);
 
@@ -343,13 +339,13 @@ bool join_round(std::uint64_t seed, errors& errs, bool with_shutdown, int per) {
         // From inside, no dispatch: onto the same strand it would nest (legitimately).
         switch (inside ? how % 2 : how % 3) {
         case 0:
-          asio::post(ex, std::move(body));
+          net::post(ex, std::move(body));
           break;
         case 1:
-          asio::defer(ex, std::move(body));
+          net::defer(ex, std::move(body));
           break;
         default:
-          asio::dispatch(ex, std::move(body));
+          net::dispatch(ex, std::move(body));
           break;
         }
       };
@@ -470,15 +466,15 @@ BOOST_AUTO_TEST_CASE(join_without_shutdown_with_strands_and_serials) {
 // reported through the shared timing pool's handler.
 
 BOOST_AUTO_TEST_CASE(serial_over_an_asio_thread_pool) {
-  run_rounds("serial over asio::thread_pool", 5, budget(ms(2500, 4000), 2, 100000),
+  run_rounds("serial over net::thread_pool", 5, budget(ms(2500, 4000), 2, 100000),
              [](std::uint64_t seed, errors& errs) {
                std::vector<slot_block> keep;
                {
-                 asio::thread_pool tp(2);
+                 net::thread_pool tp(2);
                  serial_round(make_serial_executor(tp.get_executor()), seed, errs, scaled(3000, 500), keep);
                  tp.join();
                }
-               check_destroyed_once(keep, errs, "serial over asio::thread_pool");
+               check_destroyed_once(keep, errs, "serial over net::thread_pool");
                return true;
              });
 }
@@ -488,8 +484,8 @@ BOOST_AUTO_TEST_CASE(serial_over_an_io_context_run_by_two_threads) {
              [](std::uint64_t seed, errors& errs) {
                std::vector<slot_block> keep;
                {
-                 asio::io_context ioc;
-                 auto guard = asio::make_work_guard(ioc);
+                 net::io_context ioc;
+                 auto guard = net::make_work_guard(ioc);
                  std::thread t1([&] { ioc.run(); }), t2([&] { ioc.run(); });
                  serial_round(make_serial_executor(ioc.get_executor()), seed, errs, scaled(3000, 500), keep);
                  guard.reset();

@@ -6,7 +6,7 @@
 
 #include "common/wait_batch.hpp"
 
-#include <boost/asio/strand.hpp>
+#include <metronome/detail/asio.hpp>
 
 #include <random>
 #include <thread>
@@ -126,7 +126,7 @@ bool wheel_wait_round(std::uint64_t seed, errors& errs, int n) {
   sp->pool = std::make_unique<scheduled_thread_pool>(2);
   sp->wheel = std::make_unique<metronome::wheel_timer>(*sp->pool);
   {
-    auto hex = asio::make_strand(sp->pool->get_executor());
+    auto hex = net::make_strand(sp->pool->get_executor());
     metronome::wheel_timer* wheel = sp->wheel.get();
     auto start = [wheel](std::chrono::microseconds d, auto&& token) {
       wheel->async_wait(d, std::forward<decltype(token)>(token));
@@ -185,7 +185,7 @@ bool wheel_wait_shutdown_round(std::uint64_t seed, errors& errs, int n) {
   sp->pool = std::make_unique<scheduled_thread_pool>(o);
   sp->wheel = std::make_unique<metronome::wheel_timer>(*sp->pool);
   {
-    auto hex = asio::make_strand(sp->pool->get_executor());
+    auto hex = net::make_strand(sp->pool->get_executor());
     metronome::wheel_timer* wheel = sp->wheel.get();
     auto start = [wheel](std::chrono::microseconds d, auto&& token) {
       wheel->async_wait(d, std::forward<decltype(token)>(token));

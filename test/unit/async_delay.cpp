@@ -10,21 +10,8 @@
 #include "common/manual_pool.hpp"
 #include "common/poll_until.hpp"
 
-#include <boost/asio/any_io_executor.hpp>
-#include <boost/asio/as_tuple.hpp>
-#include <boost/asio/bind_cancellation_slot.hpp>
-#include <boost/asio/bind_executor.hpp>
-#include <boost/asio/cancellation_signal.hpp>
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/deferred.hpp>
-#include <boost/asio/detached.hpp>
-#include <boost/asio/experimental/awaitable_operators.hpp>
-#include <boost/asio/experimental/parallel_group.hpp>
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/post.hpp>
-#include <boost/asio/strand.hpp>
-#include <boost/asio/use_awaitable.hpp>
-#include <boost/asio/use_future.hpp>
+#include <metronome/detail/asio.hpp>
+#include METRONOME_ASIO_HEADER(experimental/awaitable_operators.hpp)
 #include <boost/test/unit_test.hpp>
 
 #include <atomic>
@@ -35,9 +22,9 @@
 #include <stdexcept>
 #include <thread>
 
-namespace asio = boost::asio;
+namespace net = metronome::net;
 using namespace std::chrono_literals;
-using boost::system::error_code;
+using metronome::error_code;
 using metronome::async_delay;
 using metronome::async_delay_until;
 using metronome::manual_clock;
@@ -63,7 +50,7 @@ BOOST_AUTO_TEST_CASE(zero_delay_never_completes_inside_the_initiating_call) {
   scheduled_thread_pool pool(1);
   std::promise<void> done;
   std::atomic<bool> returned{false}, early{false};
-  asio::post(pool, [&] {
+  net::post(pool, [&] {
     async_delay(pool.get_executor(), 0ms, [&](error_code) {
       early = !returned.load();
       done.set_value();
@@ -77,7 +64,7 @@ BOOST_AUTO_TEST_CASE(zero_delay_never_completes_inside_the_initiating_call) {
 BOOST_AUTO_TEST_CASE(use_future_and_until) {
   manual_clock c;
   scheduled_thread_pool pool(on_clock(c));
-  auto f = async_delay_until(pool.get_executor(), c.now() + 5ms, asio::use_future);
+  auto f = async_delay_until(pool.get_executor(), c.now() + 5ms, net::use_future);
   c.advance(5ms);
   f.get(); // no exception: success
 }
@@ -85,21 +72,21 @@ BOOST_AUTO_TEST_CASE(use_future_and_until) {
 BOOST_AUTO_TEST_CASE(use_awaitable_does_not_block_a_pool_thread) {
   scheduled_thread_pool pool(1);
   std::atomic<int> other_work{0};
-  auto f = asio::co_spawn(
+  auto f = net::co_spawn(
       pool,
-      [&]() -> asio::awaitable<int> {
-        for (int i = 0; i < 10; ++i) asio::post(pool, [&] { ++other_work; });
-        co_await async_delay(pool.get_executor(), 30ms, asio::use_awaitable);
+      [&]() -> net::awaitable<int> {
+        for (int i = 0; i < 10; ++i) net::post(pool, [&] { ++other_work; });
+        co_await async_delay(pool.get_executor(), 30ms, net::use_awaitable);
         co_return other_work.load(); // the only thread ran the others while we waited
       },
-      asio::use_future);
+      net::use_future);
   BOOST_TEST(f.get() == 10);
 }
 
 BOOST_AUTO_TEST_CASE(deferred_counts_from_launch) {
   manual_clock c;
   scheduled_thread_pool pool(on_clock(c));
-  auto op = async_delay(pool.get_executor(), 10ms, asio::deferred);
+  auto op = async_delay(pool.get_executor(), 10ms, net::deferred);
   c.advance(50ms); // not launched yet: nothing to fire
   std::promise<error_code> p;
   std::move(op)([&](error_code ec) { p.set_value(ec); });
@@ -112,28 +99,28 @@ BOOST_AUTO_TEST_CASE(deferred_counts_from_launch) {
 BOOST_AUTO_TEST_CASE(as_tuple_and_parallel_group) {
   scheduled_thread_pool pool(2);
   auto ex = pool.get_executor();
-  auto f = asio::co_spawn(
+  auto f = net::co_spawn(
       pool,
-      [ex]() -> asio::awaitable<bool> {
-        auto [ec] = co_await async_delay(ex, 1ms, asio::as_tuple(asio::use_awaitable));
+      [ex]() -> net::awaitable<bool> {
+        auto [ec] = co_await async_delay(ex, 1ms, net::as_tuple(net::use_awaitable));
         if (ec) co_return false;
         // Two delays race; the first to finish cancels the other.
-        auto [order, ec1, ec2] = co_await asio::experimental::make_parallel_group(async_delay(ex, 1ms, asio::deferred),
-                                                                                  async_delay(ex, 1h, asio::deferred))
-                                     .async_wait(asio::experimental::wait_for_one(), asio::use_awaitable);
-        co_return order[0] == 0 && !ec1 && ec2 == asio::error::operation_aborted;
+        auto [order, ec1, ec2] = co_await net::experimental::make_parallel_group(async_delay(ex, 1ms, net::deferred),
+                                                                                  async_delay(ex, 1h, net::deferred))
+                                     .async_wait(net::experimental::wait_for_one(), net::use_awaitable);
+        co_return order[0] == 0 && !ec1 && ec2 == net::error::operation_aborted;
       },
-      asio::use_future);
+      net::use_future);
   BOOST_TEST(f.get());
   BOOST_TEST(pool.stats().delayed_queued == 0u); // the cancelled hour-long wait left the queue
 }
 
 BOOST_AUTO_TEST_CASE(handler_runs_on_its_associated_io_context) {
-  asio::io_context io;
+  net::io_context io;
   scheduled_thread_pool pool(1);
   std::thread::id ran_on;
-  error_code result = asio::error::would_block;
-  async_delay(pool.get_executor(), 2ms, asio::bind_executor(io, [&](error_code ec) {
+  error_code result = net::error::would_block;
+  async_delay(pool.get_executor(), 2ms, net::bind_executor(io, [&](error_code ec) {
                 ran_on = std::this_thread::get_id();
                 result = ec;
               }));
@@ -144,28 +131,28 @@ BOOST_AUTO_TEST_CASE(handler_runs_on_its_associated_io_context) {
 
 BOOST_AUTO_TEST_CASE(handler_runs_on_a_bound_strand) {
   scheduled_thread_pool pool(2);
-  auto strand = asio::make_strand(pool.get_executor());
+  auto strand = net::make_strand(pool.get_executor());
   std::promise<bool> p;
   async_delay(pool.get_executor(), 1ms,
-              asio::bind_executor(strand, [&](error_code) { p.set_value(strand.running_in_this_thread()); }));
+              net::bind_executor(strand, [&](error_code) { p.set_value(strand.running_in_this_thread()); }));
   BOOST_TEST(p.get_future().get());
 }
 
 BOOST_AUTO_TEST_CASE(cancellation_before_firing_aborts_and_leaves_the_queue) {
   for (auto type :
-       {asio::cancellation_type::terminal, asio::cancellation_type::partial, asio::cancellation_type::total}) {
+       {net::cancellation_type::terminal, net::cancellation_type::partial, net::cancellation_type::total}) {
     manual_clock c;
     scheduled_thread_pool pool(on_clock(c));
-    asio::cancellation_signal sig;
+    net::cancellation_signal sig;
     std::promise<error_code> p;
     // Emit from the pool (the handler's executor), as Asio requires.
-    asio::post(pool, [&] {
+    net::post(pool, [&] {
       async_delay(pool.get_executor(), 1h,
-                  asio::bind_cancellation_slot(sig.slot(), [&](error_code ec) { p.set_value(ec); }));
+                  net::bind_cancellation_slot(sig.slot(), [&](error_code ec) { p.set_value(ec); }));
     });
     BOOST_TEST(metronome::test::poll_until([&] { return pool.stats().delayed_queued == 1u; }));
-    asio::post(pool, [&] { sig.emit(type); });
-    BOOST_TEST((p.get_future().get() == asio::error::operation_aborted));
+    net::post(pool, [&] { sig.emit(type); });
+    BOOST_TEST((p.get_future().get() == net::error::operation_aborted));
     BOOST_TEST(pool.stats().delayed_queued == 0u);
   }
 }
@@ -173,11 +160,11 @@ BOOST_AUTO_TEST_CASE(cancellation_before_firing_aborts_and_leaves_the_queue) {
 BOOST_AUTO_TEST_CASE(cancellation_after_firing_is_a_no_op) {
   manual_clock c;
   scheduled_thread_pool pool(on_clock(c));
-  asio::cancellation_signal sig;
+  net::cancellation_signal sig;
   std::promise<error_code> p;
   std::atomic<int> calls{0};
-  asio::post(pool, [&] {
-    async_delay(pool.get_executor(), 1ms, asio::bind_cancellation_slot(sig.slot(), [&](error_code ec) {
+  net::post(pool, [&] {
+    async_delay(pool.get_executor(), 1ms, net::bind_cancellation_slot(sig.slot(), [&](error_code ec) {
                   ++calls;
                   p.set_value(ec);
                 }));
@@ -186,8 +173,8 @@ BOOST_AUTO_TEST_CASE(cancellation_after_firing_is_a_no_op) {
   c.advance(1ms);
   BOOST_TEST(!p.get_future().get());
   std::promise<void> emitted;
-  asio::post(pool, [&] {
-    sig.emit(asio::cancellation_type::terminal);
+  net::post(pool, [&] {
+    sig.emit(net::cancellation_type::terminal);
     emitted.set_value();
   });
   emitted.get_future().get();
@@ -197,21 +184,21 @@ BOOST_AUTO_TEST_CASE(cancellation_after_firing_is_a_no_op) {
 // Firing and cancelling race on two threads: exactly one completion, either result.
 BOOST_AUTO_TEST_CASE(cancellation_racing_the_firing_completes_exactly_once) {
   scheduled_thread_pool pool(2);
-  auto strand = asio::make_strand(pool.get_executor());
+  auto strand = net::make_strand(pool.get_executor());
   std::atomic<int> completions{0}, aborted{0};
   metronome::test::counter done;
   constexpr int n = 2000;
-  std::vector<std::unique_ptr<asio::cancellation_signal>> sigs;
-  for (int i = 0; i < n; ++i) sigs.push_back(std::make_unique<asio::cancellation_signal>());
+  std::vector<std::unique_ptr<net::cancellation_signal>> sigs;
+  for (int i = 0; i < n; ++i) sigs.push_back(std::make_unique<net::cancellation_signal>());
   for (int i = 0; i < n; ++i) {
-    asio::post(strand, [&, i] {
+    net::post(strand, [&, i] {
       async_delay(pool.get_executor(), std::chrono::microseconds(i % 50),
-                  asio::bind_cancellation_slot(sigs[i]->slot(), asio::bind_executor(strand, [&](error_code ec) {
+                  net::bind_cancellation_slot(sigs[i]->slot(), net::bind_executor(strand, [&](error_code ec) {
                                                  ++completions;
                                                  if (ec) ++aborted;
                                                  done.add();
                                                })));
-      asio::post(strand, [&, i] { sigs[i]->emit(asio::cancellation_type::terminal); });
+      net::post(strand, [&, i] { sigs[i]->emit(net::cancellation_type::terminal); });
     });
   }
   BOOST_TEST(done.wait_for_at_least(n));
@@ -222,31 +209,31 @@ BOOST_AUTO_TEST_CASE(cancellation_racing_the_firing_completes_exactly_once) {
 BOOST_AUTO_TEST_CASE(a_chain_of_1000_delays_on_two_threads) {
   scheduled_thread_pool pool(2);
   auto start = metronome::clock::now();
-  auto f = asio::co_spawn(
+  auto f = net::co_spawn(
       pool,
-      [&]() -> asio::awaitable<int> {
+      [&]() -> net::awaitable<int> {
         int n = 0;
         for (int i = 0; i < 1000; ++i) {
-          co_await async_delay(pool.get_executor(), 100us, asio::use_awaitable);
+          co_await async_delay(pool.get_executor(), 100us, net::use_awaitable);
           ++n;
         }
         co_return n;
       },
-      asio::use_future);
+      net::use_future);
   BOOST_TEST(f.get() == 1000);
   BOOST_TEST((metronome::clock::now() - start >= 100ms)); // each delay really waited
 }
 
 BOOST_AUTO_TEST_CASE(shutdown_aborts_pending_and_later_waits) {
   scheduled_thread_pool pool(1);
-  auto f = asio::co_spawn(
+  auto f = net::co_spawn(
       pool,
-      [&]() -> asio::awaitable<int> {
-        auto [ec1] = co_await async_delay(pool.get_executor(), 1h, asio::as_tuple(asio::use_awaitable));
-        auto [ec2] = co_await async_delay(pool.get_executor(), 1ms, asio::as_tuple(asio::use_awaitable));
-        co_return (ec1 == asio::error::operation_aborted) + (ec2 == asio::error::operation_aborted);
+      [&]() -> net::awaitable<int> {
+        auto [ec1] = co_await async_delay(pool.get_executor(), 1h, net::as_tuple(net::use_awaitable));
+        auto [ec2] = co_await async_delay(pool.get_executor(), 1ms, net::as_tuple(net::use_awaitable));
+        co_return (ec1 == net::error::operation_aborted) + (ec2 == net::error::operation_aborted);
       },
-      asio::use_future);
+      net::use_future);
   BOOST_TEST(metronome::test::poll_until([&] { return pool.stats().delayed_queued == 1u; }));
   pool.shutdown();
   BOOST_TEST(f.get() == 2); // the coroutine unwound promptly
@@ -263,20 +250,20 @@ BOOST_AUTO_TEST_CASE(a_wait_dropped_by_shutdown_now_is_discarded_on_the_pool_not
   metronome::pool_options o = metronome::pool_options::single_thread();
   o.exception_handler = log.handler();
   scheduled_thread_pool pool(o);
-  asio::cancellation_signal sig;
+  net::cancellation_signal sig;
   std::atomic<int> called{0};
   auto alive = std::make_shared<int>(0);
   std::weak_ptr<int> handler_state = alive;
-  async_delay(pool, 1h, asio::bind_cancellation_slot(sig.slot(), [&called, alive](boost::system::error_code) {
+  async_delay(pool, 1h, net::bind_cancellation_slot(sig.slot(), [&called, alive](metronome::error_code) {
                 ++called;
               }));
   alive.reset();
   metronome::test::gate go;
   metronome::test::counter started;
-  asio::post(pool, [&] {
+  net::post(pool, [&] {
     started.add();
     go.wait();
-    for (int i = 0; i < 3; ++i) sig.emit(asio::cancellation_type::terminal); // the handler's context
+    for (int i = 0; i < 3; ++i) sig.emit(net::cancellation_type::terminal); // the handler's context
   });
   BOOST_REQUIRE(started.wait_for_at_least(1));
   auto rest = pool.shutdown_now();
@@ -294,33 +281,33 @@ BOOST_AUTO_TEST_CASE(handles_are_awaitable) {
   auto failing = pool.submit([]() -> int { throw std::runtime_error("bad"); });
   auto cancelled = pool.schedule([] {}, 1h);
   cancelled.cancel();
-  auto f = asio::co_spawn(
+  auto f = net::co_spawn(
       pool,
-      [&]() -> asio::awaitable<int> {
-        int v = co_await value.async_wait(asio::use_awaitable);
+      [&]() -> net::awaitable<int> {
+        int v = co_await value.async_wait(net::use_awaitable);
         int caught = 0;
         try {
-          co_await failing.async_wait(asio::use_awaitable);
+          co_await failing.async_wait(net::use_awaitable);
         } catch (const std::runtime_error&) {
           ++caught;
         }
         try {
-          co_await cancelled.async_wait(asio::use_awaitable);
+          co_await cancelled.async_wait(net::use_awaitable);
         } catch (const metronome::cancelled_error&) {
           ++caught;
         }
         co_return v* caught;
       },
-      asio::use_future);
+      net::use_future);
   BOOST_TEST(f.get() == 42);
 }
 
 BOOST_AUTO_TEST_CASE(async_wait_with_a_callback_on_an_io_context) {
-  asio::io_context io;
+  net::io_context io;
   scheduled_thread_pool pool(1);
   auto h = pool.schedule([] { return 5; }, 1ms);
   int got = 0;
-  h.async_wait(asio::bind_executor(io, [&](std::exception_ptr e, int v) { got = e ? -1 : v; }));
+  h.async_wait(net::bind_executor(io, [&](std::exception_ptr e, int v) { got = e ? -1 : v; }));
   io.run();
   BOOST_TEST(got == 5);
 }
@@ -354,11 +341,11 @@ BOOST_AUTO_TEST_CASE(a_named_handler_is_accepted_and_copied) {
 BOOST_AUTO_TEST_CASE(a_delay_holds_work_on_the_handler_executor_until_the_completion_is_handed_over) {
   manual_clock c;
   scheduled_thread_pool pool(on_clock(c));
-  asio::io_context io;
+  net::io_context io;
   metronome::test::counting_executor::counts work;
   int held_while_running = -1;
   async_delay(pool.get_executor(), 1ms,
-              asio::bind_executor(metronome::test::counting_executor(io, work),
+              net::bind_executor(metronome::test::counting_executor(io, work),
                                   [&](error_code) { held_while_running = work.held.load(); }));
   BOOST_TEST(work.held.load() == 1);
   c.advance(1ms);
@@ -373,8 +360,8 @@ BOOST_AUTO_TEST_CASE(a_delay_holds_work_on_the_handler_executor_until_the_comple
 BOOST_AUTO_TEST_CASE(delays_completing_onto_a_dying_io_context_leave_it_alone) {
   metronome::test::on_one_cpu one_cpu; // first: the pool's threads too
   scheduled_thread_pool pool(1);
-  metronome::test::complete_onto_dying_io_contexts(2000, [&](asio::io_context& io, std::function<void()> ran) {
-    async_delay(pool.get_executor(), 0ms, asio::bind_executor(io, [ran](error_code) { ran(); }));
+  metronome::test::complete_onto_dying_io_contexts(2000, [&](net::io_context& io, std::function<void()> ran) {
+    async_delay(pool.get_executor(), 0ms, net::bind_executor(io, [ran](error_code) { ran(); }));
   });
 }
 
@@ -400,8 +387,8 @@ BOOST_AUTO_TEST_SUITE_END()
 BOOST_AUTO_TEST_SUITE(async_delay_any_executor)
 
 BOOST_AUTO_TEST_CASE(io_context_executor_completes_on_the_io_context_and_holds_work) {
-  asio::io_context io;
-  error_code got = asio::error::would_block;
+  net::io_context io;
+  error_code got = net::error::would_block;
   bool on_io = false;
   async_delay(io.get_executor(), 1ms, [&](error_code ec) {
     got = ec;
@@ -413,9 +400,9 @@ BOOST_AUTO_TEST_CASE(io_context_executor_completes_on_the_io_context_and_holds_w
 }
 
 BOOST_AUTO_TEST_CASE(io_context_object_and_strand_and_any_io_executor) {
-  asio::io_context io;
-  auto strand = asio::make_strand(io);
-  asio::any_io_executor any = io.get_executor();
+  net::io_context io;
+  auto strand = net::make_strand(io);
+  net::any_io_executor any = io.get_executor();
   int done = 0;
   bool in_strand = false;
   async_delay(io, 1ms, [&](error_code ec) { done += !ec; });
@@ -430,27 +417,27 @@ BOOST_AUTO_TEST_CASE(io_context_object_and_strand_and_any_io_executor) {
 }
 
 BOOST_AUTO_TEST_CASE(coroutine_on_an_io_context) {
-  asio::io_context io;
+  net::io_context io;
   bool done = false;
-  asio::co_spawn(
+  net::co_spawn(
       io,
-      [&]() -> asio::awaitable<void> {
-        co_await async_delay(co_await asio::this_coro::executor, 1ms, asio::use_awaitable);
+      [&]() -> net::awaitable<void> {
+        co_await async_delay(co_await net::this_coro::executor, 1ms, net::use_awaitable);
         done = io.get_executor().running_in_this_thread();
       },
-      asio::detached);
+      net::detached);
   io.run();
   BOOST_TEST(done);
 }
 
 BOOST_AUTO_TEST_CASE(cancelling_an_io_context_wait_aborts_it) {
-  asio::io_context io;
-  asio::cancellation_signal sig;
+  net::io_context io;
+  net::cancellation_signal sig;
   error_code got;
-  async_delay(io.get_executor(), 1h, asio::bind_cancellation_slot(sig.slot(), [&](error_code ec) { got = ec; }));
-  asio::post(io, [&] { sig.emit(asio::cancellation_type::terminal); });
+  async_delay(io.get_executor(), 1h, net::bind_cancellation_slot(sig.slot(), [&](error_code ec) { got = ec; }));
+  net::post(io, [&] { sig.emit(net::cancellation_type::terminal); });
   io.run(); // would block for an hour if the cancellation did not take the wait out
-  BOOST_TEST((got == asio::error::operation_aborted));
+  BOOST_TEST((got == net::error::operation_aborted));
 }
 
 // With a metronome pool behind the executor, the wait is a node in that pool's delay
@@ -459,8 +446,8 @@ BOOST_AUTO_TEST_CASE(cancelling_an_io_context_wait_aborts_it) {
 BOOST_AUTO_TEST_CASE(pool_object_strand_and_type_erased_pool_executor_use_the_pools_queue) {
   manual_clock c;
   scheduled_thread_pool pool(on_clock(c));
-  auto strand = asio::make_strand(pool.get_executor());
-  asio::any_io_executor any = pool.get_executor();
+  auto strand = net::make_strand(pool.get_executor());
+  net::any_io_executor any = pool.get_executor();
   std::atomic<int> done{0};
   std::promise<bool> in_strand;
   async_delay(pool, 10ms, [&](error_code ec) { done += !ec; });
@@ -484,14 +471,14 @@ BOOST_AUTO_TEST_CASE(pool_object_strand_and_type_erased_pool_executor_use_the_po
 // not reach the freed pool (an adversary saw a use-after-free under ASan, and a crash in
 // release once another pool was built in between).
 BOOST_AUTO_TEST_CASE(a_slot_emitted_after_the_pool_is_gone_touches_nothing) {
-  asio::io_context io;
-  asio::cancellation_signal sig;
+  net::io_context io;
+  net::cancellation_signal sig;
   int calls = 0;
   error_code got;
-  asio::post(io, [&] { sig.emit(asio::cancellation_type::terminal); }); // runs before the completion
+  net::post(io, [&] { sig.emit(net::cancellation_type::terminal); }); // runs before the completion
   {
     scheduled_thread_pool pool(1);
-    async_delay(pool, 1h, asio::bind_cancellation_slot(sig.slot(), asio::bind_executor(io, [&](error_code ec) {
+    async_delay(pool, 1h, net::bind_cancellation_slot(sig.slot(), net::bind_executor(io, [&](error_code ec) {
                                                           got = ec;
                                                           ++calls;
                                                         })));
@@ -500,7 +487,7 @@ BOOST_AUTO_TEST_CASE(a_slot_emitted_after_the_pool_is_gone_touches_nothing) {
   auto h = other.schedule([] {}, 1h);
   io.run();
   BOOST_CHECK_EQUAL(calls, 1);
-  BOOST_CHECK(got == asio::error::operation_aborted);
+  BOOST_CHECK(got == net::error::operation_aborted);
   BOOST_CHECK_EQUAL(other.stats().delayed_queued, 1u); // the emission left the other pool alone
   BOOST_CHECK(h.cancel());
 }

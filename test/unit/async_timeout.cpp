@@ -7,16 +7,7 @@
 #include "common/manual_pool.hpp"
 #include "common/poll_until.hpp"
 
-#include <boost/asio/as_tuple.hpp>
-#include <boost/asio/bind_cancellation_slot.hpp>
-#include <boost/asio/cancellation_signal.hpp>
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/deferred.hpp>
-#include <boost/asio/detached.hpp>
-#include <boost/asio/post.hpp>
-#include <boost/asio/this_coro.hpp>
-#include <boost/asio/use_awaitable.hpp>
-#include <boost/asio/use_future.hpp>
+#include <metronome/detail/asio.hpp>
 #include <boost/test/unit_test.hpp>
 
 #include <atomic>
@@ -26,9 +17,9 @@
 #include <stdexcept>
 #include <string>
 
-namespace asio = boost::asio;
+namespace net = metronome::net;
 using namespace std::chrono_literals;
-using boost::system::error_code;
+using metronome::error_code;
 using metronome::async_delay;
 using metronome::async_timeout;
 using metronome::manual_clock;
@@ -46,32 +37,32 @@ struct fixture {
   std::atomic<bool> cleaned_up{false};
 
   // Works for `took`, then returns `value`. Cancelled, it cleans up for 3 ms first.
-  asio::awaitable<int> work(metronome::clock::duration took, int value) {
+  net::awaitable<int> work(metronome::clock::duration took, int value) {
     std::exception_ptr failed;
     try {
-      co_await async_delay(ex, took, asio::use_awaitable);
-    } catch (const boost::system::system_error&) {
+      co_await async_delay(ex, took, net::use_awaitable);
+    } catch (const metronome::system_error&) {
       failed = std::current_exception();
     }
     if (failed) { // no co_await inside a handler
-      co_await asio::this_coro::reset_cancellation_state();
+      co_await net::this_coro::reset_cancellation_state();
       cleaning = true; // its own wait was cancelled and left the queue
-      co_await async_delay(ex, 3ms, asio::use_awaitable);
+      co_await async_delay(ex, 3ms, net::use_awaitable);
       cleaned_up = true;
       std::rethrow_exception(failed);
     }
     co_return value;
   }
-  asio::awaitable<void> work_void(metronome::clock::duration took) { co_await work(took, 0); }
+  net::awaitable<void> work_void(metronome::clock::duration took) { co_await work(took, 0); }
 
   // What the exception is: "timed_out", "aborted", or its what().
   static std::string what(const std::exception_ptr& e) {
     if (!e) return "none";
     try {
       std::rethrow_exception(e);
-    } catch (const boost::system::system_error& x) {
-      if (x.code() == asio::error::timed_out) return "timed_out";
-      if (x.code() == asio::error::operation_aborted) return "aborted";
+    } catch (const metronome::system_error& x) {
+      if (x.code() == net::error::timed_out) return "timed_out";
+      if (x.code() == net::error::operation_aborted) return "aborted";
       return x.what();
     } catch (const std::exception& x) {
       return x.what();
@@ -88,7 +79,7 @@ struct fixture {
 BOOST_FIXTURE_TEST_SUITE(async_timeout_suite, fixture)
 
 BOOST_AUTO_TEST_CASE(the_coroutines_value_when_it_finishes_first) {
-  auto f = async_timeout(ex, 10ms, work(5ms, 7), asio::use_future);
+  auto f = async_timeout(ex, 10ms, work(5ms, 7), net::use_future);
   BOOST_TEST(poll_until([&] { return pool.stats().delayed_queued == 2; })); // its wait, the deadline
   c.advance(5ms);
   // At once: not at the deadline (which the clock never reaches here).
@@ -120,11 +111,11 @@ BOOST_AUTO_TEST_CASE(the_deadline_cancels_the_coroutine_and_waits_for_it_to_fini
 BOOST_AUTO_TEST_CASE(the_coroutines_exception_propagates_at_once) {
   auto f = async_timeout(
       ex, 1h,
-      [](scheduled_thread_pool::executor_type e) -> asio::awaitable<int> {
-        co_await async_delay(e, 1ms, asio::use_awaitable);
+      [](scheduled_thread_pool::executor_type e) -> net::awaitable<int> {
+        co_await async_delay(e, 1ms, net::use_awaitable);
         throw std::runtime_error("broken");
       }(ex),
-      asio::use_future);
+      net::use_future);
   BOOST_TEST(poll_until([&] { return pool.stats().delayed_queued == 2; }));
   c.advance(1ms);
   BOOST_TEST_REQUIRE(poll_until([&] { return f.wait_for(0s) == std::future_status::ready; }, 5s));
@@ -156,26 +147,26 @@ BOOST_AUTO_TEST_CASE(an_awaitable_void_in_time_and_timed_out) {
 BOOST_AUTO_TEST_CASE(in_a_coroutine_with_use_awaitable_and_as_tuple) {
   c.set_auto_advance(true);
   std::promise<std::string> p;
-  asio::co_spawn(
+  net::co_spawn(
       pool,
-      [&]() -> asio::awaitable<void> {
-        std::string out = std::to_string(co_await async_timeout(ex, 1s, work(10ms, 7), asio::use_awaitable));
+      [&]() -> net::awaitable<void> {
+        std::string out = std::to_string(co_await async_timeout(ex, 1s, work(10ms, 7), net::use_awaitable));
         try {
-          co_await async_timeout(ex, 1s, work(1min, 8), asio::use_awaitable);
-        } catch (const boost::system::system_error& e) {
-          out += e.code() == asio::error::timed_out ? " timed_out" : " other";
+          co_await async_timeout(ex, 1s, work(1min, 8), net::use_awaitable);
+        } catch (const metronome::system_error& e) {
+          out += e.code() == net::error::timed_out ? " timed_out" : " other";
         }
-        auto [e, v] = co_await async_timeout(ex, 1s, work(2s, 9), asio::as_tuple(asio::use_awaitable));
+        auto [e, v] = co_await async_timeout(ex, 1s, work(2s, 9), net::as_tuple(net::use_awaitable));
         out += " " + what(e) + " " + std::to_string(v);
         p.set_value(out);
       },
-      asio::detached);
+      net::detached);
   BOOST_TEST(p.get_future().get() == "7 timed_out timed_out 0");
 }
 
 // With deferred the deadline counts from the launch.
 BOOST_AUTO_TEST_CASE(with_deferred_the_deadline_counts_from_the_launch) {
-  auto op = async_timeout(ex, 10ms, work(15ms, 7), asio::deferred);
+  auto op = async_timeout(ex, 10ms, work(15ms, 7), net::deferred);
   c.advance(1h);
   BOOST_TEST(pool.stats().delayed_queued == 0u);
   std::promise<int> p;
@@ -192,13 +183,13 @@ BOOST_AUTO_TEST_CASE(with_deferred_the_deadline_counts_from_the_launch) {
 
 // Cancelling the whole operation cancels the coroutine (not a time-out): its outcome.
 BOOST_AUTO_TEST_CASE(per_operation_cancellation_delivers_the_coroutines_outcome) {
-  asio::cancellation_signal sig;
+  net::cancellation_signal sig;
   std::promise<std::string> p;
-  async_timeout(ex, 1h, work(1h, 7), asio::bind_cancellation_slot(sig.slot(), [&](const std::exception_ptr& e, int) {
+  async_timeout(ex, 1h, work(1h, 7), net::bind_cancellation_slot(sig.slot(), [&](const std::exception_ptr& e, int) {
                   p.set_value(what(e));
                 }));
   BOOST_TEST(poll_until([&] { return pool.stats().delayed_queued == 2; }));
-  asio::post(pool, [&] { sig.emit(asio::cancellation_type::terminal); });
+  net::post(pool, [&] { sig.emit(net::cancellation_type::terminal); });
   BOOST_TEST(
       poll_until([&] { return cleaning && pool.stats().delayed_queued == 1; })); // the clean-up; the deadline left
   c.advance(3ms);
@@ -216,10 +207,10 @@ BOOST_AUTO_TEST_CASE(a_deadline_of_zero_times_out) {
 }
 
 BOOST_AUTO_TEST_CASE(an_empty_awaitable_is_refused_at_the_call) {
-  BOOST_CHECK_THROW(async_timeout(ex, 1s, asio::awaitable<int>(), asio::detached), std::invalid_argument);
+  BOOST_CHECK_THROW(async_timeout(ex, 1s, net::awaitable<int>(), net::detached), std::invalid_argument);
   auto moved = work(1ms, 1);
   auto kept = std::move(moved);
-  BOOST_CHECK_THROW(async_timeout(ex, 1s, std::move(moved), asio::detached), std::invalid_argument); // NOLINT
+  BOOST_CHECK_THROW(async_timeout(ex, 1s, std::move(moved), net::detached), std::invalid_argument); // NOLINT
   BOOST_TEST(pool.stats().delayed_queued == 0u);
 }
 

@@ -8,18 +8,7 @@
 #include "common/manual_pool.hpp"
 #include "common/poll_until.hpp"
 
-#include <boost/asio/bind_executor.hpp>
-#include <boost/asio/as_tuple.hpp>
-#include <boost/asio/bind_cancellation_slot.hpp>
-#include <boost/asio/cancellation_signal.hpp>
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/deferred.hpp>
-#include <boost/asio/detached.hpp>
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/post.hpp>
-#include <boost/asio/steady_timer.hpp>
-#include <boost/asio/use_awaitable.hpp>
-#include <boost/asio/use_future.hpp>
+#include <metronome/detail/asio.hpp>
 #include <boost/test/unit_test.hpp>
 
 #include <atomic>
@@ -29,9 +18,9 @@
 #include <optional>
 #include <thread>
 
-namespace asio = boost::asio;
+namespace net = metronome::net;
 using namespace std::chrono_literals;
-using boost::system::error_code;
+using metronome::error_code;
 using metronome::async_delay;
 using metronome::cancel_after;
 using metronome::cancel_at;
@@ -48,22 +37,22 @@ struct until_cancelled {
   std::atomic<int>* got_type;
   template <class Handler>
   void operator()(Handler h) const {
-    auto slot = asio::get_associated_cancellation_slot(h);
+    auto slot = net::get_associated_cancellation_slot(h);
     BOOST_REQUIRE(slot.is_connected());
     auto* held = new Handler(std::move(h));
-    slot.assign([got = got_type, held](asio::cancellation_type_t t) {
+    slot.assign([got = got_type, held](net::cancellation_type_t t) {
       got->store(static_cast<int>(t));
       Handler h2(std::move(*held));
       delete held;
-      asio::get_associated_cancellation_slot(h2).clear();
-      std::move(h2)(error_code(asio::error::operation_aborted));
+      net::get_associated_cancellation_slot(h2).clear();
+      std::move(h2)(error_code(net::error::operation_aborted));
     });
   }
 };
 
 template <class Token>
 auto async_until_cancelled(std::atomic<int>& got, Token&& token) {
-  return asio::async_initiate<Token, void(error_code)>(until_cancelled{&got}, token);
+  return net::async_initiate<Token, void(error_code)>(until_cancelled{&got}, token);
 }
 
 } // namespace
@@ -80,7 +69,7 @@ BOOST_AUTO_TEST_CASE(an_operation_that_never_completes_is_aborted_when_time_is_u
   c.advance(9ms);
   BOOST_TEST((f.wait_for(20ms) == std::future_status::timeout));
   c.advance(1ms);
-  BOOST_TEST((f.get() == asio::error::operation_aborted));
+  BOOST_TEST((f.get() == net::error::operation_aborted));
   BOOST_TEST(poll_until([&] { return pool.stats().delayed_queued == 0; }));
 }
 
@@ -103,40 +92,40 @@ BOOST_AUTO_TEST_CASE(with_use_awaitable_the_coroutine_sees_operation_aborted) {
   manual_clock c;
   scheduled_thread_pool pool(on_clock(c));
   std::promise<error_code> p;
-  asio::co_spawn(
+  net::co_spawn(
       pool,
-      [&]() -> asio::awaitable<void> {
+      [&]() -> net::awaitable<void> {
         try {
-          co_await async_delay(pool.get_executor(), 1h, cancel_after(10ms, asio::use_awaitable));
+          co_await async_delay(pool.get_executor(), 1h, cancel_after(10ms, net::use_awaitable));
           p.set_value({});
-        } catch (const boost::system::system_error& e) {
+        } catch (const metronome::system_error& e) {
           p.set_value(e.code());
         }
       },
-      asio::detached);
+      net::detached);
   BOOST_TEST(poll_until([&] { return pool.stats().delayed_queued == 2; }));
   c.advance(10ms);
-  BOOST_TEST((p.get_future().get() == asio::error::operation_aborted));
+  BOOST_TEST((p.get_future().get() == net::error::operation_aborted));
 }
 
 BOOST_AUTO_TEST_CASE(with_as_tuple_inside_a_coroutine_and_a_second_wait_after_it) {
   manual_clock c;
   scheduled_thread_pool pool(on_clock(c));
   std::promise<std::pair<error_code, error_code>> p;
-  asio::co_spawn(
+  net::co_spawn(
       pool,
-      [&]() -> asio::awaitable<void> {
-        auto [ec1] = co_await async_delay(pool.get_executor(), 1h, cancel_after(10ms, asio::as_tuple(asio::use_awaitable)));
-        auto [ec2] = co_await async_delay(pool.get_executor(), 1ms, cancel_after(1h, asio::as_tuple(asio::use_awaitable)));
+      [&]() -> net::awaitable<void> {
+        auto [ec1] = co_await async_delay(pool.get_executor(), 1h, cancel_after(10ms, net::as_tuple(net::use_awaitable)));
+        auto [ec2] = co_await async_delay(pool.get_executor(), 1ms, cancel_after(1h, net::as_tuple(net::use_awaitable)));
         p.set_value({ec1, ec2});
       },
-      asio::detached);
+      net::detached);
   BOOST_TEST(poll_until([&] { return pool.stats().delayed_queued == 2; }));
   c.advance(10ms);
   BOOST_TEST(poll_until([&] { return pool.stats().delayed_queued == 2; }));
   c.advance(1ms);
   auto [ec1, ec2] = p.get_future().get();
-  BOOST_TEST((ec1 == asio::error::operation_aborted));
+  BOOST_TEST((ec1 == net::error::operation_aborted));
   BOOST_TEST(!ec2);
   BOOST_TEST(poll_until([&] { return pool.stats().delayed_queued == 0; }));
 }
@@ -144,7 +133,7 @@ BOOST_AUTO_TEST_CASE(with_as_tuple_inside_a_coroutine_and_a_second_wait_after_it
 BOOST_AUTO_TEST_CASE(with_deferred_the_timeout_counts_from_the_launch) {
   manual_clock c;
   scheduled_thread_pool pool(on_clock(c));
-  auto op = async_delay(pool.get_executor(), 1h, cancel_after(10ms, asio::deferred));
+  auto op = async_delay(pool.get_executor(), 1h, cancel_after(10ms, net::deferred));
   c.advance(50ms); // not launched yet
   BOOST_TEST(pool.stats().delayed_queued == 0u);
   std::promise<error_code> p;
@@ -153,32 +142,32 @@ BOOST_AUTO_TEST_CASE(with_deferred_the_timeout_counts_from_the_launch) {
   c.advance(9ms);
   BOOST_TEST((f.wait_for(20ms) == std::future_status::timeout));
   c.advance(1ms);
-  BOOST_TEST((f.get() == asio::error::operation_aborted));
+  BOOST_TEST((f.get() == net::error::operation_aborted));
 }
 
 BOOST_AUTO_TEST_CASE(with_use_future) {
   manual_clock c;
   scheduled_thread_pool pool(on_clock(c));
-  auto f = async_delay(pool.get_executor(), 1h, cancel_at(c.now() + 3ms, asio::use_future));
+  auto f = async_delay(pool.get_executor(), 1h, cancel_at(c.now() + 3ms, net::use_future));
   c.advance(3ms);
   try {
     f.get();
     BOOST_FAIL("expected operation_aborted");
-  } catch (const boost::system::system_error& e) {
-    BOOST_TEST((e.code() == asio::error::operation_aborted));
+  } catch (const metronome::system_error& e) {
+    BOOST_TEST((e.code() == net::error::operation_aborted));
   }
 }
 
 BOOST_AUTO_TEST_CASE(the_handlers_own_slot_keeps_working_and_frees_the_timer) {
   manual_clock c;
   scheduled_thread_pool pool(on_clock(c));
-  asio::cancellation_signal sig;
+  net::cancellation_signal sig;
   std::promise<error_code> p;
   async_delay(pool.get_executor(), 1h,
-              cancel_after(1h, asio::bind_cancellation_slot(sig.slot(), [&](error_code ec) { p.set_value(ec); })));
+              cancel_after(1h, net::bind_cancellation_slot(sig.slot(), [&](error_code ec) { p.set_value(ec); })));
   BOOST_TEST(pool.stats().delayed_queued == 2u);
-  sig.emit(asio::cancellation_type::terminal); // forwarded to the operation
-  BOOST_TEST((p.get_future().get() == asio::error::operation_aborted));
+  sig.emit(net::cancellation_type::terminal); // forwarded to the operation
+  BOOST_TEST((p.get_future().get() == net::error::operation_aborted));
   BOOST_TEST(poll_until([&] { return pool.stats().delayed_queued == 0; }));
   BOOST_TEST(!sig.slot().has_handler()); // our forwarder left the user's slot
 }
@@ -189,24 +178,24 @@ BOOST_AUTO_TEST_CASE(the_chosen_cancellation_type_is_emitted) {
   std::atomic<int> got{-1};
   std::promise<error_code> p;
   async_until_cancelled(got, cancel_after(pool, 5ms, [&](error_code ec) { p.set_value(ec); },
-                                          asio::cancellation_type::partial));
+                                          net::cancellation_type::partial));
   c.advance(5ms);
-  BOOST_TEST((p.get_future().get() == asio::error::operation_aborted));
-  BOOST_TEST(got.load() == static_cast<int>(asio::cancellation_type::partial));
+  BOOST_TEST((p.get_future().get() == net::error::operation_aborted));
+  BOOST_TEST(got.load() == static_cast<int>(net::cancellation_type::partial));
 
   std::atomic<int> got2{-1};
   std::promise<error_code> p2;
   async_until_cancelled(got2, cancel_after(pool, 5ms, [&](error_code ec) { p2.set_value(ec); }));
   c.advance(5ms);
   p2.get_future().get();
-  BOOST_TEST(got2.load() == static_cast<int>(asio::cancellation_type::terminal));
+  BOOST_TEST(got2.load() == static_cast<int>(net::cancellation_type::terminal));
 }
 
 BOOST_AUTO_TEST_CASE(a_steady_timer_on_an_io_context_timed_out_by_a_manual_clock_pool) {
   manual_clock c;
   scheduled_thread_pool pool(on_clock(c));
-  asio::io_context io;
-  asio::steady_timer t(io, 1h);
+  net::io_context io;
+  net::steady_timer t(io, 1h);
   error_code got;
   bool on_io = false;
   t.async_wait(cancel_after(pool.get_executor(), 10ms, [&](error_code ec) {
@@ -217,13 +206,13 @@ BOOST_AUTO_TEST_CASE(a_steady_timer_on_an_io_context_timed_out_by_a_manual_clock
   BOOST_TEST(poll_until([&] { return pool.stats().delayed_queued == 1; }));
   c.advance(10ms); // emitted on io's thread; the timer completes aborted; io.run returns
   runner.join();
-  BOOST_TEST((got == asio::error::operation_aborted));
+  BOOST_TEST((got == net::error::operation_aborted));
   BOOST_TEST(on_io);
 }
 
 BOOST_AUTO_TEST_CASE(an_operation_that_outlives_its_timing_pool_completes_safely) {
-  asio::io_context io;
-  asio::steady_timer t(io, 1h);
+  net::io_context io;
+  net::steady_timer t(io, 1h);
   error_code got;
   {
     manual_clock c;
@@ -233,16 +222,16 @@ BOOST_AUTO_TEST_CASE(an_operation_that_outlives_its_timing_pool_completes_safely
   } // the pool goes: the timeout is dropped, the operation stays
   t.cancel();
   io.run(); // the handler's side finds the pool gone and leaves it alone
-  BOOST_TEST((got == asio::error::operation_aborted));
+  BOOST_TEST((got == net::error::operation_aborted));
 }
 
 BOOST_AUTO_TEST_CASE(an_io_context_operation_with_the_shared_timing_pool) {
-  asio::io_context io;
-  asio::steady_timer t(io, 1h);
+  net::io_context io;
+  net::steady_timer t(io, 1h);
   error_code got;
   t.async_wait(cancel_after(1ms, [&](error_code ec) { got = ec; }));
   io.run(); // real time: completes when the shared timing pool's 1 ms is up
-  BOOST_TEST((got == asio::error::operation_aborted));
+  BOOST_TEST((got == net::error::operation_aborted));
 }
 
 // A plain callback has no executor: the operation (a handle's async_wait, completed by
@@ -263,8 +252,8 @@ BOOST_AUTO_TEST_CASE(a_plain_callback_s_timeout_racing_the_operation_s_completio
         if (e) {
           try {
             std::rethrow_exception(e);
-          } catch (const boost::system::system_error& se) {
-            if (se.code() == boost::asio::error::operation_aborted) ++aborted;
+          } catch (const metronome::system_error& se) {
+            if (se.code() == metronome::net::error::operation_aborted) ++aborted;
             else ++wrong;
           } catch (...) {
             ++wrong;
@@ -307,7 +296,7 @@ BOOST_AUTO_TEST_CASE(a_delay_s_timeout_racing_its_completion_on_a_two_thread_poo
                 cancel_after(pool, std::chrono::microseconds((i * 7) % 100), [&](error_code ec) {
                   if (!ec)
                     ++ok;
-                  else if (ec == boost::asio::error::operation_aborted)
+                  else if (ec == metronome::net::error::operation_aborted)
                     ++aborted;
                   else
                     ++wrong;
@@ -375,7 +364,7 @@ BOOST_AUTO_TEST_CASE(a_wait_completing_while_a_nested_cancel_after_emits_waits_f
 // With an Asio binder between the two adapters: the completion looks through it.
 BOOST_AUTO_TEST_CASE(a_wait_completing_while_a_cancel_after_inside_a_binder_emits_waits_for_the_emission) {
   completion_waits_for_a_held_emission([](auto& pool, auto cb) {
-    return cancel_after(pool, 1h, asio::bind_executor(pool.get_executor(), cancel_after(pool, 1ms, std::move(cb))));
+    return cancel_after(pool, 1h, net::bind_executor(pool.get_executor(), cancel_after(pool, 1ms, std::move(cb))));
   });
 }
 #endif
@@ -388,7 +377,7 @@ BOOST_AUTO_TEST_CASE(a_cancel_after_timeout_counts_its_lateness) {
   std::promise<error_code> p;
   async_delay(pool, 1h, cancel_after(10ms, [&](error_code ec) { p.set_value(ec); }));
   c.advance(12ms); // due at +10 ms, delivered at +12 ms
-  BOOST_TEST((p.get_future().get() == asio::error::operation_aborted));
+  BOOST_TEST((p.get_future().get() == net::error::operation_aborted));
   BOOST_TEST(poll_until([&] { return pool.stats().lateness.total() == 1u; }));
   using metronome::latency_histogram;
   BOOST_TEST(pool.stats().lateness.count(latency_histogram::bucket_of(2ms)) == 1u);

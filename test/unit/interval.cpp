@@ -7,14 +7,7 @@
 #include "common/manual_pool.hpp"
 #include "common/poll_until.hpp"
 
-#include <boost/asio/bind_cancellation_slot.hpp>
-#include <boost/asio/cancellation_signal.hpp>
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/detached.hpp>
-#include <boost/asio/post.hpp>
-#include <boost/asio/strand.hpp>
-#include <boost/asio/use_awaitable.hpp>
-#include <boost/asio/use_future.hpp>
+#include <metronome/detail/asio.hpp>
 #include <boost/test/unit_test.hpp>
 
 #include <chrono>
@@ -26,9 +19,9 @@
 #include <stdexcept>
 #include <vector>
 
-namespace asio = boost::asio;
+namespace net = metronome::net;
 using namespace std::chrono_literals;
-using boost::system::error_code;
+using metronome::error_code;
 using metronome::interval;
 using metronome::manual_clock;
 using metronome::missed_tick;
@@ -46,7 +39,7 @@ struct fixture {
 
   // The due time of the next tick, which must be ready now.
   time_point tick_now(interval& it) {
-    auto f = it.async_tick(asio::use_future);
+    auto f = it.async_tick(net::use_future);
     return f.get();
   }
   bool not_ready(std::future<time_point>& f) { return f.wait_for(20ms) == std::future_status::timeout; }
@@ -59,14 +52,14 @@ BOOST_FIXTURE_TEST_SUITE(interval_suite, fixture)
 BOOST_AUTO_TEST_CASE(ticks_on_a_fixed_grid_from_the_start) {
   interval it(pool.get_executor(), 10ms);
   BOOST_TEST((tick_now(it) == t0)); // the first tick is due at once
-  auto f = it.async_tick(asio::use_future);
+  auto f = it.async_tick(net::use_future);
   BOOST_TEST(pool.stats().delayed_queued == 1u); // one node
   c.advance(9ms);
   BOOST_TEST(not_ready(f));
   c.advance(1ms);
   BOOST_TEST((f.get() == t0 + 10ms));
   c.advance(3ms); // the consumer is a little slow, but not late: the grid holds
-  f = it.async_tick(asio::use_future);
+  f = it.async_tick(net::use_future);
   c.advance(6ms);
   BOOST_TEST(not_ready(f));
   c.advance(1ms);
@@ -75,7 +68,7 @@ BOOST_AUTO_TEST_CASE(ticks_on_a_fixed_grid_from_the_start) {
 
 BOOST_AUTO_TEST_CASE(an_interval_on_the_pool_object_with_a_start_time) {
   interval it(pool, t0 + 5ms, 10ms);
-  auto f = it.async_tick(asio::use_future);
+  auto f = it.async_tick(net::use_future);
   c.advance(4ms);
   BOOST_TEST(not_ready(f));
   c.advance(1ms);
@@ -91,7 +84,7 @@ BOOST_AUTO_TEST_CASE(a_duration_for_the_first_tick_counts_from_now) {
   interval it(pool.get_executor(), 5ms, 10ms);
   BOOST_TEST((it.next_tick() == made + 5ms));
   BOOST_TEST((it.period() == 10ms));
-  auto f = it.async_tick(asio::use_future);
+  auto f = it.async_tick(net::use_future);
   c.advance(4ms);
   BOOST_TEST(not_ready(f));
   c.advance(1ms);
@@ -129,7 +122,7 @@ BOOST_AUTO_TEST_CASE(skip_jumps_to_the_next_grid_point_after_now) {
   c.advance(35ms);
   BOOST_TEST((tick_now(it) == t0 + 10ms));
   BOOST_TEST((it.next_tick() == t0 + 40ms));
-  auto f = it.async_tick(asio::use_future);
+  auto f = it.async_tick(net::use_future);
   c.advance(4ms);
   BOOST_TEST(not_ready(f));
   c.advance(1ms);
@@ -155,17 +148,17 @@ BOOST_AUTO_TEST_CASE(a_wait_that_completes_late_is_followed_by_the_policy_s_tick
       const time_point start = mc.now();
       interval it(own.get_executor(), 300ms, e.missed);
       BOOST_TEST((tick_now(it) == start));
-      auto f = it.async_tick(asio::use_future);
+      auto f = it.async_tick(net::use_future);
       mc.advance(300ms);
       BOOST_TEST((f.get() == start + 300ms)); // on time
       BOOST_TEST((it.next_tick() == start + 600ms));
-      f = it.async_tick(asio::use_future);
+      f = it.async_tick(net::use_future);
       BOOST_TEST((it.next_tick() == start + 900ms)); // provisional: if it completes on time
       mc.advance(650ms);                             // t0 + 950: the wait completes late
       BOOST_TEST((f.get() == start + 600ms));
       for (auto d : e.ready_at_950) BOOST_TEST((tick_now(it) == start + d));
       BOOST_TEST((it.next_tick() == start + e.then));
-      f = it.async_tick(asio::use_future);
+      f = it.async_tick(net::use_future);
       BOOST_TEST(own.stats().delayed_queued == 1u); // waiting: nothing else is due at 950
       mc.advance_to(start + e.then - 1ns);
       BOOST_TEST(not_ready(f));
@@ -201,7 +194,7 @@ BOOST_AUTO_TEST_CASE(skip_from_a_start_far_in_the_past_ticks_at_the_next_grid_po
       BOOST_TEST((next <= now + 300ms));
       const auto p = std::chrono::nanoseconds(300ms).count(); // on the grid: next = min + k x 300 ms
       BOOST_TEST((next.time_since_epoch().count() % p - time_point::min().time_since_epoch().count() % p) % p == 0);
-      auto f = it->async_tick(asio::use_future);
+      auto f = it->async_tick(net::use_future);
       c.advance_to(next);
       BOOST_TEST((f.get() == next));
       BOOST_TEST((it->next_tick() == next + 300ms));
@@ -215,10 +208,10 @@ BOOST_AUTO_TEST_CASE(cancel_aborts_the_pending_tick_without_consuming_it) {
   std::promise<error_code> p;
   it.async_tick([&](error_code ec, time_point) { p.set_value(ec); });
   it.cancel();
-  BOOST_TEST((p.get_future().get() == asio::error::operation_aborted));
+  BOOST_TEST((p.get_future().get() == net::error::operation_aborted));
   BOOST_TEST(pool.stats().delayed_queued == 0u);
   BOOST_TEST((it.next_tick() == t0 + 10ms));
-  auto f = it.async_tick(asio::use_future);
+  auto f = it.async_tick(net::use_future);
   c.advance(10ms);
   BOOST_TEST((f.get() == t0 + 10ms));
 }
@@ -226,13 +219,13 @@ BOOST_AUTO_TEST_CASE(cancel_aborts_the_pending_tick_without_consuming_it) {
 BOOST_AUTO_TEST_CASE(per_operation_cancellation) {
   interval it(pool.get_executor(), 10ms);
   tick_now(it);
-  asio::cancellation_signal sig;
+  net::cancellation_signal sig;
   std::promise<error_code> p;
-  it.async_tick(asio::bind_cancellation_slot(sig.slot(), [&](error_code ec, time_point) { p.set_value(ec); }));
-  sig.emit(asio::cancellation_type::partial);
-  BOOST_TEST((p.get_future().get() == asio::error::operation_aborted));
+  it.async_tick(net::bind_cancellation_slot(sig.slot(), [&](error_code ec, time_point) { p.set_value(ec); }));
+  sig.emit(net::cancellation_type::partial);
+  BOOST_TEST((p.get_future().get() == net::error::operation_aborted));
   BOOST_TEST(!sig.slot().has_handler());
-  auto f = it.async_tick(asio::use_future); // the interval still works
+  auto f = it.async_tick(net::use_future); // the interval still works
   c.advance(10ms);
   BOOST_TEST((f.get() == t0 + 10ms));
 }
@@ -244,25 +237,25 @@ BOOST_AUTO_TEST_CASE(per_operation_cancellation) {
 // period later; found by an adversary pass.)
 BOOST_AUTO_TEST_CASE(a_cancellation_around_a_reset_still_aborts_the_pending_tick) {
   // From one context at a time, as an interval is used: a strand over the pool.
-  auto strand = asio::make_strand(pool.get_executor());
+  auto strand = net::make_strand(pool.get_executor());
   for (int variant = 0; variant < 4; ++variant) {
     std::optional<interval> it(std::in_place, strand, 10ms);
     tick_now(*it);
-    asio::cancellation_signal sig;
+    net::cancellation_signal sig;
     std::promise<error_code> p;
     auto done = p.get_future();
-    asio::post(strand, [&] {
-      it->async_tick(asio::bind_cancellation_slot(sig.slot(), [&](error_code ec, time_point) { p.set_value(ec); }));
+    net::post(strand, [&] {
+      it->async_tick(net::bind_cancellation_slot(sig.slot(), [&](error_code ec, time_point) { p.set_value(ec); }));
       switch (variant) {
       case 0: it->reset(); it->cancel(); break;
       case 1: it->cancel(); it->reset(); break;
-      case 2: it->reset(); sig.emit(asio::cancellation_type::terminal); break;
+      case 2: it->reset(); sig.emit(net::cancellation_type::terminal); break;
       default: it->reset(); it.reset(); break; // destroyed
       }
     });
     BOOST_TEST_CONTEXT("variant " << variant) {
       BOOST_REQUIRE(done.wait_for(10s) == std::future_status::ready); // the clock does not move
-      BOOST_TEST((done.get() == asio::error::operation_aborted));
+      BOOST_TEST((done.get() == net::error::operation_aborted));
       if (variant < 3) BOOST_TEST((it->next_tick() == c.now() + 10ms));
       BOOST_TEST(poll_until([&] { return pool.stats().delayed_queued == 0u; }));
     }
@@ -272,10 +265,10 @@ BOOST_AUTO_TEST_CASE(a_cancellation_around_a_reset_still_aborts_the_pending_tick
 BOOST_AUTO_TEST_CASE(a_second_concurrent_tick_completes_with_already_started) {
   interval it(pool.get_executor(), 10ms);
   tick_now(it);
-  auto first = it.async_tick(asio::use_future);
+  auto first = it.async_tick(net::use_future);
   std::promise<error_code> p;
   it.async_tick([&](error_code ec, time_point) { p.set_value(ec); });
-  BOOST_TEST((p.get_future().get() == asio::error::already_started));
+  BOOST_TEST((p.get_future().get() == net::error::already_started));
   c.advance(10ms);
   BOOST_TEST((first.get() == t0 + 10ms)); // the outstanding one is untouched
 }
@@ -294,7 +287,7 @@ BOOST_AUTO_TEST_CASE(immediate_completions_reach_a_shut_down_pool_that_still_run
     ~opener() { g.open(); } // whatever fails below, the pool's thread is let go
   } open_at_exit{release};
   std::promise<void> started;
-  asio::post(pool, [&] {
+  net::post(pool, [&] {
     started.set_value();
     release.wait();
   });
@@ -308,8 +301,8 @@ BOOST_AUTO_TEST_CASE(immediate_completions_reach_a_shut_down_pool_that_still_run
   busy.async_tick([p = std::move(second)](error_code ec, time_point) mutable { p.set_value(ec); });
   last.async_tick([p = std::move(ended)](error_code ec, time_point) mutable { p.set_value(ec); });
   release.open();
-  BOOST_TEST((second_done.get() == asio::error::already_started));
-  BOOST_TEST((ended_done.get() == asio::error::eof));
+  BOOST_TEST((second_done.get() == net::error::already_started));
+  BOOST_TEST((ended_done.get() == net::error::eof));
   first_done.get();
   pool.join();
   BOOST_TEST(pool.stats().rejected == 0u);
@@ -318,7 +311,7 @@ BOOST_AUTO_TEST_CASE(immediate_completions_reach_a_shut_down_pool_that_still_run
 BOOST_AUTO_TEST_CASE(reset_restarts_the_grid_and_moves_a_pending_tick) {
   interval it(pool.get_executor(), 10ms);
   tick_now(it);
-  auto f = it.async_tick(asio::use_future);
+  auto f = it.async_tick(net::use_future);
   c.advance(5ms);
   it.reset(); // next tick at t0 + 15ms
   c.advance(5ms);
@@ -341,7 +334,7 @@ BOOST_AUTO_TEST_CASE(destroying_the_interval_cancels_its_tick) {
     tick_now(it);
     it.async_tick([&](error_code ec, time_point) { p.set_value(ec); });
   }
-  BOOST_TEST((p.get_future().get() == asio::error::operation_aborted));
+  BOOST_TEST((p.get_future().get() == net::error::operation_aborted));
   BOOST_TEST(poll_until([&] { return pool.stats().delayed_queued == 0; }));
 }
 
@@ -351,37 +344,37 @@ BOOST_AUTO_TEST_CASE(destroying_the_interval_cancels_its_tick) {
 // pointer to the interval's state - emitting on it after the interval was gone wrote
 // freed memory (ASan), and the interval stayed pending for ever (adversary pass 8).
 BOOST_AUTO_TEST_CASE(a_tick_destroyed_unrun_by_its_pool_lets_go_of_the_user_s_slot) {
-  asio::cancellation_signal sig;
+  net::cancellation_signal sig;
   int ran = 0;
   {
     scheduled_thread_pool own(1);
     std::optional<interval> it;
     it.emplace(own.get_executor(), metronome::clock::now() + 1h, 1h);
-    it->async_tick(asio::bind_cancellation_slot(sig.slot(), [&](error_code, time_point) { ++ran; }));
+    it->async_tick(net::bind_cancellation_slot(sig.slot(), [&](error_code, time_point) { ++ran; }));
     (void)own.shutdown_now(); // its wait: destroyed unrun on a pool thread
     own.join();
     const time_point next = it->next_tick();
     // Not pending any more (a second tick would get already_started): started on the
     // terminated pool, this one is destroyed unrun too.
-    it->async_tick(asio::bind_cancellation_slot(sig.slot(), [&](error_code, time_point) { ++ran; }));
+    it->async_tick(net::bind_cancellation_slot(sig.slot(), [&](error_code, time_point) { ++ran; }));
     BOOST_TEST((it->next_tick() == next)); // neither tick was consumed
     it.reset();
   }
-  sig.emit(asio::cancellation_type::terminal); // reaches no freed interval
+  sig.emit(net::cancellation_type::terminal); // reaches no freed interval
   BOOST_TEST(ran == 0);
 }
 
 BOOST_AUTO_TEST_CASE(a_coroutine_loop_with_use_awaitable) {
   std::promise<std::vector<time_point>> p;
-  asio::co_spawn(
+  net::co_spawn(
       pool,
-      [&]() -> asio::awaitable<void> {
-        interval it(co_await asio::this_coro::executor, 10ms, missed_tick::skip);
+      [&]() -> net::awaitable<void> {
+        interval it(co_await net::this_coro::executor, 10ms, missed_tick::skip);
         std::vector<time_point> seen;
-        for (int i = 0; i < 3; ++i) seen.push_back(co_await it.async_tick(asio::use_awaitable));
+        for (int i = 0; i < 3; ++i) seen.push_back(co_await it.async_tick(net::use_awaitable));
         p.set_value(seen);
       },
-      asio::detached);
+      net::detached);
   BOOST_TEST(poll_until([&] { return pool.stats().delayed_queued == 1; }));
   c.advance(10ms);
   BOOST_TEST(poll_until([&] { return pool.stats().delayed_queued == 1; }));
@@ -423,27 +416,27 @@ BOOST_AUTO_TEST_CASE(the_tick_at_the_end_of_time_is_the_last) {
     std::promise<std::pair<error_code, time_point>> p;
     it.async_tick([&](error_code ec, time_point due) { p.set_value({ec, due}); });
     auto [ec, due] = p.get_future().get();
-    BOOST_TEST((ec == asio::error::eof));
+    BOOST_TEST((ec == net::error::eof));
     BOOST_TEST((due == time_point::max()));
   }
   BOOST_TEST(pool.stats().delayed_queued == 0u);
   it.reset_at(time_point::max()); // a new grid: its one tick
   BOOST_TEST((tick_now(it) == time_point::max()));
-  auto f = it.async_tick(asio::use_future);
-  BOOST_CHECK_THROW(f.get(), boost::system::system_error);
+  auto f = it.async_tick(net::use_future);
+  BOOST_CHECK_THROW(f.get(), metronome::system_error);
 }
 
 BOOST_AUTO_TEST_CASE(a_cancelled_tick_at_the_end_of_time_is_not_consumed) {
   interval it(pool.get_executor(), time_point::max(), 1ms);
   std::promise<error_code> p;
-  asio::cancellation_signal sig;
-  it.async_tick(asio::bind_cancellation_slot(sig.slot(), [&](error_code ec, time_point) { p.set_value(ec); }));
-  sig.emit(asio::cancellation_type::terminal);
-  BOOST_TEST((p.get_future().get() == asio::error::operation_aborted));
+  net::cancellation_signal sig;
+  it.async_tick(net::bind_cancellation_slot(sig.slot(), [&](error_code ec, time_point) { p.set_value(ec); }));
+  sig.emit(net::cancellation_type::terminal);
+  BOOST_TEST((p.get_future().get() == net::error::operation_aborted));
   c.advance_to(time_point::max());
   BOOST_TEST((tick_now(it) == time_point::max())); // still to come, then the end
-  auto f = it.async_tick(asio::use_future);
-  BOOST_CHECK_THROW(f.get(), boost::system::system_error);
+  auto f = it.async_tick(net::use_future);
+  BOOST_CHECK_THROW(f.get(), metronome::system_error);
 }
 
 // Model-style: random sequences of asks, clock jumps (a few ticks or many periods),
@@ -483,7 +476,7 @@ BOOST_AUTO_TEST_CASE(model_late_completions_under_every_policy) {
     manual_clock mc;
     scheduled_thread_pool own{on_clock(mc)};
     const time_point start = mc.now();
-    auto on_pool = [&](auto f) { return asio::post(own, asio::use_future(std::move(f))).get(); };
+    auto on_pool = [&](auto f) { return net::post(own, net::use_future(std::move(f))).get(); };
     reference_interval ref;
     ref.period = 1 + rnd(10);
     ref.missed = static_cast<missed_tick>(seed % 3);
@@ -523,7 +516,7 @@ BOOST_AUTO_TEST_CASE(model_late_completions_under_every_policy) {
         trace += " cancel";
         on_pool([&] { it.cancel(); });
         const tick_result r = outstanding.get();
-        ok = r.first == asio::error::operation_aborted;
+        ok = r.first == net::error::operation_aborted;
         ref.pending = false;
         ref.next = ref.pending_due;
         ok = ok && on_pool([&] { return it.next_tick(); }) == start + ms(ref.next);

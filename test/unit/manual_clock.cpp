@@ -9,10 +9,7 @@
 #include "common/manual_pool.hpp"
 #include "common/poll_until.hpp"
 
-#include <boost/asio/as_tuple.hpp>
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/detached.hpp>
-#include <boost/asio/use_awaitable.hpp>
+#include <metronome/detail/asio.hpp>
 #include <boost/test/unit_test.hpp>
 
 #include <future>
@@ -78,7 +75,7 @@ BOOST_AUTO_TEST_SUITE_END()
 // idle. Real time plays no part: each test would hang (and time out) if it did not jump.
 BOOST_AUTO_TEST_SUITE(manual_clock_auto_advance)
 
-namespace asio = boost::asio;
+namespace net = metronome::net;
 using metronome::manual_clock;
 using metronome::scheduled_thread_pool;
 using metronome::test::on_clock;
@@ -89,9 +86,9 @@ BOOST_AUTO_TEST_CASE(a_retry_coroutine_that_sleeps_for_minutes_finishes_at_once)
   scheduled_thread_pool pool(on_clock(c));
   const auto t0 = c.now();
   std::promise<int> done;
-  asio::co_spawn(
+  net::co_spawn(
       pool,
-      [&]() -> asio::awaitable<void> {
+      [&]() -> net::awaitable<void> {
         metronome::backoff b({.initial = std::chrono::minutes(1), .cap = std::chrono::minutes(10),
                               .full_jitter = false, .max_attempts = 3});
         int attempts = 0;
@@ -99,15 +96,15 @@ BOOST_AUTO_TEST_CASE(a_retry_coroutine_that_sleeps_for_minutes_finishes_at_once)
           ++attempts;
           // An attempt that never answers, given up after 30 s.
           auto [ec] = co_await metronome::async_delay(pool.get_executor(), std::chrono::hours(1),
-                                                      metronome::cancel_after(30s, asio::as_tuple(asio::use_awaitable)));
+                                                      metronome::cancel_after(30s, net::as_tuple(net::use_awaitable)));
           if (!ec) break;
           auto d = b.next();
           if (!d) break;
-          co_await metronome::async_delay(pool.get_executor(), *d, asio::use_awaitable);
+          co_await metronome::async_delay(pool.get_executor(), *d, net::use_awaitable);
         }
         done.set_value(attempts);
       },
-      asio::detached);
+      net::detached);
   BOOST_TEST(done.get_future().get() == 4);
   // 4 timeouts of 30 s and back-offs of 1, 2 and 4 minutes, exactly.
   BOOST_TEST(((c.now() - t0) == 4 * 30s + std::chrono::minutes(7)));

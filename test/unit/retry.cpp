@@ -8,20 +8,8 @@
 #include "common/manual_pool.hpp"
 #include "common/poll_until.hpp"
 
-#include <boost/asio/any_completion_handler.hpp>
-#include <boost/asio/as_tuple.hpp>
-#include <boost/asio/bind_allocator.hpp>
-#include <boost/asio/bind_cancellation_slot.hpp>
-#include <boost/asio/bind_executor.hpp>
-#include <boost/asio/cancellation_signal.hpp>
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/compose.hpp>
-#include <boost/asio/deferred.hpp>
-#include <boost/asio/detached.hpp>
-#include <boost/asio/post.hpp>
-#include <boost/asio/strand.hpp>
-#include <boost/asio/use_awaitable.hpp>
-#include <boost/asio/use_future.hpp>
+#include <metronome/detail/asio.hpp>
+#include METRONOME_ASIO_HEADER(any_completion_handler.hpp)
 #include <boost/test/unit_test.hpp>
 
 #include <atomic>
@@ -35,9 +23,9 @@
 #include <utility>
 #include <vector>
 
-namespace asio = boost::asio;
+namespace net = metronome::net;
 using namespace std::chrono_literals;
-using boost::system::error_code;
+using metronome::error_code;
 using metronome::async_retry;
 using metronome::backoff;
 using metronome::manual_clock;
@@ -73,7 +61,7 @@ struct scripted {
       n = static_cast<int>(starts.size());
       starts.push_back(clock->now());
     }
-    return asio::async_compose<Token, void(error_code, int)>(
+    return net::async_compose<Token, void(error_code, int)>(
         [this, n, waiting = false](auto& self, error_code ec = {}) mutable {
           if (!waiting) {
             waiting = true;
@@ -103,8 +91,8 @@ struct scripted {
   }
 };
 
-const error_code refused(asio::error::connection_refused);
-const error_code unreachable(asio::error::host_unreachable);
+const error_code refused(net::error::connection_refused);
+const error_code unreachable(net::error::host_unreachable);
 
 struct fixture {
   manual_clock c;
@@ -196,7 +184,7 @@ BOOST_AUTO_TEST_CASE(the_predicate_stops_at_an_error_not_worth_retrying) {
 BOOST_AUTO_TEST_CASE(no_pause_is_asked_for_after_a_success) {
   s.outcome = [](int) { return error_code(); };
   c.set_auto_advance(true);
-  auto f = async_retry(pool, exact(3), s.op(), asio::use_future);
+  auto f = async_retry(pool, exact(3), s.op(), net::use_future);
   BOOST_TEST(f.get() == 0);
   BOOST_TEST(s.started().size() == 1u);
 }
@@ -206,18 +194,18 @@ BOOST_AUTO_TEST_CASE(no_pause_is_asked_for_after_a_success) {
 BOOST_AUTO_TEST_CASE(cancellation_reaches_the_running_attempt) {
   s.outcome = [](int) { return refused; };
   s.took = 1h;
-  asio::cancellation_signal sig;
+  net::cancellation_signal sig;
   std::promise<result> p;
-  async_retry(pool, exact(5), s.op(), asio::bind_cancellation_slot(sig.slot(), [&](error_code ec, int n) {
+  async_retry(pool, exact(5), s.op(), net::bind_cancellation_slot(sig.slot(), [&](error_code ec, int n) {
                 p.set_value({ec, n});
               }));
   BOOST_TEST(poll_until([&] { return pool.stats().delayed_queued == 1; })); // the attempt's wait
-  asio::post(pool, [&] { sig.emit(asio::cancellation_type::terminal); });   // from the handler's executor
+  net::post(pool, [&] { sig.emit(net::cancellation_type::terminal); });   // from the handler's executor
   auto f = p.get_future();
   // Not retried: no pause queued (a retry would wait 100 ms and never complete here).
   BOOST_TEST_REQUIRE(poll_until([&] { return f.wait_for(0s) == std::future_status::ready; }, 5s));
   const result r = f.get();
-  BOOST_TEST((r.ec == asio::error::operation_aborted));
+  BOOST_TEST((r.ec == net::error::operation_aborted));
   BOOST_TEST(r.n == 0);
   BOOST_TEST(s.started().size() == 1u);
   BOOST_TEST(poll_until([&] { return pool.stats().delayed_queued == 0; }));
@@ -227,18 +215,18 @@ BOOST_AUTO_TEST_CASE(cancellation_reaches_the_running_attempt) {
 // attempt before it, and no further attempt.
 BOOST_AUTO_TEST_CASE(cancellation_reaches_the_pause) {
   s.outcome = [](int) { return refused; };
-  asio::cancellation_signal sig;
+  net::cancellation_signal sig;
   std::promise<result> p;
-  async_retry(pool, exact(5), s.op(), asio::bind_cancellation_slot(sig.slot(), [&](error_code ec, int n) {
+  async_retry(pool, exact(5), s.op(), net::bind_cancellation_slot(sig.slot(), [&](error_code ec, int n) {
                 p.set_value({ec, n});
               }));
   BOOST_TEST(poll_until([&] { return pool.stats().delayed_queued == 1; }));
   c.advance(10ms); // the attempt fails; the 100 ms pause starts
   BOOST_TEST(poll_until([&] { return s.done() == 1 && pool.stats().delayed_queued == 1; }));
   c.advance(50ms);
-  asio::post(pool, [&] { sig.emit(asio::cancellation_type::terminal); });
+  net::post(pool, [&] { sig.emit(net::cancellation_type::terminal); });
   const result r = p.get_future().get();
-  BOOST_TEST((r.ec == asio::error::operation_aborted));
+  BOOST_TEST((r.ec == net::error::operation_aborted));
   BOOST_TEST(r.n == 0);
   c.advance(1h);
   BOOST_TEST(poll_until([&] { return pool.stats().delayed_queued == 0; }));
@@ -255,7 +243,7 @@ BOOST_AUTO_TEST_CASE(a_pause_aborted_by_the_pools_shutdown_ends_the_retry) {
   BOOST_TEST(poll_until([&] { return s.done() == 1 && pool.stats().delayed_queued == 1; }));
   pool.shutdown();
   const result r = p.get_future().get();
-  BOOST_TEST((r.ec == asio::error::operation_aborted));
+  BOOST_TEST((r.ec == net::error::operation_aborted));
   BOOST_TEST(s.started().size() == 1u);
 }
 
@@ -263,14 +251,14 @@ BOOST_AUTO_TEST_CASE(with_use_awaitable_and_as_tuple_in_a_coroutine) {
   s.outcome = [](int n) { return n < 1 ? refused : error_code(); };
   c.set_auto_advance(true);
   std::promise<std::pair<int, error_code>> p;
-  asio::co_spawn(
+  net::co_spawn(
       pool,
-      [&]() -> asio::awaitable<void> {
-        const int n = co_await async_retry(pool, exact(3), s.op(), asio::use_awaitable);
-        auto [ec, m] = co_await async_retry(pool, exact(0), s.op(), asio::as_tuple(asio::use_awaitable));
+      [&]() -> net::awaitable<void> {
+        const int n = co_await async_retry(pool, exact(3), s.op(), net::use_awaitable);
+        auto [ec, m] = co_await async_retry(pool, exact(0), s.op(), net::as_tuple(net::use_awaitable));
         p.set_value({n * 10 + m, ec});
       },
-      asio::detached);
+      net::detached);
   auto [nm, ec] = p.get_future().get();
   BOOST_TEST(nm == 12); // the first retry succeeded at attempt 1; the second at once (attempt 2)
   BOOST_TEST(!ec);
@@ -281,17 +269,17 @@ BOOST_AUTO_TEST_CASE(with_use_awaitable_the_last_error_is_thrown) {
   s.outcome = [](int) { return refused; };
   c.set_auto_advance(true);
   std::promise<error_code> p;
-  asio::co_spawn(
+  net::co_spawn(
       pool,
-      [&]() -> asio::awaitable<void> {
+      [&]() -> net::awaitable<void> {
         try {
-          co_await async_retry(pool, exact(1), s.op(), asio::use_awaitable);
+          co_await async_retry(pool, exact(1), s.op(), net::use_awaitable);
           p.set_value({});
-        } catch (const boost::system::system_error& e) {
+        } catch (const metronome::system_error& e) {
           p.set_value(e.code());
         }
       },
-      asio::detached);
+      net::detached);
   BOOST_TEST((p.get_future().get() == refused));
   BOOST_TEST(s.started().size() == 2u);
 }
@@ -299,7 +287,7 @@ BOOST_AUTO_TEST_CASE(with_use_awaitable_the_last_error_is_thrown) {
 // With deferred, nothing starts until the launch; the pauses count from there.
 BOOST_AUTO_TEST_CASE(with_deferred_the_first_attempt_starts_at_the_launch) {
   s.outcome = [](int n) { return n < 1 ? refused : error_code(); };
-  auto op = async_retry(pool, exact(3), s.op(), asio::deferred);
+  auto op = async_retry(pool, exact(3), s.op(), net::deferred);
   c.advance(1s);
   BOOST_TEST(s.started().empty());
   const time_point launched = c.now();
@@ -317,17 +305,17 @@ BOOST_AUTO_TEST_CASE(a_coroutine_attempt_retried_on_its_exceptions) {
   std::atomic<int> calls{0};
   auto ex = pool.get_executor();
   auto attempt = [&, ex](auto&& token) {
-    return asio::co_spawn(
+    return net::co_spawn(
         ex,
-        [&, ex]() -> asio::awaitable<int> {
+        [&, ex]() -> net::awaitable<int> {
           const int n = calls++;
-          co_await metronome::async_delay(ex, 5ms, asio::use_awaitable);
+          co_await metronome::async_delay(ex, 5ms, net::use_awaitable);
           if (n < 2) throw std::runtime_error("flaky " + std::to_string(n));
           co_return 42;
         },
         std::forward<decltype(token)>(token));
   };
-  BOOST_TEST(async_retry(pool, exact(5), attempt, asio::use_future).get() == 42);
+  BOOST_TEST(async_retry(pool, exact(5), attempt, net::use_future).get() == 42);
   BOOST_TEST(calls.load() == 3);
 
   calls = 0;
@@ -347,9 +335,9 @@ BOOST_AUTO_TEST_CASE(a_coroutine_attempt_retried_on_its_exceptions) {
 BOOST_AUTO_TEST_CASE(the_handlers_associated_executor_and_allocator_are_used) {
   s.outcome = [](int n) { return n < 1 ? refused : error_code(); };
   c.set_auto_advance(true);
-  auto strand = asio::make_strand(pool.get_executor());
+  auto strand = net::make_strand(pool.get_executor());
   std::promise<bool> on_strand;
-  async_retry(pool, exact(3), s.op(), asio::bind_executor(strand, [&](error_code, int) {
+  async_retry(pool, exact(3), s.op(), net::bind_executor(strand, [&](error_code, int) {
                 on_strand.set_value(strand.running_in_this_thread());
               }));
   BOOST_TEST(on_strand.get_future().get());
@@ -357,7 +345,7 @@ BOOST_AUTO_TEST_CASE(the_handlers_associated_executor_and_allocator_are_used) {
   std::atomic<int> made{0};
   std::atomic<int> live{0};
   std::promise<int> live_in_handler;
-  async_retry(pool, exact(3), s.op(), asio::bind_allocator(counting_alloc<void>(&made, &live), [&](error_code, int) {
+  async_retry(pool, exact(3), s.op(), net::bind_allocator(counting_alloc<void>(&made, &live), [&](error_code, int) {
                 live_in_handler.set_value(live.load());
               }));
   BOOST_TEST(live_in_handler.get_future().get() == 0);
@@ -368,9 +356,9 @@ BOOST_AUTO_TEST_CASE(the_handlers_associated_executor_and_allocator_are_used) {
 BOOST_AUTO_TEST_CASE(bad_input_is_refused_at_the_call) {
   std::function<bool(const error_code&)> no_predicate;
   s.outcome = [](int) { return error_code(); };
-  BOOST_CHECK_THROW(async_retry(pool, exact(1), s.op(), no_predicate, asio::detached), std::invalid_argument);
-  std::function<void(asio::any_completion_handler<void(error_code)>)> no_operation;
-  BOOST_CHECK_THROW(async_retry<void(error_code)>(pool, exact(1), no_operation, asio::detached), std::invalid_argument);
+  BOOST_CHECK_THROW(async_retry(pool, exact(1), s.op(), no_predicate, net::detached), std::invalid_argument);
+  std::function<void(net::any_completion_handler<void(error_code)>)> no_operation;
+  BOOST_CHECK_THROW(async_retry<void(error_code)>(pool, exact(1), no_operation, net::detached), std::invalid_argument);
   BOOST_TEST(s.started().empty());
   BOOST_CHECK_THROW(backoff({.initial = 0ms}), std::invalid_argument);
 }

@@ -11,16 +11,7 @@
 #include "common/poll_until.hpp"
 #include "common/sanitizers.hpp"
 
-#include <boost/asio/any_io_executor.hpp>
-#include <boost/asio/bind_executor.hpp>
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/dispatch.hpp>
-#include <boost/asio/executor_work_guard.hpp>
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/post.hpp>
-#include <boost/asio/thread_pool.hpp>
-#include <boost/asio/use_awaitable.hpp>
-#include <boost/asio/use_future.hpp>
+#include <metronome/detail/asio.hpp>
 #include <boost/test/unit_test.hpp>
 
 #include <atomic>
@@ -33,7 +24,7 @@
 #include <utility>
 #include <vector>
 
-namespace asio = boost::asio;
+namespace net = metronome::net;
 using namespace std::chrono_literals;
 using metronome::make_serial_executor;
 using metronome::manual_clock;
@@ -58,9 +49,9 @@ using pool_serial = metronome::serial_executor<scheduled_thread_pool::executor_t
 static_assert(std::is_same_v<decltype(make_serial_executor(std::declval<scheduled_thread_pool&>())), pool_serial>);
 static_assert(std::is_same_v<decltype(make_serial_executor(std::declval<scheduled_thread_pool::executor_type>())),
                              pool_serial>);
-static_assert(asio::execution::executor<pool_serial>);
-static_assert(asio::is_executor<pool_serial>::value);
-static_assert(std::is_convertible_v<pool_serial, asio::any_io_executor>);
+static_assert(net::execution::executor<pool_serial>);
+static_assert(net::is_executor<pool_serial>::value);
+static_assert(std::is_convertible_v<pool_serial, net::any_io_executor>);
 
 namespace {
 
@@ -80,7 +71,7 @@ void check_order_and_exclusion(Serial serial, int per_producer) {
   std::promise<void> done;
   auto producer = [&, st](int p) {
     for (int i = 0; i < per_producer; ++i) {
-      asio::post(serial, [st, p, i, &done, per_producer] {
+      net::post(serial, [st, p, i, &done, per_producer] {
         if (st->inside.fetch_add(1) != 0) st->overlap = true;
         if (i != st->last[p] + 1) st->order_ok = false;
         st->last[p] = i;
@@ -107,14 +98,14 @@ BOOST_AUTO_TEST_CASE(order_and_exclusion_over_our_pool) {
 }
 
 BOOST_AUTO_TEST_CASE(order_and_exclusion_over_asio_thread_pool) {
-  asio::thread_pool pool(2);
+  net::thread_pool pool(2);
   check_order_and_exclusion(make_serial_executor(pool.get_executor()), big / 10);
   pool.join();
 }
 
 BOOST_AUTO_TEST_CASE(order_and_exclusion_over_an_io_context) {
-  asio::io_context io;
-  auto guard = asio::make_work_guard(io);
+  net::io_context io;
+  auto guard = net::make_work_guard(io);
   std::thread t1([&] { io.run(); }), t2([&] { io.run(); });
   check_order_and_exclusion(make_serial_executor(io.get_executor()), big / 10);
   guard.reset();
@@ -135,13 +126,13 @@ BOOST_AUTO_TEST_CASE(flooded_serial_executors_do_not_starve_the_others) {
   std::atomic<long> flood_ran{0};
   std::function<void(int)> flood = [&](int s) {
     ++flood_ran;
-    if (!stop) asio::post(serials[s], [&, s] { flood(s); }); // refills forever
+    if (!stop) net::post(serials[s], [&, s] { flood(s); }); // refills forever
   };
   for (int s = 0; s < 2; ++s)
-    for (int i = 0; i < 100; ++i) asio::post(serials[s], [&, s] { flood(s); });
+    for (int i = 0; i < 100; ++i) net::post(serials[s], [&, s] { flood(s); });
   metronome::test::counter others;
   for (int s = 2; s < 64; ++s)
-    for (int i = 0; i < 100; ++i) asio::post(serials[s], [&] { others.add(); });
+    for (int i = 0; i < 100; ++i) net::post(serials[s], [&] { others.add(); });
   BOOST_TEST(others.wait_for_at_least(62 * 100)); // all of them finished...
   const long at_finish = flood_ran.load();
   BOOST_TEST(
@@ -157,12 +148,12 @@ BOOST_AUTO_TEST_CASE(dispatch_is_inline_only_inside_the_serial_executor) {
   auto serial = make_serial_executor(pool);
   BOOST_TEST(!serial.running_in_this_thread());
   std::promise<std::vector<int>> p;
-  asio::post(serial, [&] {
+  net::post(serial, [&] {
     std::vector<int> order;
     bool inside = serial.running_in_this_thread();
-    asio::dispatch(serial, [&] { order.push_back(1); }); // inline
+    net::dispatch(serial, [&] { order.push_back(1); }); // inline
     order.push_back(2);
-    asio::post(serial, [&p, order, inside]() mutable {
+    net::post(serial, [&p, order, inside]() mutable {
       order.push_back(inside ? 3 : -3);
       p.set_value(order);
     });
@@ -181,7 +172,7 @@ BOOST_AUTO_TEST_CASE(exceptions_are_reported_and_the_stream_goes_on) {
   std::vector<int> order;
   std::promise<void> done;
   for (int i = 0; i < 10; ++i) {
-    asio::post(serial, [&, i] {
+    net::post(serial, [&, i] {
       order.push_back(i);
       if (i == 9) done.set_value();
       if (i % 3 == 0) throw std::runtime_error("bad task");
@@ -232,7 +223,7 @@ BOOST_AUTO_TEST_CASE(delayed_work_runs_inside_the_serial_executor) {
       },
       0ms, 1ms);
   for (int i = 0; i < 200; ++i)
-    asio::post(serial, [&] {
+    net::post(serial, [&] {
       if (++inside > 1) ++overlap;
       --inside;
     });
@@ -246,11 +237,11 @@ BOOST_AUTO_TEST_CASE(delayed_work_over_a_non_metronome_executor_uses_the_default
   // The shared timer thread posts into this io_context when the task falls due, and
   // Asio may still be signalling inside that post after the task ran: the context
   // must outlive that process-wide thread, so here it is never destroyed.
-  static asio::io_context* const io_ptr = new asio::io_context;
-  asio::io_context& io = *io_ptr;
+  static net::io_context* const io_ptr = new net::io_context;
+  net::io_context& io = *io_ptr;
   auto serial = make_serial_executor(io.get_executor());
   auto f = serial.schedule([&] { return serial.running_in_this_thread(); }, 2ms);
-  auto guard = asio::make_work_guard(io);
+  auto guard = net::make_work_guard(io);
   std::thread t([&] { io.run(); });
   BOOST_TEST(f.get());
   guard.reset();
@@ -267,14 +258,14 @@ BOOST_AUTO_TEST_CASE(dispose_cancels_everything_it_holds) {
   auto other = make_serial_executor(pool);
   metronome::test::gate started, release;
   std::atomic<int> ran{0};
-  asio::post(serial, [&] {
+  net::post(serial, [&] {
     started.open();
     release.wait();
   });
   started.wait(); // the drain is busy: what follows stays queued
   std::vector<metronome::scheduled_future<void>> queued;
   for (int i = 0; i < 10; ++i) queued.push_back(serial.submit([&] { ++ran; }));
-  for (int i = 0; i < 10; ++i) asio::post(serial, [&] { ++ran; });
+  for (int i = 0; i < 10; ++i) net::post(serial, [&] { ++ran; });
   auto delayed = serial.schedule([&] { ++ran; }, 1h);
   auto periodic = serial.schedule_at_fixed_rate([&] { ++ran; }, 1h, 1h);
   auto unrelated = other.schedule([] { return 5; }, 1h);
@@ -306,7 +297,7 @@ BOOST_AUTO_TEST_CASE(dispose_during_a_drain) {
   std::promise<void> disposed;
   auto disposed_f = disposed.get_future().share();
   for (int i = 0; i < 1000; ++i) {
-    asio::post(serial, [&, i] {
+    net::post(serial, [&, i] {
       if (i == 10) {
         serial.dispose(); // from inside the drain
         disposed.set_value();
@@ -323,14 +314,14 @@ BOOST_AUTO_TEST_CASE(co_spawn_and_async_delay_on_a_serial_executor) {
   scheduled_thread_pool pool(2);
   auto serial = make_serial_executor(pool);
   int shared = 0; // touched only by the coroutines, which are serialised
-  auto worker = [&]() -> asio::awaitable<void> {
+  auto worker = [&]() -> net::awaitable<void> {
     for (int i = 0; i < 100; ++i) {
-      co_await metronome::async_delay(serial, 50us, asio::use_awaitable);
+      co_await metronome::async_delay(serial, 50us, net::use_awaitable);
       ++shared; // a data race (TSan) if the two coroutines ever ran at once
     }
   };
-  auto a = asio::co_spawn(serial, worker(), asio::use_future);
-  auto b = asio::co_spawn(serial, worker(), asio::use_future);
+  auto a = net::co_spawn(serial, worker(), net::use_future);
+  auto b = net::co_spawn(serial, worker(), net::use_future);
   a.get();
   b.get();
   BOOST_TEST(shared == 200);
@@ -342,7 +333,7 @@ BOOST_AUTO_TEST_CASE(bind_executor_runs_handlers_in_order) {
   std::vector<int> order;
   std::promise<void> done;
   for (int i = 0; i < 100; ++i)
-    asio::post(pool, asio::bind_executor(serial, [&, i] {
+    net::post(pool, net::bind_executor(serial, [&, i] {
                  order.push_back(i);
                  if (order.size() == 100) done.set_value();
                }));
@@ -373,12 +364,12 @@ BOOST_AUTO_TEST_CASE(a_serial_drain_handed_back_by_shutdown_now_runs_after_the_p
           return i;
         }));
       } else if (i == 100) {
-        asio::post(serial, [&order, i] {
+        net::post(serial, [&order, i] {
           order.push_back(i);
           throw std::runtime_error("a task of a handed-back drain throws"); // reported, the drain goes on
         });
       } else {
-        asio::post(serial, [&order, i] { order.push_back(i); });
+        net::post(serial, [&order, i] { order.push_back(i); });
       }
     }
     periodic = serial.schedule_at_fixed_rate([&order] { order.push_back(-1); }, 0ms, 1h); // due now: queued
@@ -414,7 +405,7 @@ BOOST_AUTO_TEST_CASE(a_wait_bound_to_a_serial_executor_completes_after_the_pool_
   auto done = pool.submit([] { return 5; });
   done.wait();
   std::atomic<int> cancelled{0}, values{0}, on_serial{0};
-  far.async_wait(asio::bind_executor(serial, [&](std::exception_ptr e, int) {
+  far.async_wait(net::bind_executor(serial, [&](std::exception_ptr e, int) {
     if (serial.running_in_this_thread()) ++on_serial;
     try {
       if (e) std::rethrow_exception(e);
@@ -423,7 +414,7 @@ BOOST_AUTO_TEST_CASE(a_wait_bound_to_a_serial_executor_completes_after_the_pool_
     }
   }));
   pool.shutdown(); // delayed work still runs after shutdown by default: the pool stays up
-  done.async_wait(asio::bind_executor(serial, [&](std::exception_ptr e, int v) {
+  done.async_wait(net::bind_executor(serial, [&](std::exception_ptr e, int v) {
     if (serial.running_in_this_thread()) ++on_serial;
     if (!e && v == 5) ++values;
   }));
@@ -449,12 +440,12 @@ BOOST_AUTO_TEST_CASE(a_delayed_task_over_an_erased_pool_executor_runs_after_shut
   scheduled_thread_pool pool(o);
   metronome::test::gate release;
   std::promise<void> started;
-  asio::post(pool, [&] {
+  net::post(pool, [&] {
     started.set_value();
     release.wait();
   });
   started.get_future().wait();
-  auto serial = make_serial_executor(asio::any_io_executor(pool.get_executor()));
+  auto serial = make_serial_executor(net::any_io_executor(pool.get_executor()));
   auto h = serial.schedule([] { return 7; }, 1ms);
   pool.shutdown(); // not terminated: a task still runs (it was dropped once due)
   release.open();
@@ -475,31 +466,31 @@ BOOST_AUTO_TEST_CASE(zero_batch_is_invalid) {
 // As an Asio strand's dispatch: a free serial executor runs dispatched work inline on a
 // thread of its underlying executor; busy, or posted, or from another thread, it queues.
 BOOST_AUTO_TEST_CASE(dispatch_runs_a_free_serial_executor_inline_on_its_underlying_executors_thread) {
-  boost::asio::io_context io;
+  metronome::net::io_context io;
   auto serial = make_serial_executor(io.get_executor());
   std::vector<int> order;
-  boost::asio::dispatch(serial, [&] { order.push_back(0); }); // not on io's thread: queued
+  metronome::net::dispatch(serial, [&] { order.push_back(0); }); // not on io's thread: queued
   BOOST_TEST(order.empty());
   io.run();
   BOOST_TEST((order == std::vector<int>{0}));
   io.restart();
   order.clear();
-  boost::asio::post(io, [&] {
-    boost::asio::post(serial, [&] { order.push_back(1); });
-    boost::asio::dispatch(serial, [&] { order.push_back(2); }); // busy (1 is queued): behind it
+  metronome::net::post(io, [&] {
+    metronome::net::post(serial, [&] { order.push_back(1); });
+    metronome::net::dispatch(serial, [&] { order.push_back(2); }); // busy (1 is queued): behind it
     order.push_back(0);
   });
   io.run();
   BOOST_TEST((order == std::vector<int>{0, 1, 2}));
   io.restart();
   order.clear();
-  boost::asio::post(io, [&] {
-    boost::asio::dispatch(serial, [&] {
+  metronome::net::post(io, [&] {
+    metronome::net::dispatch(serial, [&] {
       BOOST_TEST(serial.running_in_this_thread());
       order.push_back(1);
     });
     order.push_back(2); // the free serial executor ran it before dispatch returned
-    boost::asio::post(serial, [&] { order.push_back(4); }); // post: never inline
+    metronome::net::post(serial, [&] { order.push_back(4); }); // post: never inline
     order.push_back(3);
   });
   io.run();
@@ -509,8 +500,8 @@ BOOST_AUTO_TEST_CASE(dispatch_runs_a_free_serial_executor_inline_on_its_underlyi
 // ---- delayed work, and over a shut-down pool
 
 BOOST_AUTO_TEST_CASE(delayed_serial_work_over_io_context_survives_a_cancel) {
-  boost::asio::io_context io;
-  auto guard = boost::asio::make_work_guard(io);
+  metronome::net::io_context io;
+  auto guard = metronome::net::make_work_guard(io);
   std::thread runner([&] { io.run(); });
   auto serial = metronome::make_serial_executor(io.get_executor());
   auto first = serial.schedule([] {}, 100ms);
@@ -542,9 +533,9 @@ BOOST_AUTO_TEST_CASE(a_serial_executor_over_a_shut_down_pool_refuses_outside_wor
   auto serial = metronome::make_serial_executor(hp.pool);
   std::atomic<int> ran{0};
   // Queued before shutdown: it posts to the serial executor from a pool thread.
-  boost::asio::post(hp.pool.get_executor(), [&] { boost::asio::post(serial, [&] { ++ran; }); });
+  metronome::net::post(hp.pool.get_executor(), [&] { metronome::net::post(serial, [&] { ++ran; }); });
   hp.pool.shutdown();
-  boost::asio::post(serial, [&] { ran += 100; });                           // outside: dropped, reported
+  metronome::net::post(serial, [&] { ran += 100; });                           // outside: dropped, reported
   BOOST_CHECK_THROW(serial.submit([] {}), metronome::rejected_execution); // outside, typed: refused
   hp.release();
   BOOST_CHECK(poll_until([&] { return ran.load() == 1; }, 10s));

@@ -9,12 +9,7 @@
 #include <metronome/detail/slot_handler.hpp>
 #include <metronome/detail/test_hooks.hpp>
 
-#include <boost/asio/associated_allocator.hpp>
-#include <boost/asio/associated_cancellation_slot.hpp>
-#include <boost/asio/associated_executor.hpp>
-#include <boost/asio/cancellation_signal.hpp>
-#include <boost/asio/post.hpp>
-#include <boost/asio/system_executor.hpp>
+#include <metronome/detail/asio.hpp>
 
 #include <atomic>
 #include <exception>
@@ -47,8 +42,8 @@ class cancel_after_op final : public wait_node {
   using alloc_traits = std::allocator_traits<node_alloc>;
 
   struct forward_cancel {
-    boost::asio::cancellation_signal* target;
-    void operator()(boost::asio::cancellation_type_t type) const { target->emit(type); }
+    net::cancellation_signal* target;
+    void operator()(net::cancellation_type_t type) const { target->emit(type); }
   };
 
   // Emits in the handler's context; owns the pool's reference.
@@ -71,7 +66,7 @@ class cancel_after_op final : public wait_node {
   };
 
 public:
-  static cancel_after_op* create(const HandlerAllocator& ha, const Executor& ex, boost::asio::cancellation_type_t type,
+  static cancel_after_op* create(const HandlerAllocator& ha, const Executor& ex, net::cancellation_type_t type,
                                  pool_core& core) {
     node_alloc a(alloc_source::get(ha));
     cancel_after_op* p = alloc_traits::allocate(a, 1);
@@ -84,10 +79,10 @@ public:
     return p;
   }
 
-  boost::asio::cancellation_slot slot() noexcept { return signal_.slot(); }
+  net::cancellation_slot slot() noexcept { return signal_.slot(); }
 
   // Forwards what the handler's own slot emits to the operation. Before arm().
-  void chain(boost::asio::cancellation_slot user) {
+  void chain(net::cancellation_slot user) {
     if (!user.is_connected()) return;
     user.template emplace<forward_cancel>(forward_cancel{&signal_});
     user_slot_ = user;
@@ -141,7 +136,7 @@ public:
   }
 
 private:
-  cancel_after_op(const node_alloc& a, const Executor& ex, boost::asio::cancellation_type_t type, pool_core& core)
+  cancel_after_op(const node_alloc& a, const Executor& ex, net::cancellation_type_t type, pool_core& core)
       : wait_node(&do_complete), alloc_(a), executor_(ex), type_(type), anchor_(core.anchor()),
         generation_(core.anchor_generation()) {}
   ~cancel_after_op() = default;
@@ -171,23 +166,23 @@ private:
     emitter e(n);
     try {
       internal_post_scope internal; // the library's own completion work
-      boost::asio::post(n->executor_, std::move(e));
+      net::post(n->executor_, std::move(e));
     } catch (...) {
       report_here(std::current_exception(), "cancel_after");
     }
   }
 
   node_alloc alloc_;
-  boost::asio::cancellation_signal signal_;
+  net::cancellation_signal signal_;
   Executor executor_;
-  boost::asio::cancellation_type_t type_;
+  net::cancellation_type_t type_;
   pool_anchor* anchor_;
   std::uint32_t generation_;
   std::atomic<int> refs_{3};
   std::atomic<bool> op_done_{false};
   std::mutex emit_mtx_; // an emission against before_slot_clear()
   bool user_slot_connected_ = false;
-  boost::asio::cancellation_slot user_slot_;
+  net::cancellation_slot user_slot_;
 };
 
 // The wrapped operation's handler is the user's with the node's slot
@@ -203,7 +198,7 @@ public:
     if (node_) node_->op_finished();
   }
 
-  boost::asio::cancellation_slot slot() const noexcept { return node_->slot(); }
+  net::cancellation_slot slot() const noexcept { return node_->slot(); }
   void before_slot_clear() noexcept {
     if (node_) node_->before_slot_clear();
   }
@@ -222,7 +217,7 @@ template <class Initiation, class Timing>
 class initiate_cancel_after {
 public:
   template <class I>
-  initiate_cancel_after(I&& init, clock::duration amount, bool relative, boost::asio::cancellation_type_t type,
+  initiate_cancel_after(I&& init, clock::duration amount, bool relative, net::cancellation_type_t type,
                         const timing_holder<Timing>& timing)
       : init_(std::forward<I>(init)), amount_(amount), relative_(relative), type_(type), timing_(timing) {}
 
@@ -243,17 +238,17 @@ private:
   template <class Handler, class IoExecutor, class... Args>
   void start(Handler&& handler, const IoExecutor& io_ex, Args&&... args) const {
     using H = std::decay_t<Handler>;
-    using handler_executor = boost::asio::associated_executor_t<H, std::decay_t<decltype(io_ex)>>;
-    using node = cancel_after_op<handler_executor, boost::asio::associated_allocator_t<H>>;
+    using handler_executor = net::associated_executor_t<H, std::decay_t<decltype(io_ex)>>;
+    using node = cancel_after_op<handler_executor, net::associated_allocator_t<H>>;
 
     H h(std::forward<Handler>(handler));
-    const handler_executor hex = boost::asio::get_associated_executor(h, io_ex);
+    const handler_executor hex = net::get_associated_executor(h, io_ex);
     pool_core& core = timing_core(hex);
     const clock::time_point current = core.now();
     const clock::time_point due = relative_ ? saturating_add(current, amount_) : clock::time_point(amount_);
-    node* n = node::create(boost::asio::get_associated_allocator(h), hex, type_, core);
+    node* n = node::create(net::get_associated_allocator(h), hex, type_, core);
     try {
-      n->chain(boost::asio::get_associated_cancellation_slot(h));
+      n->chain(net::get_associated_cancellation_slot(h));
     } catch (...) {
       n->abandon();
       n->op_finished();
@@ -273,7 +268,7 @@ private:
     if constexpr (requires { init_.get_executor(); })
       return init_.get_executor();
     else
-      return boost::asio::system_executor();
+      return net::system_executor();
   }
 
   template <class HandlerExecutor>
@@ -289,7 +284,7 @@ private:
   mutable Initiation init_;
   clock::duration amount_;
   bool relative_;
-  boost::asio::cancellation_type_t type_;
+  net::cancellation_type_t type_;
   timing_holder<Timing> timing_;
 };
 

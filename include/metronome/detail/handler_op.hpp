@@ -8,14 +8,7 @@
 #include <metronome/detail/report.hpp>
 #include <metronome/detail/slot_handler.hpp>
 
-#include <boost/asio/associated_allocator.hpp>
-#include <boost/asio/associated_cancellation_slot.hpp>
-#include <boost/asio/associated_executor.hpp>
-#include <boost/asio/dispatch.hpp>
-#include <boost/asio/execution/outstanding_work.hpp>
-#include <boost/asio/executor_work_guard.hpp>
-#include <boost/asio/prefer.hpp>
-#include <boost/asio/post.hpp>
+#include <metronome/detail/asio.hpp>
 
 #include <exception>
 #include <memory>
@@ -48,8 +41,8 @@ namespace metronome::detail {
 // printed): it never escapes into the library code that completed it.
 template <class Derived, class Handler, class DefaultExecutor>
 class handler_op {
-  using executor_type = boost::asio::associated_executor_t<Handler, DefaultExecutor>;
-  using handler_allocator = boost::asio::associated_allocator_t<Handler>;
+  using executor_type = net::associated_executor_t<Handler, DefaultExecutor>;
+  using handler_allocator = net::associated_allocator_t<Handler>;
   using alloc_source = node_allocator_for<handler_allocator>;
   using node_alloc = typename std::allocator_traits<typename alloc_source::type>::template rebind_alloc<Derived>;
   using alloc_traits = std::allocator_traits<node_alloc>;
@@ -58,14 +51,14 @@ class handler_op {
   // one, its work guard.
   template <class E, class = void>
   struct work_holder {
-    using type = boost::asio::executor_work_guard<E>;
+    using type = net::executor_work_guard<E>;
     static type make(const E& ex) { return type(ex); }
   };
   template <class E>
-  struct work_holder<E, std::enable_if_t<boost::asio::execution::is_executor<E>::value>> {
-    using type = std::decay_t<decltype(boost::asio::prefer(std::declval<const E&>(),
-                                                           boost::asio::execution::outstanding_work.tracked))>;
-    static type make(const E& ex) { return boost::asio::prefer(ex, boost::asio::execution::outstanding_work.tracked); }
+  struct work_holder<E, std::enable_if_t<net::execution::is_executor<E>::value>> {
+    using type = std::decay_t<decltype(net::prefer(std::declval<const E&>(),
+                                                           net::execution::outstanding_work.tracked))>;
+    static type make(const E& ex) { return net::prefer(ex, net::execution::outstanding_work.tracked); }
   };
   using work_type = typename work_holder<executor_type>::type;
 
@@ -73,7 +66,7 @@ public:
   // Derived's constructor takes the handler first and passes it on to handler_op's.
   template <class H, class... Args>
   static Derived* create(H&& h, Args&&... args) {
-    node_alloc a(alloc_source::get(boost::asio::get_associated_allocator(h)));
+    node_alloc a(alloc_source::get(net::get_associated_allocator(h)));
     Derived* p = alloc_traits::allocate(a, 1);
     try {
       ::new (static_cast<void*>(p)) Derived(std::forward<H>(h), std::forward<Args>(args)...);
@@ -99,8 +92,8 @@ public:
 protected:
   template <class H>
   handler_op(H&& h, const DefaultExecutor& ex)
-      : alloc_(alloc_source::get(boost::asio::get_associated_allocator(h))), handler_(std::forward<H>(h)),
-        executor_(boost::asio::get_associated_executor(handler_, ex)) {}
+      : alloc_(alloc_source::get(net::get_associated_allocator(h))), handler_(std::forward<H>(h)),
+        executor_(net::get_associated_executor(handler_, ex)) {}
   ~handler_op() = default;
 
 public:
@@ -117,7 +110,7 @@ protected:
   // Installs a Canceller in the handler's cancellation slot, if it has one.
   template <class Canceller, class... Args>
   void connect_slot(Args&&... args) {
-    auto slot = boost::asio::get_associated_cancellation_slot(handler_);
+    auto slot = net::get_associated_cancellation_slot(handler_);
     if (slot.is_connected()) {
       slot.template emplace<Canceller>(std::forward<Args>(args)...);
       slot_connected_ = true;
@@ -137,9 +130,9 @@ protected:
       completion<Args...> c(static_cast<Derived*>(this), std::move(args)...);
       internal_post_scope internal; // a completion: a shut-down pool still takes it
       if (may_run_inline)
-        boost::asio::dispatch(ex, std::move(c));
+        net::dispatch(ex, std::move(c));
       else
-        boost::asio::post(ex, std::move(c));
+        net::post(ex, std::move(c));
     } catch (...) {
       // The executor could not take it (out of memory): the completion, destroyed,
       // released the node, and `work` lets go here; the handler is lost, so say so.
@@ -158,7 +151,7 @@ protected:
     const executor_type ex(executor_);
     completion<Args...> c(static_cast<Derived*>(this), std::move(args)...);
     internal_post_scope internal;
-    boost::asio::post(ex, std::move(c));
+    net::post(ex, std::move(c));
   }
 
 private:
@@ -167,7 +160,7 @@ private:
   class completion {
   public:
     explicit completion(Derived* op, Args&&... args)
-        : op_(op), alloc_(boost::asio::get_associated_allocator(op->handler_)), args_(std::move(args)...) {}
+        : op_(op), alloc_(net::get_associated_allocator(op->handler_)), args_(std::move(args)...) {}
     completion(completion&& o) noexcept(std::is_nothrow_move_constructible_v<std::tuple<Args...>>)
         : op_(std::exchange(o.op_, nullptr)), alloc_(o.alloc_), args_(std::move(o.args_)) {}
     completion& operator=(completion&&) = delete;
@@ -204,7 +197,7 @@ private:
 
   void disconnect_slot() noexcept {
     before_slot_clear(handler_); // cancel_after's emission is over, and none starts
-    boost::asio::get_associated_cancellation_slot(handler_).clear();
+    net::get_associated_cancellation_slot(handler_).clear();
     slot_connected_ = false;
   }
 

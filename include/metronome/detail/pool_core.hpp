@@ -8,7 +8,7 @@
 #include <metronome/detail/pool_anchor.hpp>
 #include <metronome/options.hpp>
 
-#include <boost/asio/execution_context.hpp>
+#include <metronome/detail/asio.hpp>
 
 #include <atomic>
 #include <cstddef>
@@ -54,8 +54,8 @@ public:
   clock::time_point now() const noexcept;
 
   // The execution context (scheduled_thread_pool) that owns this core.
-  const boost::asio::execution_context* context() const noexcept { return context_; }
-  void set_context(const boost::asio::execution_context* c) noexcept { context_ = c; }
+  const net::execution_context* context() const noexcept { return context_; }
+  void set_context(const net::execution_context* c) noexcept { context_ = c; }
   pool_anchor* anchor() const noexcept { return anchor_; }
   std::uint32_t anchor_generation() const noexcept { return generation_; }
 
@@ -123,7 +123,7 @@ protected:
   pool_core(pool_anchor* anchor, std::uint32_t generation) noexcept : anchor_(anchor), generation_(generation) {}
 
   // What the inline members read; the engine keeps the rest.
-  const boost::asio::execution_context* context_ = nullptr;
+  const net::execution_context* context_ = nullptr;
   pool_anchor* anchor_;
   std::uint32_t generation_;
   std::atomic<long> tracked_work_{0};

@@ -7,8 +7,7 @@
 #include <metronome/detail/pool_core.hpp>
 #include <metronome/scheduled_thread_pool.hpp>
 
-#include <boost/asio/execution/context.hpp>
-#include <boost/asio/query.hpp>
+#include <metronome/detail/asio.hpp>
 
 #include <type_traits>
 
@@ -18,9 +17,9 @@ namespace metronome::detail {
 // serial_executor or other wrapper over one).
 template <class Executor>
 constexpr bool runs_on_a_metronome_pool() noexcept {
-  if constexpr (requires(const Executor& ex) { boost::asio::query(ex, boost::asio::execution::context); })
-    return std::is_convertible_v<decltype(boost::asio::query(std::declval<const Executor&>(),
-                                                             boost::asio::execution::context)),
+  if constexpr (requires(const Executor& ex) { net::query(ex, net::execution::context); })
+    return std::is_convertible_v<decltype(net::query(std::declval<const Executor&>(),
+                                                             net::execution::context)),
                                  scheduled_thread_pool&>;
   else
     return false;
@@ -30,7 +29,7 @@ constexpr bool runs_on_a_metronome_pool() noexcept {
 template <class Executor>
 pool_core* pool_of(const Executor& ex) noexcept {
   if constexpr (runs_on_a_metronome_pool<Executor>())
-    return &core_access::core(static_cast<scheduled_thread_pool&>(boost::asio::query(ex, boost::asio::execution::context)));
+    return &core_access::core(static_cast<scheduled_thread_pool&>(net::query(ex, net::execution::context)));
   else
     return nullptr;
 }

@@ -2,12 +2,7 @@
 #ifndef METRONOME_DETAIL_SLOT_HANDLER_HPP
 #define METRONOME_DETAIL_SLOT_HANDLER_HPP
 
-#include <boost/asio/associated_cancellation_slot.hpp>
-#include <boost/asio/associator.hpp>
-#include <boost/asio/bind_allocator.hpp>
-#include <boost/asio/bind_cancellation_slot.hpp>
-#include <boost/asio/bind_executor.hpp>
-#include <boost/asio/cancellation_signal.hpp>
+#include <metronome/detail/asio.hpp>
 
 #include <type_traits>
 #include <utility>
@@ -39,7 +34,7 @@ public:
   const Handler& get() const noexcept { return handler_; }
   Handler& handler() noexcept { return handler_; }
   Link& link() noexcept { return link_; }
-  boost::asio::cancellation_slot slot() const noexcept { return link_.slot(); }
+  net::cancellation_slot slot() const noexcept { return link_.slot(); }
 
 private:
   Handler handler_;
@@ -61,21 +56,21 @@ void before_slot_clear(slot_handler<Handler, Link>& h) noexcept {
   before_slot_clear(h.handler());
 }
 template <class Handler, class Executor>
-void before_slot_clear(boost::asio::executor_binder<Handler, Executor>& h) noexcept {
+void before_slot_clear(net::executor_binder<Handler, Executor>& h) noexcept {
   before_slot_clear(h.get());
 }
 template <class Handler, class Allocator>
-void before_slot_clear(boost::asio::allocator_binder<Handler, Allocator>& h) noexcept {
+void before_slot_clear(net::allocator_binder<Handler, Allocator>& h) noexcept {
   before_slot_clear(h.get());
 }
 template <class Handler, class Slot>
-void before_slot_clear(boost::asio::cancellation_slot_binder<Handler, Slot>& h) noexcept {
+void before_slot_clear(net::cancellation_slot_binder<Handler, Slot>& h) noexcept {
   before_slot_clear(h.get());
 }
 
 } // namespace metronome::detail
 
-namespace boost::asio {
+namespace METRONOME_NET_NAMESPACE {
 
 template <template <class, class> class Associator, class Handler, class Link, class Default>
 struct associator<Associator, metronome::detail::slot_handler<Handler, Link>, Default> {
@@ -97,6 +92,6 @@ struct associated_cancellation_slot<metronome::detail::slot_handler<Handler, Lin
   }
 };
 
-} // namespace boost::asio
+} // namespace METRONOME_NET_NAMESPACE
 
 #endif

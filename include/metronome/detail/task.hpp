@@ -4,7 +4,7 @@
 
 #include <metronome/options.hpp>
 
-#include <boost/asio/detail/bind_handler.hpp>
+#include <metronome/detail/asio.hpp>
 
 
 #include <atomic>
@@ -141,7 +141,7 @@ clock::time_point saturating_add(clock::time_point now, std::chrono::duration<Re
 template <class F>
 inline constexpr bool is_asio_binder0 = false;
 template <class H>
-inline constexpr bool is_asio_binder0<boost::asio::detail::binder0<H>> = true;
+inline constexpr bool is_asio_binder0<net::detail::binder0<H>> = true;
 
 // True when a callable is observably empty (null pointer, empty std::function…), also
 // inside the wrapper asio::post/dispatch/defer put around a handler on its way to

@@ -7,9 +7,7 @@
 #include <metronome/detail/pool_of.hpp>
 #include <metronome/detail/timing_service.hpp>
 
-#include <boost/asio/execution/context.hpp>
-#include <boost/asio/execution_context.hpp>
-#include <boost/asio/query.hpp>
+#include <metronome/detail/asio.hpp>
 
 #include <type_traits>
 
@@ -21,12 +19,12 @@ namespace metronome::detail {
 // context, driven by that context's threads (timing_service.hpp).
 template <class Executor>
 pool_core& pool_core_of(const Executor& ex) {
-  if constexpr (requires { boost::asio::query(ex, boost::asio::execution::context); }) {
-    decltype(auto) ctx = boost::asio::query(ex, boost::asio::execution::context);
+  if constexpr (requires { net::query(ex, net::execution::context); }) {
+    decltype(auto) ctx = net::query(ex, net::execution::context);
     if constexpr (runs_on_a_metronome_pool<Executor>()) {
       return *pool_of(ex);
     } else {
-      static_assert(std::is_convertible_v<decltype(ctx), boost::asio::execution_context&>,
+      static_assert(std::is_convertible_v<decltype(ctx), net::execution_context&>,
                     "metronome: an executor whose context is not an Asio execution_context");
       if (pool_core* pool = pool_locator::find(ctx)) return *pool;
       return hosted_core_of(ctx, ex);

@@ -5,12 +5,7 @@
 
 #include <metronome/detail/pool_core.hpp>
 
-#include <boost/asio/basic_waitable_timer.hpp>
-#include <boost/asio/execution_context.hpp>
-#include <boost/asio/post.hpp>
-#include <boost/asio/prefer.hpp>
-#include <boost/asio/wait_traits.hpp>
-#include <boost/system/error_code.hpp>
+#include <metronome/detail/asio.hpp>
 
 #include <atomic>
 #include <cstddef>
@@ -104,7 +99,7 @@ class timing_host final : public timing_host_base {
     timing_host* host;
     using allocator_type = slot_allocator<void>;
     allocator_type get_allocator() const noexcept { return allocator_type(&host->timer_slot_); }
-    void operator()(const boost::system::error_code& ec) const noexcept { host->on_timer(!ec); }
+    void operator()(const error_code& ec) const noexcept { host->on_timer(!ec); }
   };
 
 public:
@@ -113,24 +108,24 @@ public:
   void shutdown() noexcept override { disarm(); }
 
 private:
-  void post_drive() override { boost::asio::post(ex_, drive_op{this}); }
+  void post_drive() override { net::post(ex_, drive_op{this}); }
   void arm(clock::time_point due) override {
     timer_.expires_at(due);
     timer_.async_wait(timer_op{this});
   }
   void disarm() noexcept override {
-    boost::system::error_code ignored;
+    error_code ignored;
     timer_.cancel(ignored);
   }
 
   Executor ex_;
-  boost::asio::basic_waitable_timer<clock, boost::asio::wait_traits<clock>, Executor> timer_;
+  net::basic_waitable_timer<clock, net::wait_traits<clock>, Executor> timer_;
 };
 
 using timing_host_factory = std::unique_ptr<timing_host_base> (*)(const void* source);
 
 // The hosted core of `ctx`, made on first use with the host make(source) returns.
-pool_core& hosted_timing_core(boost::asio::execution_context& ctx, timing_host_factory make, const void* source);
+pool_core& hosted_timing_core(net::execution_context& ctx, timing_host_factory make, const void* source);
 
 // The host of a context: its own executor when its type has one (an io_context, a
 // thread_pool: never a strand, which would order the drives with the strand's work),

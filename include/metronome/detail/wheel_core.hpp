@@ -9,7 +9,7 @@
 #include <metronome/detail/task.hpp>
 #include <metronome/options.hpp>
 
-#include <boost/asio/any_io_executor.hpp>
+#include <metronome/detail/asio.hpp>
 
 #include <atomic>
 #include <cstdint>
@@ -144,7 +144,7 @@ public:
   // pool: the metronome pool `ex` runs on, if any. host: else, the hosted timing core of
   // ex's context (timing_service.hpp): the wheel's ticks are then a wait in it, driven by
   // that context's threads, and the wheel has no thread of its own.
-  static std::unique_ptr<wheel_core> make(wheel_options opts, boost::asio::any_io_executor ex, pool_core* pool,
+  static std::unique_ptr<wheel_core> make(wheel_options opts, net::any_io_executor ex, pool_core* pool,
                                           pool_core* host = nullptr);
   virtual ~wheel_core() = default;
   wheel_core(const wheel_core&) = delete;
@@ -160,7 +160,7 @@ public:
   // takes the wheel's references).
   std::vector<wheel_entry*> stop();
   std::size_t pending() const noexcept;
-  const boost::asio::any_io_executor& executor() const noexcept;
+  const net::any_io_executor& executor() const noexcept;
   // The metronome pool the wheel fires onto, or nullptr (another executor, or the wheel
   // is stopped: the pool may be gone).
   pool_core* pool() const noexcept;

@@ -5,8 +5,7 @@
 #include <metronome/detail/executor_op.hpp>
 #include <metronome/detail/node_cache.hpp>
 
-#include <boost/asio/execution.hpp>
-#include <boost/asio/strand.hpp>
+#include <metronome/detail/asio.hpp>
 
 #include <exception>
 #include <memory>
@@ -23,7 +22,7 @@ namespace metronome::detail {
 template <class F>
 struct is_strand_invoker : std::false_type {};
 template <class Executor, class Void>
-struct is_strand_invoker<boost::asio::detail::strand_executor_service::invoker<Executor, Void>> : std::true_type {};
+struct is_strand_invoker<net::detail::strand_executor_service::invoker<Executor, Void>> : std::true_type {};
 
 } // namespace metronome::detail
 
@@ -88,63 +87,63 @@ public:
 
   // ---- require / prefer
   constexpr basic_executor_type<Allocator, Bits | blocking_never>
-  require(boost::asio::execution::blocking_t::never_t) const {
+  require(net::execution::blocking_t::never_t) const {
     return {pool_, allocator_};
   }
   constexpr basic_executor_type<Allocator, Bits & ~blocking_never>
-  require(boost::asio::execution::blocking_t::possibly_t) const {
+  require(net::execution::blocking_t::possibly_t) const {
     return {pool_, allocator_};
   }
   constexpr basic_executor_type<Allocator, Bits & ~relationship_continuation>
-  require(boost::asio::execution::relationship_t::fork_t) const {
+  require(net::execution::relationship_t::fork_t) const {
     return {pool_, allocator_};
   }
   constexpr basic_executor_type<Allocator, Bits | relationship_continuation>
-  require(boost::asio::execution::relationship_t::continuation_t) const {
+  require(net::execution::relationship_t::continuation_t) const {
     return {pool_, allocator_};
   }
   basic_executor_type<Allocator, Bits | outstanding_work_tracked>
-  require(boost::asio::execution::outstanding_work_t::tracked_t) const {
+  require(net::execution::outstanding_work_t::tracked_t) const {
     return {pool_, allocator_};
   }
   basic_executor_type<Allocator, Bits & ~outstanding_work_tracked>
-  require(boost::asio::execution::outstanding_work_t::untracked_t) const {
+  require(net::execution::outstanding_work_t::untracked_t) const {
     return {pool_, allocator_};
   }
   template <class OtherAllocator>
-  basic_executor_type<OtherAllocator, Bits> require(boost::asio::execution::allocator_t<OtherAllocator> a) const {
+  basic_executor_type<OtherAllocator, Bits> require(net::execution::allocator_t<OtherAllocator> a) const {
     return {pool_, a.value()};
   }
-  basic_executor_type<std::allocator<void>, Bits> require(boost::asio::execution::allocator_t<void>) const {
+  basic_executor_type<std::allocator<void>, Bits> require(net::execution::allocator_t<void>) const {
     return {pool_, std::allocator<void>()};
   }
 
   // ---- query
-  static constexpr boost::asio::execution::mapping_t query(boost::asio::execution::mapping_t) noexcept {
-    return boost::asio::execution::mapping.thread;
+  static constexpr net::execution::mapping_t query(net::execution::mapping_t) noexcept {
+    return net::execution::mapping.thread;
   }
-  scheduled_thread_pool& query(boost::asio::execution::context_t) const noexcept { return *pool_; }
-  static constexpr boost::asio::execution::blocking_t query(boost::asio::execution::blocking_t) noexcept {
-    return (Bits & blocking_never) ? boost::asio::execution::blocking_t(boost::asio::execution::blocking.never)
-                                   : boost::asio::execution::blocking_t(boost::asio::execution::blocking.possibly);
+  scheduled_thread_pool& query(net::execution::context_t) const noexcept { return *pool_; }
+  static constexpr net::execution::blocking_t query(net::execution::blocking_t) noexcept {
+    return (Bits & blocking_never) ? net::execution::blocking_t(net::execution::blocking.never)
+                                   : net::execution::blocking_t(net::execution::blocking.possibly);
   }
-  static constexpr boost::asio::execution::relationship_t query(boost::asio::execution::relationship_t) noexcept {
+  static constexpr net::execution::relationship_t query(net::execution::relationship_t) noexcept {
     return (Bits & relationship_continuation)
-               ? boost::asio::execution::relationship_t(boost::asio::execution::relationship.continuation)
-               : boost::asio::execution::relationship_t(boost::asio::execution::relationship.fork);
+               ? net::execution::relationship_t(net::execution::relationship.continuation)
+               : net::execution::relationship_t(net::execution::relationship.fork);
   }
-  static constexpr boost::asio::execution::outstanding_work_t
-  query(boost::asio::execution::outstanding_work_t) noexcept {
+  static constexpr net::execution::outstanding_work_t
+  query(net::execution::outstanding_work_t) noexcept {
     return (Bits & outstanding_work_tracked)
-               ? boost::asio::execution::outstanding_work_t(boost::asio::execution::outstanding_work.tracked)
-               : boost::asio::execution::outstanding_work_t(boost::asio::execution::outstanding_work.untracked);
+               ? net::execution::outstanding_work_t(net::execution::outstanding_work.tracked)
+               : net::execution::outstanding_work_t(net::execution::outstanding_work.untracked);
   }
   template <class OtherAllocator>
-  constexpr Allocator query(boost::asio::execution::allocator_t<OtherAllocator>) const noexcept {
+  constexpr Allocator query(net::execution::allocator_t<OtherAllocator>) const noexcept {
     return allocator_;
   }
-  constexpr Allocator query(boost::asio::execution::allocator_t<void>) const noexcept { return allocator_; }
-  std::size_t query(boost::asio::execution::occupancy_t) const noexcept { return pool_->core_->thread_count(); }
+  constexpr Allocator query(net::execution::allocator_t<void>) const noexcept { return allocator_; }
+  std::size_t query(net::execution::occupancy_t) const noexcept { return pool_->core_->thread_count(); }
 
   /// Whether the calling thread is one of the pool's workers.
   bool running_in_this_thread() const noexcept { return pool_->core_->running_in_this_thread(); }

@@ -5,11 +5,7 @@
 #include <metronome/detail/handler_op.hpp>
 #include <metronome/detail/test_hooks.hpp>
 
-#include <boost/asio/async_result.hpp>
-#include <boost/asio/cancellation_type.hpp>
-#include <boost/asio/error.hpp>
-#include <boost/asio/system_executor.hpp>
-#include <boost/system/system_error.hpp>
+#include <metronome/detail/asio.hpp>
 
 #include <exception>
 #include <optional>
@@ -46,16 +42,16 @@ using wait_signature = typename wait_signature_of<R>::type;
 // which reaches the task, never meets a freed one.
 template <class R, class Handler>
 class wait_hook final : public completion_hook,
-                        public handler_op<wait_hook<R, Handler>, Handler, boost::asio::system_executor> {
-  using handler_base = handler_op<wait_hook, Handler, boost::asio::system_executor>;
+                        public handler_op<wait_hook<R, Handler>, Handler, net::system_executor> {
+  using handler_base = handler_op<wait_hook, Handler, net::system_executor>;
   friend handler_base;
   static constexpr bool has_own_executor =
-      !std::is_same_v<boost::asio::associated_executor_t<Handler, boost::asio::system_executor>,
-                      boost::asio::system_executor>;
+      !std::is_same_v<net::associated_executor_t<Handler, net::system_executor>,
+                      net::system_executor>;
 
 public:
   wait_hook(Handler&& h, scheduled_task_base* task)
-      : handler_base(std::move(h), boost::asio::system_executor()), task_(task), repost_(this) {
+      : handler_base(std::move(h), net::system_executor()), task_(task), repost_(this) {
     this->hold_work();
     task_->add_ref();
     this->template connect_slot<canceller>(this);
@@ -110,8 +106,8 @@ private:
   struct canceller {
     explicit canceller(wait_hook* h) noexcept : self(h) {}
     wait_hook* self;
-    void operator()(boost::asio::cancellation_type_t type) const noexcept {
-      if (type == boost::asio::cancellation_type::none || !self->task_->remove_hook(self)) return;
+    void operator()(net::cancellation_type_t type) const noexcept {
+      if (type == net::cancellation_type::none || !self->task_->remove_hook(self)) return;
       METRONOME_TEST_HOOK(hook_point::wait_removed_before_abort);
       self->abort();
     }
@@ -120,7 +116,7 @@ private:
   // Taken out of the task's list by a cancellation: the task goes on, the wait ends.
   void abort() noexcept {
     std::exception_ptr e =
-        std::make_exception_ptr(boost::system::system_error(boost::asio::error::operation_aborted));
+        std::make_exception_ptr(system_error(net::error::operation_aborted));
     if constexpr (std::is_void_v<R>)
       this->complete_with(false, std::move(e));
     else
@@ -160,7 +156,7 @@ private:
 /**
  * Completes with `void(std::exception_ptr)` (R = void) or `void(std::exception_ptr, R)`
  * when the task ends: a null pointer and the value; the task's exception; or a
- * `cancelled_error`. So `co_await f.async_wait(boost::asio::use_awaitable)` returns
+ * `cancelled_error`. So `co_await f.async_wait(net::use_awaitable)` returns
  * the value or rethrows. The handler runs on its associated executor: dispatched from
  * the thread that ran the task when its run ends it (inline there when it has none);
  * posted when anything else ends it (`cancel()`, `dispose()`, `shutdown_now()`, the
@@ -183,7 +179,7 @@ auto scheduled_future<R>::async_wait(CompletionToken&& token) {
                 "void(std::exception_ptr, T) does); wait on a scheduled_future<std::optional<R>> instead");
   checked();
   // The initiation holds its own handle: with `deferred` it may launch later.
-  return boost::asio::async_initiate<CompletionToken, detail::wait_signature<R>>(
+  return net::async_initiate<CompletionToken, detail::wait_signature<R>>(
       [](auto handler, scheduled_future self) {
         using H = std::decay_t<decltype(handler)>;
         auto* hook = detail::wait_hook<R, H>::create(std::move(handler), self.task_.get());

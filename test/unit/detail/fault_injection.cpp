@@ -12,12 +12,7 @@
 
 #include "common/poll_until.hpp"
 
-#include <boost/asio/bind_allocator.hpp>
-#include <boost/asio/bind_executor.hpp>
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/post.hpp>
-#include <boost/asio/bind_cancellation_slot.hpp>
-#include <boost/asio/cancellation_signal.hpp>
+#include <metronome/detail/asio.hpp>
 #include <boost/test/unit_test.hpp>
 
 #include "common/counting_new.hpp"
@@ -90,7 +85,7 @@ BOOST_AUTO_TEST_CASE(async_wait_on_an_ended_task_throws_bad_alloc_or_completes_o
   scheduled_thread_pool pool(1);
   auto h = pool.submit([] { return 7; });
   h.wait();
-  boost::asio::io_context io;
+  metronome::net::io_context io;
   for (int mode = 0; mode < 2; ++mode) {
     BOOST_TEST_CONTEXT((mode == 0 ? "a plain callback" : "a callback bound to an io_context")) {
       std::atomic<int> calls{0}, runs{0};
@@ -103,7 +98,7 @@ BOOST_AUTO_TEST_CASE(async_wait_on_an_ended_task_throws_bad_alloc_or_completes_o
             if (mode == 0)
               h.async_wait(std::move(cb));
             else
-              h.async_wait(boost::asio::bind_executor(io, std::move(cb)));
+              h.async_wait(metronome::net::bind_executor(io, std::move(cb)));
           },
           [&] {
             io.poll();
@@ -225,17 +220,17 @@ BOOST_AUTO_TEST_CASE(wheel_async_wait_throws_bad_alloc_with_nothing_queued) {
   std::atomic<int> aborted{0};
   std::atomic<int> runs{0};
   const long live_before = tracked::live.load();
-  std::deque<boost::asio::cancellation_signal> signals;
+  std::deque<metronome::net::cancellation_signal> signals;
   auto drain = [&] { pool.submit([] {}).wait(); }; // one worker: what was posted before has run
   for_each_failure(
       [&] {
         auto& sig = signals.emplace_back();
-        wheel.async_wait(1h, boost::asio::bind_cancellation_slot(
-                                 sig.slot(), [&, t = tracked(&runs)](boost::system::error_code ec) {
+        wheel.async_wait(1h, metronome::net::bind_cancellation_slot(
+                                 sig.slot(), [&, t = tracked(&runs)](metronome::error_code ec) {
                                    ++calls;
-                                   if (ec == boost::asio::error::operation_aborted) ++aborted;
+                                   if (ec == metronome::net::error::operation_aborted) ++aborted;
                                  }));
-        sig.emit(boost::asio::cancellation_type::terminal);
+        sig.emit(metronome::net::cancellation_type::terminal);
       },
       [&] {
         drain();
@@ -261,7 +256,7 @@ BOOST_AUTO_TEST_CASE(async_delay_throws_bad_alloc_with_nothing_queued) {
   for_each_failure(
       [&] {
         metronome::async_delay(pool.get_executor(), 1h,
-                               [&, t = tracked(&runs)](boost::system::error_code) { ++calls; });
+                               [&, t = tracked(&runs)](metronome::error_code) { ++calls; });
       },
       [&] {
         BOOST_CHECK_EQUAL(pool.stats().delayed_queued, 0u);
@@ -293,17 +288,17 @@ BOOST_AUTO_TEST_CASE(async_delay_on_a_terminated_pool_throws_bad_alloc_or_comple
   scheduled_thread_pool pool(1);
   pool.shutdown();
   pool.join();
-  boost::asio::io_context io;
+  metronome::net::io_context io;
   std::atomic<int> calls{0}, runs{0};
   const long live_before = tracked::live.load();
   for_each_failure(
       [&] {
         metronome::async_delay(
             pool, 1ms,
-            boost::asio::bind_executor(
-                io, boost::asio::bind_allocator(new_allocator<int>(),
-                                                [&, t = tracked(&runs)](boost::system::error_code ec) {
-                                                  if (ec == boost::asio::error::operation_aborted) ++calls;
+            metronome::net::bind_executor(
+                io, metronome::net::bind_allocator(new_allocator<int>(),
+                                                [&, t = tracked(&runs)](metronome::error_code ec) {
+                                                  if (ec == metronome::net::error::operation_aborted) ++calls;
                                                 })));
       },
       [&] {

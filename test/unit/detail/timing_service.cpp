@@ -12,14 +12,7 @@
 #include "common/threads.hpp"
 #include "common/poll_until.hpp"
 
-#include <boost/asio/any_io_executor.hpp>
-#include <boost/asio/bind_cancellation_slot.hpp>
-#include <boost/asio/cancellation_signal.hpp>
-#include <boost/asio/executor_work_guard.hpp>
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/post.hpp>
-#include <boost/asio/strand.hpp>
-#include <boost/asio/thread_pool.hpp>
+#include <metronome/detail/asio.hpp>
 #include <boost/test/unit_test.hpp>
 
 #include <atomic>
@@ -32,17 +25,17 @@
 #include <thread>
 #include <vector>
 
-namespace asio = boost::asio;
+namespace net = metronome::net;
 using metronome::test::process_threads;
 using namespace std::chrono_literals;
-using boost::system::error_code;
+using metronome::error_code;
 using metronome::async_delay;
 using steady = metronome::clock;
 
 BOOST_AUTO_TEST_SUITE(timing_service)
 
 BOOST_AUTO_TEST_CASE(waits_on_an_io_context_complete_in_due_order_on_its_thread_and_start_no_thread) {
-  asio::io_context io;
+  net::io_context io;
   const std::size_t before = process_threads();
   const auto start = steady::now();
   std::vector<int> order;
@@ -62,10 +55,10 @@ BOOST_AUTO_TEST_CASE(waits_on_an_io_context_complete_in_due_order_on_its_thread_
 }
 
 BOOST_AUTO_TEST_CASE(a_strand_and_an_any_io_executor_over_an_io_context_time_on_its_thread) {
-  asio::io_context io;
+  net::io_context io;
   const std::size_t before = process_threads();
-  auto strand = asio::make_strand(io);
-  asio::any_io_executor any = strand;
+  auto strand = net::make_strand(io);
+  net::any_io_executor any = strand;
   int done = 0;
   async_delay(strand, 1ms, [&](error_code ec) {
     BOOST_TEST(!ec);
@@ -83,20 +76,20 @@ BOOST_AUTO_TEST_CASE(a_strand_and_an_any_io_executor_over_an_io_context_time_on_
 }
 
 BOOST_AUTO_TEST_CASE(a_cancelled_wait_lets_run_return_at_once) {
-  asio::io_context io;
-  asio::cancellation_signal sig;
+  net::io_context io;
+  net::cancellation_signal sig;
   std::optional<error_code> got;
-  async_delay(io, 1h, asio::bind_cancellation_slot(sig.slot(), [&](error_code ec) { got = ec; }));
-  asio::post(io, [&] { sig.emit(asio::cancellation_type::terminal); });
+  async_delay(io, 1h, net::bind_cancellation_slot(sig.slot(), [&](error_code ec) { got = ec; }));
+  net::post(io, [&] { sig.emit(net::cancellation_type::terminal); });
   const auto start = steady::now();
   io.run(); // the hour-long timer is disarmed with the heap empty
   BOOST_TEST((steady::now() - start < 10s));
   BOOST_REQUIRE(got.has_value());
-  BOOST_TEST((*got == asio::error::operation_aborted));
+  BOOST_TEST((*got == net::error::operation_aborted));
 }
 
 BOOST_AUTO_TEST_CASE(cancel_after_and_interval_over_an_io_context_run_on_its_thread) {
-  asio::io_context io;
+  net::io_context io;
   const std::size_t before = process_threads();
   std::optional<error_code> timed_out;
   async_delay(io, 1h, metronome::cancel_after(2ms, [&](error_code ec) { timed_out = ec; }));
@@ -109,7 +102,7 @@ BOOST_AUTO_TEST_CASE(cancel_after_and_interval_over_an_io_context_run_on_its_thr
   ticks.async_tick(on_tick);
   io.run();
   BOOST_REQUIRE(timed_out.has_value());
-  BOOST_TEST((*timed_out == asio::error::operation_aborted));
+  BOOST_TEST((*timed_out == net::error::operation_aborted));
   BOOST_TEST(ticked == 3);
   BOOST_TEST(metronome::test::settled_threads(before) == before);
 }
@@ -119,7 +112,7 @@ BOOST_AUTO_TEST_CASE(destroying_the_context_destroys_its_pending_waits_unrun) {
   auto token = std::make_shared<int>(0);
   bool called = false;
   {
-    asio::io_context io;
+    net::io_context io;
     async_delay(io, 1h, [&called, token](error_code) { called = true; });
     async_delay(io, 0ms, [&called, token](error_code) { called = true; }); // ready, never run
     BOOST_TEST(token.use_count() == 3);
@@ -131,7 +124,7 @@ BOOST_AUTO_TEST_CASE(destroying_the_context_destroys_its_pending_waits_unrun) {
 // Without dispose(): the context's shutdown cancels the serial executor's delayed work
 // (its handles report it), and the serial executor outlives the context safely.
 BOOST_AUTO_TEST_CASE(a_thread_pool_destroyed_under_a_serial_executor_with_delayed_work_is_safe) {
-  std::optional<asio::thread_pool> tp(std::in_place, 1);
+  std::optional<net::thread_pool> tp(std::in_place, 1);
   auto serial = metronome::make_serial_executor(tp->get_executor());
   auto far = serial.schedule([] {}, 1h);
   std::atomic<int> ran{0};
@@ -150,7 +143,7 @@ BOOST_AUTO_TEST_CASE(a_thread_pool_times_its_waits_on_its_own_threads_and_accoun
   std::mutex m;
   std::set<std::thread::id> where;
   {
-    asio::thread_pool tp(2);
+    net::thread_pool tp(2);
     auto ex = tp.get_executor();
     std::vector<std::thread> producers;
     for (int p = 0; p < 2; ++p)
@@ -179,7 +172,7 @@ BOOST_AUTO_TEST_CASE(a_thread_pool_times_its_waits_on_its_own_threads_and_accoun
 }
 
 BOOST_AUTO_TEST_CASE(a_wheel_over_an_io_context_ticks_on_its_thread_and_starts_no_thread) {
-  asio::io_context io;
+  net::io_context io;
   const std::size_t before = process_threads();
   metronome::wheel_options o;
   o.tick = 1ms;
@@ -211,8 +204,8 @@ using metronome::test::hook_stop;
 // The drive protocol: a request made while a drive is past its look at the core (state
 // running) sets rerun, and the drive looks again before it goes idle.
 BOOST_AUTO_TEST_CASE(work_pushed_while_a_drive_is_about_to_go_idle_is_driven) {
-  asio::io_context io;
-  auto guard = asio::make_work_guard(io);
+  net::io_context io;
+  auto guard = net::make_work_guard(io);
   hook_stop stop(hook_point::hosted_drive_before_idle);
   std::atomic<int> done{0};
   std::thread runner([&] {
@@ -233,10 +226,10 @@ BOOST_AUTO_TEST_CASE(work_pushed_while_a_drive_is_about_to_go_idle_is_driven) {
 // The hosted invariant: a head earlier than what the host times asks for a drive, even
 // while a drive has read the old head and not yet armed the timer for it.
 BOOST_AUTO_TEST_CASE(an_earlier_head_pushed_before_the_timer_is_armed_is_timed) {
-  asio::io_context io;
+  net::io_context io;
   std::optional<error_code> far_result;
-  asio::cancellation_signal far_cancel;
-  async_delay(io, 1h, asio::bind_cancellation_slot(far_cancel.slot(), [&](error_code ec) { far_result = ec; }));
+  net::cancellation_signal far_cancel;
+  async_delay(io, 1h, net::bind_cancellation_slot(far_cancel.slot(), [&](error_code ec) { far_result = ec; }));
   hook_stop stop(hook_point::hosted_drive_before_arm);
   std::atomic<bool> near_done{false};
   std::thread runner([&] {
@@ -247,12 +240,12 @@ BOOST_AUTO_TEST_CASE(an_earlier_head_pushed_before_the_timer_is_armed_is_timed) 
   BOOST_REQUIRE(stop.arrived()); // the drive read the hour-long head, the timer not yet armed
   const auto pushed = steady::now();
   steady::time_point fired;
-  error_code near_result = asio::error::operation_aborted;
+  error_code near_result = net::error::operation_aborted;
   async_delay(io, 20ms, [&](error_code ec) { // on the runner: no Boost.Test check here
     near_result = ec;
     fired = steady::now();
     near_done.store(true);
-    far_cancel.emit(asio::cancellation_type::terminal); // on io's thread, as Asio asks
+    far_cancel.emit(net::cancellation_type::terminal); // on io's thread, as Asio asks
   });
   stop.release();
   BOOST_TEST(metronome::test::poll_until([&] { return near_done.load(); }, 10s));
@@ -260,7 +253,7 @@ BOOST_AUTO_TEST_CASE(an_earlier_head_pushed_before_the_timer_is_armed_is_timed) 
   BOOST_TEST(!near_result);
   BOOST_TEST((fired - pushed >= 20ms));
   BOOST_REQUIRE(far_result.has_value());
-  BOOST_TEST((*far_result == asio::error::operation_aborted));
+  BOOST_TEST((*far_result == net::error::operation_aborted));
 }
 
 // The hosted tick invariant: a timeout pushed into the inbox (the tick holds the wheel's
@@ -285,7 +278,7 @@ void stop_when_only_the_far_timeout_is_left(hook_point p) {
 } // namespace
 
 BOOST_AUTO_TEST_CASE(a_timeout_pushed_while_the_hosted_tick_chooses_its_deadline_fires_on_time) {
-  asio::io_context io;
+  net::io_context io;
   metronome::wheel_options o;
   o.tick = 1ms;
   metronome::wheel_timer wheel(io.get_executor(), o);

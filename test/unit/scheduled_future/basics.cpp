@@ -14,16 +14,8 @@
 #include "common/poll_until.hpp"
 #include "common/threads.hpp"
 
-#include <boost/asio/bind_executor.hpp>
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/bind_cancellation_slot.hpp>
-#include <boost/asio/cancellation_signal.hpp>
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/detached.hpp>
-#include <boost/asio/experimental/awaitable_operators.hpp>
-#include <boost/asio/post.hpp>
-#include <boost/asio/use_awaitable.hpp>
-#include <boost/asio/use_future.hpp>
+#include <metronome/detail/asio.hpp>
+#include METRONOME_ASIO_HEADER(experimental/awaitable_operators.hpp)
 
 #include <boost/test/unit_test.hpp>
 
@@ -202,7 +194,7 @@ BOOST_AUTO_TEST_CASE(a_throwing_async_wait_handler_goes_to_the_pool_handler_and_
   auto f = pool.schedule([] { return 1; }, 1ms);
   f.async_wait([](std::exception_ptr, int) { throw std::runtime_error("inline handler"); });
   f.async_wait(
-      boost::asio::bind_executor(pool, [](std::exception_ptr, int) { throw std::runtime_error("bound handler"); }));
+      metronome::net::bind_executor(pool, [](std::exception_ptr, int) { throw std::runtime_error("bound handler"); }));
   clock.advance(1ms);
   BOOST_TEST(f.get() == 1);
   BOOST_TEST(pool.submit([] { return 7; }).get() == 7);
@@ -216,11 +208,11 @@ BOOST_AUTO_TEST_CASE(a_throwing_async_wait_handler_goes_to_the_pool_handler_and_
 // task ran, the completion was handed on).
 BOOST_AUTO_TEST_CASE(async_wait_holds_work_on_the_handler_executor_until_the_completion_is_handed_over) {
   manual_pool mp;
-  boost::asio::io_context io;
+  metronome::net::io_context io;
   metronome::test::counting_executor::counts work;
   int held_while_running = -1;
   auto f = mp.pool.schedule([] { return 1; }, 1ms);
-  f.async_wait(boost::asio::bind_executor(metronome::test::counting_executor(io, work),
+  f.async_wait(metronome::net::bind_executor(metronome::test::counting_executor(io, work),
                                           [&](std::exception_ptr, int) { held_while_running = work.held.load(); }));
   BOOST_TEST(work.held.load() == 1);
   mp.clock.advance(1ms);
@@ -235,9 +227,9 @@ BOOST_AUTO_TEST_CASE(async_wait_holds_work_on_the_handler_executor_until_the_com
 BOOST_AUTO_TEST_CASE(async_waits_completing_onto_a_dying_io_context_leave_it_alone) {
   metronome::test::on_one_cpu one_cpu; // first: the pool's threads too
   manual_pool mp;
-  metronome::test::complete_onto_dying_io_contexts(2000, [&](boost::asio::io_context& io, std::function<void()> ran) {
+  metronome::test::complete_onto_dying_io_contexts(2000, [&](metronome::net::io_context& io, std::function<void()> ran) {
     auto f = mp.pool.schedule([] { return 1; }, 1ms);
-    f.async_wait(boost::asio::bind_executor(io, [ran](std::exception_ptr, int) { ran(); }));
+    f.async_wait(metronome::net::bind_executor(io, [ran](std::exception_ptr, int) { ran(); }));
     mp.clock.advance(1ms);
   });
 }
@@ -368,13 +360,13 @@ BOOST_AUTO_TEST_CASE(a_wait_ended_by_dispose_never_runs_inside_it) {
 // rather than dispatching it into the cancelling handler.
 BOOST_AUTO_TEST_CASE(a_wait_bound_to_an_io_context_is_posted_when_cancelled_from_that_io_context) {
   manual_pool mp;
-  boost::asio::io_context io;
+  metronome::net::io_context io;
   auto f = mp.pool.schedule([] { return 1; }, 1h);
   std::vector<std::string> order;
-  f.async_wait(boost::asio::bind_executor(io, [&](std::exception_ptr e, int) {
+  f.async_wait(metronome::net::bind_executor(io, [&](std::exception_ptr e, int) {
     order.push_back(e ? "completion" : "completion without error");
   }));
-  boost::asio::post(io, [&] {
+  metronome::net::post(io, [&] {
     order.push_back("cancel");
     BOOST_TEST(f.cancel());
     order.push_back("after cancel");
@@ -389,8 +381,8 @@ namespace {
 bool is_aborted(const std::exception_ptr& e) {
   try {
     if (e) std::rethrow_exception(e);
-  } catch (const boost::system::system_error& se) {
-    return se.code() == boost::asio::error::operation_aborted;
+  } catch (const metronome::system_error& se) {
+    return se.code() == metronome::net::error::operation_aborted;
   } catch (...) {
   }
   return false;
@@ -399,25 +391,25 @@ bool is_aborted(const std::exception_ptr& e) {
 
 BOOST_AUTO_TEST_CASE(per_operation_cancellation_abandons_the_wait_not_the_task) {
   manual_pool mp;
-  boost::asio::io_context io;
+  metronome::net::io_context io;
   auto f = mp.pool.schedule([] { return 5; }, 1s);
-  boost::asio::cancellation_signal sig;
+  metronome::net::cancellation_signal sig;
   std::vector<std::string> order;
   int other = 0;
-  f.async_wait(boost::asio::bind_cancellation_slot(
-      sig.slot(), boost::asio::bind_executor(io, [&](std::exception_ptr e, int v) {
+  f.async_wait(metronome::net::bind_cancellation_slot(
+      sig.slot(), metronome::net::bind_executor(io, [&](std::exception_ptr e, int v) {
         order.push_back(is_aborted(e) && v == 0 ? "aborted" : "not aborted");
       })));
-  f.async_wait(boost::asio::bind_executor(io, [&](std::exception_ptr e, int v) { other = e ? -1 : v; }));
-  boost::asio::post(io, [&] {
+  f.async_wait(metronome::net::bind_executor(io, [&](std::exception_ptr e, int v) { other = e ? -1 : v; }));
+  metronome::net::post(io, [&] {
     order.push_back("emit");
-    sig.emit(boost::asio::cancellation_type::terminal);
+    sig.emit(metronome::net::cancellation_type::terminal);
     order.push_back("after emit"); // posted, never inside the emission
   });
   while (order.size() < 3) io.run_one(); // the other wait holds work on io: run() would not return
   BOOST_TEST(order == (std::vector<std::string>{"emit", "after emit", "aborted"}), boost::test_tools::per_element());
   BOOST_TEST(!f.is_done()); // the task goes on
-  sig.emit(boost::asio::cancellation_type::terminal); // a second emission: nothing left to do
+  sig.emit(metronome::net::cancellation_type::terminal); // a second emission: nothing left to do
   mp.clock.advance(1s);
   BOOST_TEST(f.get() == 5);
   io.run();
@@ -426,21 +418,21 @@ BOOST_AUTO_TEST_CASE(per_operation_cancellation_abandons_the_wait_not_the_task) 
 
 BOOST_AUTO_TEST_CASE(a_wait_races_its_cancellation_and_completes_exactly_once) {
   metronome::scheduled_thread_pool pool(2);
-  boost::asio::io_context io;
+  metronome::net::io_context io;
   constexpr int rounds = 3000;
   int completions = 0, aborted = 0, valued = 0;
   for (int i = 0; i < rounds; ++i) {
-    auto sig = std::make_shared<boost::asio::cancellation_signal>();
+    auto sig = std::make_shared<metronome::net::cancellation_signal>();
     auto f = pool.submit([i] { return i; });
-    f.async_wait(boost::asio::bind_cancellation_slot(
-        sig->slot(), boost::asio::bind_executor(io, [&, i](std::exception_ptr e, int v) {
+    f.async_wait(metronome::net::bind_cancellation_slot(
+        sig->slot(), metronome::net::bind_executor(io, [&, i](std::exception_ptr e, int v) {
           ++completions;
           if (is_aborted(e))
             ++aborted;
           else if (!e && v == i)
             ++valued;
         })));
-    boost::asio::post(io, [sig] { sig->emit(boost::asio::cancellation_type::terminal); });
+    metronome::net::post(io, [sig] { sig->emit(metronome::net::cancellation_type::terminal); });
     io.run();
     io.restart();
     BOOST_REQUIRE(completions == i + 1);
@@ -450,28 +442,28 @@ BOOST_AUTO_TEST_CASE(a_wait_races_its_cancellation_and_completes_exactly_once) {
 }
 
 BOOST_AUTO_TEST_CASE(a_wait_in_an_awaitable_or_and_under_cancel_after_ends_on_time) {
-  using namespace boost::asio::experimental::awaitable_operators;
+  using namespace metronome::net::experimental::awaitable_operators;
   manual_pool mp;
   auto f = mp.pool.schedule([] { return 3; }, 1h);
-  auto raced = boost::asio::co_spawn(
+  auto raced = metronome::net::co_spawn(
       mp.pool,
-      [&]() -> boost::asio::awaitable<std::size_t> {
-        auto r = co_await (f.async_wait(boost::asio::use_awaitable) ||
-                           metronome::async_delay(mp.pool, 10ms, boost::asio::use_awaitable));
+      [&]() -> metronome::net::awaitable<std::size_t> {
+        auto r = co_await (f.async_wait(metronome::net::use_awaitable) ||
+                           metronome::async_delay(mp.pool, 10ms, metronome::net::use_awaitable));
         co_return r.index();
       },
-      boost::asio::use_future);
-  auto timed = boost::asio::co_spawn(
+      metronome::net::use_future);
+  auto timed = metronome::net::co_spawn(
       mp.pool,
-      [&]() -> boost::asio::awaitable<bool> {
+      [&]() -> metronome::net::awaitable<bool> {
         try {
-          co_await f.async_wait(metronome::cancel_after(20ms, boost::asio::use_awaitable));
-        } catch (const boost::system::system_error& e) {
-          co_return e.code() == boost::asio::error::operation_aborted;
+          co_await f.async_wait(metronome::cancel_after(20ms, metronome::net::use_awaitable));
+        } catch (const metronome::system_error& e) {
+          co_return e.code() == metronome::net::error::operation_aborted;
         }
         co_return false;
       },
-      boost::asio::use_future);
+      metronome::net::use_future);
   // Both coroutines waiting: the task, the delay and cancel_after's timer in the queue.
   BOOST_REQUIRE(metronome::test::poll_until([&] { return mp.pool.stats().delayed_queued == 3u; }));
   mp.clock.advance(10ms);

@@ -552,7 +552,7 @@ BOOST_AUTO_TEST_CASE(single_thread_survives_throwing_tasks) {
   pool_options o = pool_options::single_thread();
   o.exception_handler = [&](std::exception_ptr) { ++reported; };
   scheduled_thread_pool pool(o);
-  for (int i = 0; i < 10; ++i) boost::asio::post(pool, [] { throw std::runtime_error("fire and forget"); });
+  for (int i = 0; i < 10; ++i) metronome::net::post(pool, [] { throw std::runtime_error("fire and forget"); });
   BOOST_TEST(pool.submit([] { return 5; }).get() == 5);
   BOOST_TEST(poll_until([&] { return reported.load() == 10; }));
   BOOST_TEST(pool.stats().threads == 1u);

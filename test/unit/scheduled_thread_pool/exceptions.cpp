@@ -10,7 +10,7 @@
 #include "common/manual_pool.hpp"
 #include "common/poll_until.hpp"
 
-#include <boost/asio/post.hpp>
+#include <metronome/detail/asio.hpp>
 #include <boost/test/unit_test.hpp>
 
 #include <atomic>
@@ -100,7 +100,7 @@ BOOST_AUTO_TEST_CASE(an_exception_handler_that_throws_is_reported_on_stderr_and_
   std::fflush(stderr);
   const int saved = ::dup(2);
   ::dup2(::fileno(tmp), 2);
-  boost::asio::post(pool, [] { throw std::runtime_error("task broke"); });
+  metronome::net::post(pool, [] { throw std::runtime_error("task broke"); });
   pool.submit([] {}).wait();
   std::fflush(stderr);
   ::dup2(saved, 2);
@@ -126,15 +126,15 @@ BOOST_AUTO_TEST_CASE(an_exception_handler_that_posts_to_its_shut_down_pool_does_
   o.threads = 1;
   o.exception_handler = [&](std::exception_ptr) {
     ++reports;
-    boost::asio::post(*self, [] {}); // "log on the pool"
+    metronome::net::post(*self, [] {}); // "log on the pool"
   };
   scheduled_thread_pool pool(o);
   self = &pool;
   pool.shutdown();
-  boost::asio::post(pool, [] {});
+  metronome::net::post(pool, [] {});
   BOOST_CHECK_EQUAL(reports.load(), 8);
   BOOST_CHECK_EQUAL(pool.stats().rejected, 9u); // every drop counted, the last one printed
-  boost::asio::post(pool, [] {}); // and again: the depth went back to 0
+  metronome::net::post(pool, [] {}); // and again: the depth went back to 0
   BOOST_CHECK_EQUAL(reports.load(), 16);
 }
 

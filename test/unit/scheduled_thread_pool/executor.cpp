@@ -5,19 +5,7 @@
 #include "common/latch_task.hpp"
 #include "common/poll_until.hpp"
 
-#include <boost/asio/any_io_executor.hpp>
-#include <boost/asio/bind_executor.hpp>
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/defer.hpp>
-#include <boost/asio/detached.hpp>
-#include <boost/asio/dispatch.hpp>
-#include <boost/asio/execution.hpp>
-#include <boost/asio/executor_work_guard.hpp>
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/post.hpp>
-#include <boost/asio/strand.hpp>
-#include <boost/asio/use_awaitable.hpp>
-#include <boost/asio/use_future.hpp>
+#include <metronome/detail/asio.hpp>
 #include <boost/test/unit_test.hpp>
 
 #include <atomic>
@@ -25,35 +13,35 @@
 #include <thread>
 #include <vector>
 
-namespace asio = boost::asio;
+namespace net = metronome::net;
 using metronome::scheduled_thread_pool;
 using executor = scheduled_thread_pool::executor_type;
 
-static_assert(asio::execution::is_executor<executor>::value);
-static_assert(asio::execution::executor<executor>);
-static_assert(asio::is_executor<executor>::value); // Networking TS
-static_assert(std::is_convertible_v<executor, asio::any_io_executor>);
+static_assert(net::execution::is_executor<executor>::value);
+static_assert(net::execution::executor<executor>);
+static_assert(net::is_executor<executor>::value); // Networking TS
+static_assert(std::is_convertible_v<executor, net::any_io_executor>);
 static_assert(std::is_nothrow_copy_constructible_v<executor>);
-static_assert(asio::can_require<executor, asio::execution::blocking_t::never_t>::value);
-static_assert(asio::can_prefer<executor, asio::execution::blocking_t::possibly_t>::value);
-static_assert(asio::can_require<executor, asio::execution::outstanding_work_t::tracked_t>::value);
-static_assert(asio::can_prefer<executor, asio::execution::relationship_t::continuation_t>::value);
-static_assert(asio::can_query<executor, asio::execution::context_t>::value);
+static_assert(net::can_require<executor, net::execution::blocking_t::never_t>::value);
+static_assert(net::can_prefer<executor, net::execution::blocking_t::possibly_t>::value);
+static_assert(net::can_require<executor, net::execution::outstanding_work_t::tracked_t>::value);
+static_assert(net::can_prefer<executor, net::execution::relationship_t::continuation_t>::value);
+static_assert(net::can_query<executor, net::execution::context_t>::value);
 
 BOOST_AUTO_TEST_SUITE(pool_executor_suite)
 
 BOOST_AUTO_TEST_CASE(queries_and_requires_report_properties) {
   scheduled_thread_pool pool(2);
   auto ex = pool.get_executor();
-  BOOST_TEST(&asio::query(ex, asio::execution::context) == &pool);
-  BOOST_TEST((asio::query(ex, asio::execution::blocking) == asio::execution::blocking.possibly));
-  auto never = asio::require(ex, asio::execution::blocking.never);
-  BOOST_TEST((asio::query(never, asio::execution::blocking) == asio::execution::blocking.never));
-  auto cont = asio::prefer(ex, asio::execution::relationship.continuation);
-  BOOST_TEST((asio::query(cont, asio::execution::relationship) == asio::execution::relationship.continuation));
-  auto tracked = asio::require(ex, asio::execution::outstanding_work.tracked);
-  BOOST_TEST((asio::query(tracked, asio::execution::outstanding_work) == asio::execution::outstanding_work.tracked));
-  BOOST_TEST(asio::query(ex, asio::execution::occupancy) == 2u);
+  BOOST_TEST(&net::query(ex, net::execution::context) == &pool);
+  BOOST_TEST((net::query(ex, net::execution::blocking) == net::execution::blocking.possibly));
+  auto never = net::require(ex, net::execution::blocking.never);
+  BOOST_TEST((net::query(never, net::execution::blocking) == net::execution::blocking.never));
+  auto cont = net::prefer(ex, net::execution::relationship.continuation);
+  BOOST_TEST((net::query(cont, net::execution::relationship) == net::execution::relationship.continuation));
+  auto tracked = net::require(ex, net::execution::outstanding_work.tracked);
+  BOOST_TEST((net::query(tracked, net::execution::outstanding_work) == net::execution::outstanding_work.tracked));
+  BOOST_TEST(net::query(ex, net::execution::occupancy) == 2u);
   BOOST_TEST((ex == pool.get_executor()));
   scheduled_thread_pool other(1);
   BOOST_TEST((ex != other.get_executor()));
@@ -63,7 +51,7 @@ BOOST_AUTO_TEST_CASE(queries_and_requires_report_properties) {
 BOOST_AUTO_TEST_CASE(post_runs_on_a_pool_thread) {
   scheduled_thread_pool pool(2);
   std::promise<bool> p;
-  asio::post(pool, [&] { p.set_value(pool.get_executor().running_in_this_thread()); });
+  net::post(pool, [&] { p.set_value(pool.get_executor().running_in_this_thread()); });
   BOOST_TEST(p.get_future().get());
 }
 
@@ -76,10 +64,10 @@ BOOST_AUTO_TEST_CASE(dispatch_is_inline_on_a_pool_thread_and_post_is_not) {
     order.push_back(v);
   };
   std::promise<void> p;
-  asio::post(pool, [&] {
+  net::post(pool, [&] {
     add(0);
-    asio::dispatch(pool, [&] { add(1); }); // inline: before 2
-    asio::post(pool, [&] {
+    net::dispatch(pool, [&] { add(1); }); // inline: before 2
+    net::post(pool, [&] {
       add(3);
       p.set_value();
     }); // queued: after 2
@@ -94,9 +82,9 @@ BOOST_AUTO_TEST_CASE(defer_runs_on_the_same_thread_after_the_current_task) {
   scheduled_thread_pool pool(2);
   std::promise<bool> p;
   std::atomic<int> step{0};
-  asio::post(pool, [&] {
+  net::post(pool, [&] {
     auto me = std::this_thread::get_id();
-    asio::defer(pool, [&, me] { p.set_value(std::this_thread::get_id() == me && step.load() == 1); });
+    net::defer(pool, [&, me] { p.set_value(std::this_thread::get_id() == me && step.load() == 1); });
     step = 1; // the deferred function has not run yet
   });
   BOOST_TEST(p.get_future().get());
@@ -109,45 +97,45 @@ BOOST_AUTO_TEST_CASE(defer_chains_make_progress_with_other_work) {
   std::promise<int> done;
   std::function<void()> step = [&] {
     if (++chain < 10000 && !other)
-      asio::defer(pool, step);
+      net::defer(pool, step);
     else
       done.set_value(chain.load());
   };
-  asio::post(pool, step);
-  asio::post(pool, [&] { other = true; }); // must run although the chain never ends by itself
+  net::post(pool, step);
+  net::post(pool, [&] { other = true; }); // must run although the chain never ends by itself
   BOOST_TEST(done.get_future().get() < 10000);
 }
 
 BOOST_AUTO_TEST_CASE(converts_to_any_io_executor) {
   scheduled_thread_pool pool(1);
-  asio::any_io_executor any = pool.get_executor();
+  net::any_io_executor any = pool.get_executor();
   std::promise<void> p;
-  asio::post(any, [&] { p.set_value(); });
+  net::post(any, [&] { p.set_value(); });
   p.get_future().get();
 }
 
 BOOST_AUTO_TEST_CASE(co_spawn_with_detached_use_future_and_callback) {
   scheduled_thread_pool pool(2);
-  auto body = []() -> asio::awaitable<int> { co_return 7; };
-  auto fut = asio::co_spawn(pool, body(), asio::use_future);
+  auto body = []() -> net::awaitable<int> { co_return 7; };
+  auto fut = net::co_spawn(pool, body(), net::use_future);
   BOOST_TEST(fut.get() == 7);
   std::promise<int> p;
-  asio::co_spawn(pool, body(), [&](std::exception_ptr, int v) { p.set_value(v); });
+  net::co_spawn(pool, body(), [&](std::exception_ptr, int v) { p.set_value(v); });
   BOOST_TEST(p.get_future().get() == 7);
   std::promise<void> d;
-  asio::co_spawn(
+  net::co_spawn(
       pool,
-      [&]() -> asio::awaitable<void> {
+      [&]() -> net::awaitable<void> {
         d.set_value();
         co_return;
       },
-      asio::detached);
+      net::detached);
   d.get_future().get();
 }
 
 BOOST_AUTO_TEST_CASE(tracked_work_keeps_join_waiting) {
   scheduled_thread_pool pool(1);
-  auto guard = asio::make_work_guard(pool.get_executor());
+  auto guard = net::make_work_guard(pool.get_executor());
   std::atomic<bool> joined{false};
   std::thread t([&] {
     pool.join();
@@ -156,7 +144,7 @@ BOOST_AUTO_TEST_CASE(tracked_work_keeps_join_waiting) {
   BOOST_TEST(!pool.await_termination(std::chrono::milliseconds(50)));
   BOOST_TEST(!joined.load());
   std::atomic<bool> ran{false};
-  asio::post(pool, [&] { ran = true; }); // still accepted: the pool is not shut down
+  net::post(pool, [&] { ran = true; }); // still accepted: the pool is not shut down
   guard.reset();
   t.join();
   BOOST_TEST(ran.load());
@@ -165,11 +153,11 @@ BOOST_AUTO_TEST_CASE(tracked_work_keeps_join_waiting) {
 
 BOOST_AUTO_TEST_CASE(bind_executor_completes_on_a_strand_of_the_pool) {
   scheduled_thread_pool pool(2);
-  auto strand = asio::make_strand(pool.get_executor());
+  auto strand = net::make_strand(pool.get_executor());
   std::atomic<int> inside{0}, overlap{0};
   metronome::test::counter done;
   for (int i = 0; i < 200; ++i)
-    asio::post(pool, asio::bind_executor(strand, [&] {
+    net::post(pool, net::bind_executor(strand, [&] {
                  if (++inside > 1) ++overlap;
                  --inside;
                  done.add();
@@ -195,7 +183,7 @@ BOOST_AUTO_TEST_CASE(empty_function_on_the_executor_path_is_reported) {
   BOOST_TEST(invalid.load() == 1);
 }
 
-// asio::post/dispatch/defer wrap the handler before execute() sees it: a null function
+// net::post/dispatch/defer wrap the handler before execute() sees it: a null function
 // pointer or an empty std::function inside is still reported as invalid_argument (a null
 // pointer used to crash the worker), on the pool and on a serial executor over it.
 BOOST_AUTO_TEST_CASE(empty_handlers_through_post_dispatch_and_defer_are_reported) {
@@ -215,12 +203,12 @@ BOOST_AUTO_TEST_CASE(empty_handlers_through_post_dispatch_and_defer_are_reported
     auto serial = metronome::make_serial_executor(pool);
     void (*null_fn)() = nullptr;
     std::function<void()> empty;
-    asio::post(pool, null_fn);
-    asio::post(pool, empty);
-    asio::dispatch(pool.get_executor(), empty);
-    asio::defer(pool.get_executor(), null_fn);
-    asio::post(serial, null_fn);
-    asio::post(serial, empty);
+    net::post(pool, null_fn);
+    net::post(pool, empty);
+    net::dispatch(pool.get_executor(), empty);
+    net::defer(pool.get_executor(), null_fn);
+    net::post(serial, null_fn);
+    net::post(serial, empty);
     pool.shutdown();
     BOOST_TEST(pool.await_termination(std::chrono::seconds(10)));
   }
@@ -229,17 +217,17 @@ BOOST_AUTO_TEST_CASE(empty_handlers_through_post_dispatch_and_defer_are_reported
 }
 
 BOOST_AUTO_TEST_CASE(io_context_handlers_post_onto_the_pool_and_back) {
-  asio::io_context io;
+  net::io_context io;
   scheduled_thread_pool pool(2);
   std::atomic<bool> on_pool{false}, back_on_io{false};
   auto io_thread = std::this_thread::get_id();
-  asio::post(io, [&] {
-    asio::post(pool, [&] {
+  net::post(io, [&] {
+    net::post(pool, [&] {
       on_pool = pool.get_executor().running_in_this_thread();
-      asio::post(io, [&] { back_on_io = std::this_thread::get_id() == io_thread; });
+      net::post(io, [&] { back_on_io = std::this_thread::get_id() == io_thread; });
     });
   });
-  auto guard = asio::make_work_guard(io);
+  auto guard = net::make_work_guard(io);
   std::thread stopper([&] {
     metronome::test::poll_until([&] { return back_on_io.load(); });
     guard.reset();

@@ -12,8 +12,7 @@
 #include "common/poll_until.hpp"
 #include "common/sanitizers.hpp"
 
-#include <boost/asio/executor_work_guard.hpp>
-#include <boost/asio/io_context.hpp>
+#include <metronome/detail/asio.hpp>
 #include <boost/test/unit_test.hpp>
 
 #include <atomic>
@@ -33,7 +32,7 @@ BOOST_AUTO_TEST_SUITE(pool_fork_suite)
 
 #if !METRONOME_TEST_TSAN // TSan refuses threads started after fork()
 BOOST_AUTO_TEST_CASE(after_fork_an_io_context_s_timing_runs_delayed_serial_work_in_the_child) {
-  boost::asio::io_context io;
+  metronome::net::io_context io;
   auto serial = metronome::make_serial_executor(io.get_executor());
   // The io_context's timing service exists before the fork, busy with far-future work.
   auto far = serial.schedule([] {}, 1h);
@@ -49,7 +48,7 @@ BOOST_AUTO_TEST_CASE(after_fork_an_io_context_s_timing_runs_delayed_serial_work_
   if (pid == 0) {
     int code = 1;
     try {
-      auto guard = boost::asio::make_work_guard(io);
+      auto guard = metronome::net::make_work_guard(io);
       std::thread runner([&] { io.run(); });
       auto h = serial.schedule([] {}, 5ms);
       const bool ran = ready(h.wait_for(10s));

@@ -6,14 +6,11 @@
 #include "common/threads.hpp"
 #include "common/poll_until.hpp"
 
-#include <boost/asio/buffer.hpp>
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/detached.hpp>
-#include <boost/asio/ip/tcp.hpp>
-#include <boost/asio/read.hpp>
-#include <boost/asio/steady_timer.hpp>
-#include <boost/asio/use_awaitable.hpp>
-#include <boost/asio/write.hpp>
+#include <metronome/detail/asio.hpp>
+#include METRONOME_ASIO_HEADER(buffer.hpp)
+#include METRONOME_ASIO_HEADER(ip/tcp.hpp)
+#include METRONOME_ASIO_HEADER(read.hpp)
+#include METRONOME_ASIO_HEADER(write.hpp)
 #include <boost/test/unit_test.hpp>
 
 #include <array>
@@ -25,21 +22,21 @@
 #include <string>
 #include <thread>
 
-namespace asio = boost::asio;
+namespace net = metronome::net;
 using metronome::test::process_threads;
-using asio::ip::tcp;
-using boost::system::error_code;
+using net::ip::tcp;
+using metronome::error_code;
 using metronome::scheduled_thread_pool;
 using namespace std::chrono_literals;
 
 namespace {
 
 // Echoes one line per connection, on the pool.
-asio::awaitable<void> echo_once(tcp::socket s, std::atomic<int>& on_pool, scheduled_thread_pool& pool) {
+net::awaitable<void> echo_once(tcp::socket s, std::atomic<int>& on_pool, scheduled_thread_pool& pool) {
   std::array<char, 64> buf{};
-  const std::size_t n = co_await s.async_read_some(asio::buffer(buf), asio::use_awaitable);
+  const std::size_t n = co_await s.async_read_some(net::buffer(buf), net::use_awaitable);
   if (pool.get_executor().running_in_this_thread()) on_pool.fetch_add(1);
-  co_await asio::async_write(s, asio::buffer(buf.data(), n), asio::use_awaitable);
+  co_await net::async_write(s, net::buffer(buf.data(), n), net::use_awaitable);
 }
 
 } // namespace
@@ -51,27 +48,27 @@ BOOST_AUTO_TEST_CASE(sockets_on_the_pool_run_on_its_workers_and_start_no_thread)
   std::atomic<int> on_pool{0};
   {
     scheduled_thread_pool pool(1);
-    tcp::acceptor acceptor(pool, tcp::endpoint(asio::ip::address_v4::loopback(), 0));
+    tcp::acceptor acceptor(pool, tcp::endpoint(net::ip::address_v4::loopback(), 0));
     const auto port = acceptor.local_endpoint().port();
     constexpr int connections = 20;
-    asio::co_spawn(
+    net::co_spawn(
         pool,
-        [&]() -> asio::awaitable<void> {
+        [&]() -> net::awaitable<void> {
           for (int i = 0; i < connections; ++i) {
-            tcp::socket s = co_await acceptor.async_accept(asio::use_awaitable);
-            asio::co_spawn(pool, echo_once(std::move(s), on_pool, pool), asio::detached);
+            tcp::socket s = co_await acceptor.async_accept(net::use_awaitable);
+            net::co_spawn(pool, echo_once(std::move(s), on_pool, pool), net::detached);
           }
         },
-        asio::detached);
+        net::detached);
     BOOST_TEST(process_threads() == before + 1); // the pool's one worker, and no reactor thread
-    asio::io_context client_io;
+    net::io_context client_io;
     for (int i = 0; i < connections; ++i) {
       tcp::socket c(client_io);
-      c.connect(tcp::endpoint(asio::ip::address_v4::loopback(), port));
+      c.connect(tcp::endpoint(net::ip::address_v4::loopback(), port));
       const std::string msg = "line " + std::to_string(i);
-      asio::write(c, asio::buffer(msg));
+      net::write(c, net::buffer(msg));
       std::array<char, 64> back{};
-      const std::size_t n = asio::read(c, asio::buffer(back.data(), msg.size()));
+      const std::size_t n = net::read(c, net::buffer(back.data(), msg.size()));
       BOOST_TEST(std::string(back.data(), n) == msg);
     }
     BOOST_TEST(process_threads() == before + 1);
@@ -82,10 +79,10 @@ BOOST_AUTO_TEST_CASE(sockets_on_the_pool_run_on_its_workers_and_start_no_thread)
 
 BOOST_AUTO_TEST_CASE(an_asio_timer_on_the_pool_and_its_delayed_tasks_fire_beside_pending_io) {
   scheduled_thread_pool pool(1);
-  tcp::acceptor acceptor(pool, tcp::endpoint(asio::ip::address_v4::loopback(), 0));
+  tcp::acceptor acceptor(pool, tcp::endpoint(net::ip::address_v4::loopback(), 0));
   std::promise<error_code> accept_result;
   acceptor.async_accept([&](error_code ec, tcp::socket) { accept_result.set_value(ec); }); // pending throughout
-  asio::steady_timer timer(pool, 5ms);
+  net::steady_timer timer(pool, 5ms);
   std::promise<std::thread::id> timer_thread;
   timer.async_wait([&](error_code) { timer_thread.set_value(std::this_thread::get_id()); });
   auto f = timer_thread.get_future();
@@ -97,10 +94,10 @@ BOOST_AUTO_TEST_CASE(an_asio_timer_on_the_pool_and_its_delayed_tasks_fire_beside
   BOOST_REQUIRE((g.wait_for(20s) == std::future_status::ready));
   BOOST_TEST(g.get());
   BOOST_TEST((std::chrono::steady_clock::now() - start >= 5ms));
-  asio::post(pool, [&] { acceptor.close(); });
+  net::post(pool, [&] { acceptor.close(); });
   auto accepted = accept_result.get_future();
   BOOST_REQUIRE((accepted.wait_for(20s) == std::future_status::ready));
-  BOOST_TEST((accepted.get() == asio::error::operation_aborted));
+  BOOST_TEST((accepted.get() == net::error::operation_aborted));
 }
 
 BOOST_AUTO_TEST_CASE(destroying_the_pool_with_io_pending_destroys_its_handlers_unrun) {
@@ -108,7 +105,7 @@ BOOST_AUTO_TEST_CASE(destroying_the_pool_with_io_pending_destroys_its_handlers_u
   bool called = false;
   {
     scheduled_thread_pool pool(2);
-    auto acceptor = std::make_shared<tcp::acceptor>(pool, tcp::endpoint(asio::ip::address_v4::loopback(), 0));
+    auto acceptor = std::make_shared<tcp::acceptor>(pool, tcp::endpoint(net::ip::address_v4::loopback(), 0));
     acceptor->async_accept([&called, token, acceptor](error_code, tcp::socket) { called = true; });
     BOOST_TEST(token.use_count() == 2);
   } // the acceptor lives in its own handler: destroyed with the handler at the pool's shutdown
@@ -146,19 +143,19 @@ BOOST_AUTO_TEST_CASE(work_pushed_before_the_reactor_waiter_enters_epoll_wakes_it
     current_stop.store(&stop);
     metronome::detail::test_hook.store(&stop_second_reactor_wait);
     scheduled_thread_pool pool(1);
-    tcp::acceptor acceptor(pool, tcp::endpoint(asio::ip::address_v4::loopback(), 0)); // the reactor appears
+    tcp::acceptor acceptor(pool, tcp::endpoint(net::ip::address_v4::loopback(), 0)); // the reactor appears
     acceptor.async_accept([](error_code, tcp::socket) {});
     BOOST_REQUIRE(stop.stopped.wait_for_at_least(1)); // role held, mutex released, not in epoll yet
     std::promise<void> ran;
     if (round == 0)
-      asio::post(pool, [&] { ran.set_value(); });
+      net::post(pool, [&] { ran.set_value(); });
     else
       (void)pool.schedule([&] { ran.set_value(); }, 2ms); // a new head nobody times
     stop.gate.open();
     BOOST_TEST((ran.get_future().wait_for(20s) == std::future_status::ready));
     metronome::detail::test_hook.store(nullptr);
     current_stop.store(nullptr);
-    asio::post(pool, [&] { acceptor.close(); });
+    net::post(pool, [&] { acceptor.close(); });
     pool.join();
   }
 }

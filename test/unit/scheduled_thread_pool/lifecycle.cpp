@@ -13,11 +13,7 @@
 #include "common/poll_until.hpp"
 #include "common/stderr_capture.hpp"
 
-#include <boost/asio/bind_executor.hpp>
-#include <boost/asio/defer.hpp>
-#include <boost/asio/executor_work_guard.hpp>
-#include <boost/asio/post.hpp>
-#include <boost/asio/strand.hpp>
+#include <metronome/detail/asio.hpp>
 #include <boost/test/unit_test.hpp>
 
 #include <array>
@@ -141,7 +137,7 @@ BOOST_AUTO_TEST_CASE(shutdown_now_returns_every_task_that_never_ran) {
   for (int i = 0; i < 10; ++i) delayed.push_back(pool.schedule([i] { return 100 + i; }, std::chrono::seconds(1 + i)));
   auto periodic = pool.schedule_at_fixed_rate([] {}, 1s, 1s);
   std::atomic<int> posted{0};
-  boost::asio::post(pool, [&] { ++posted; });
+  metronome::net::post(pool, [&] { ++posted; });
   auto cancelled = pool.schedule([] { return -1; }, 1s);
   cancelled.cancel();
 
@@ -183,7 +179,7 @@ BOOST_AUTO_TEST_CASE(executor_path_drops_outside_work_after_shutdown_and_reports
   scheduled_thread_pool pool(o);
   pool.shutdown();
   std::atomic<int> ran{0};
-  boost::asio::post(pool, [&] { ++ran; }); // does not throw
+  metronome::net::post(pool, [&] { ++ran; }); // does not throw
   pool.join();
   BOOST_TEST(ran.load() == 0);
   BOOST_TEST(rejected_reports.load() == 1);
@@ -200,19 +196,19 @@ BOOST_AUTO_TEST_CASE(the_default_handler_does_not_print_work_dropped_by_a_reques
     scheduled_thread_pool now_pool(1);
     auto serial = metronome::make_serial_executor(now_pool);
     std::atomic<int> ran{0};
-    boost::asio::post(now_pool, [] { throw std::runtime_error("a real failure"); });
+    metronome::net::post(now_pool, [] { throw std::runtime_error("a real failure"); });
     metronome::test::gate g;
     metronome::test::gate busy;
-    boost::asio::post(now_pool, [&] {
+    metronome::net::post(now_pool, [&] {
       busy.open();
       g.wait();
     });
     busy.wait();
-    boost::asio::post(now_pool, [&] { ++ran; }); // queued: shutdown_now() hands it back
+    metronome::net::post(now_pool, [&] { ++ran; }); // queued: shutdown_now() hands it back
     auto back = now_pool.shutdown_now();
     g.open();
-    boost::asio::post(now_pool, [&] { ++ran; }); // after shutdown_now(): dropped
-    boost::asio::post(serial, [&] { ++ran; });   // likewise, through a serial executor
+    metronome::net::post(now_pool, [&] { ++ran; }); // after shutdown_now(): dropped
+    metronome::net::post(serial, [&] { ++ran; });   // likewise, through a serial executor
     now_pool.join();
     BOOST_TEST(back.size() == 1u);
     BOOST_TEST(ran.load() == 0);
@@ -220,9 +216,9 @@ BOOST_AUTO_TEST_CASE(the_default_handler_does_not_print_work_dropped_by_a_reques
 
     scheduled_thread_pool pool(1);
     pool.shutdown();
-    boost::asio::post(pool, [&] { ++ran; }); // after shutdown(): dropped
+    metronome::net::post(pool, [&] { ++ran; }); // after shutdown(): dropped
     pool.join();
-    boost::asio::post(pool, [&] { ++ran; }); // after termination: dropped
+    metronome::net::post(pool, [&] { ++ran; }); // after termination: dropped
     BOOST_TEST(ran.load() == 0);
     BOOST_TEST(pool.stats().rejected == 2u);
   }
@@ -243,10 +239,10 @@ BOOST_AUTO_TEST_CASE(an_installed_handler_sees_every_drop_of_a_requested_shutdow
     scheduled_thread_pool pool(o);
     auto serial = metronome::make_serial_executor(pool);
     (void)pool.shutdown_now();
-    boost::asio::post(pool, [] {});
-    boost::asio::post(serial, [] {});
+    metronome::net::post(pool, [] {});
+    metronome::net::post(serial, [] {});
     pool.join();
-    boost::asio::post(pool, [] {});
+    metronome::net::post(pool, [] {});
     BOOST_TEST(pool.stats().rejected == 3u);
   }
   BOOST_TEST(err.take().empty());
@@ -262,9 +258,9 @@ BOOST_AUTO_TEST_CASE(work_from_pool_threads_is_accepted_while_shutting_down) {
   std::atomic<int> chain{0};
   metronome::test::gate g;
   std::function<void()> step = [&] {
-    if (++chain < 100) boost::asio::post(pool, step);
+    if (++chain < 100) metronome::net::post(pool, step);
   };
-  boost::asio::post(pool, [&] {
+  metronome::net::post(pool, [&] {
     g.wait();
     step();
   });
@@ -286,9 +282,9 @@ BOOST_AUTO_TEST_CASE(shutdown_now_from_a_task_returns_its_deferred_continuations
   std::vector<int> order;
   std::vector<metronome::pending_task> back;
   metronome::test::gate done;
-  boost::asio::post(pool, [&] {
-    for (int i = 0; i < 3; ++i) boost::asio::post(pool.get_executor(), [&order, i] { order.push_back(10 + i); });
-    for (int i = 0; i < 3; ++i) boost::asio::defer(pool.get_executor(), [&order, i] { order.push_back(i); });
+  metronome::net::post(pool, [&] {
+    for (int i = 0; i < 3; ++i) metronome::net::post(pool.get_executor(), [&order, i] { order.push_back(10 + i); });
+    for (int i = 0; i < 3; ++i) metronome::net::defer(pool.get_executor(), [&order, i] { order.push_back(i); });
     back = pool.shutdown_now();
     done.open();
   });
@@ -349,7 +345,7 @@ BOOST_AUTO_TEST_CASE(join_without_shutdown_waits_for_outstanding_work) {
   scheduled_thread_pool pool(2);
   std::atomic<int> ran{0};
   pool.schedule([&] { ++ran; }, 30ms);
-  for (int i = 0; i < 100; ++i) boost::asio::post(pool, [&] { ++ran; });
+  for (int i = 0; i < 100; ++i) metronome::net::post(pool, [&] { ++ran; });
   pool.join();
   BOOST_TEST(ran.load() == 101);
   BOOST_TEST(pool.is_terminated());
@@ -379,7 +375,7 @@ BOOST_AUTO_TEST_CASE(destructor_cancels_far_future_work_and_runs_ready_work) {
     scheduled_thread_pool pool(1);
     metronome::test::gate g;
     pool.submit([&] { g.wait(); });
-    for (int i = 0; i < 50; ++i) boost::asio::post(pool, [&] { ++ran; });
+    for (int i = 0; i < 50; ++i) metronome::net::post(pool, [&] { ++ran; });
     for (int i = 0; i < 10; ++i) far.push_back(pool.schedule([] { return 1; }, 1h));
     periodic = pool.schedule_at_fixed_rate([] {}, 1h, 1h);
     g.open();
@@ -396,12 +392,12 @@ BOOST_AUTO_TEST_CASE(destroying_the_pool_from_its_own_thread_detaches_it) {
   metronome::test::gate posted;
   std::atomic<int> ready_ran{0};
   auto* raw = pool.release();
-  boost::asio::post(*raw, [raw, &destroyed, &posted] {
+  metronome::net::post(*raw, [raw, &destroyed, &posted] {
     posted.wait(); // the main thread is done touching the pool
     delete raw;
     destroyed.set_value();
   });
-  for (int i = 0; i < 10; ++i) boost::asio::post(*raw, [&] { ++ready_ran; });
+  for (int i = 0; i < 10; ++i) metronome::net::post(*raw, [&] { ++ready_ran; });
   posted.open();
   BOOST_TEST((destroyed.get_future().wait_for(20s) == std::future_status::ready));
   BOOST_TEST(ready_ran.load() == 10); // ready work ran before the pool went away
@@ -481,7 +477,7 @@ BOOST_AUTO_TEST_CASE(delayed_work_on_a_busy_elastic_pool_starts_a_thread_to_time
   }
   std::atomic<int> ran{0};
   auto h = pool.schedule([&] { ++ran; }, 1ms);
-  metronome::async_delay(pool, 1ms, [&](boost::system::error_code ec) {
+  metronome::async_delay(pool, 1ms, [&](metronome::error_code ec) {
     if (!ec) ++ran;
   });
   BOOST_CHECK(poll_until([&] { return ran.load() == 2; }, 10s)); // while every other thread is still busy
@@ -525,13 +521,13 @@ BOOST_AUTO_TEST_CASE(a_burst_s_task_nodes_are_freed_once_the_pool_is_idle) {
   metronome::test::gate hold;
   metronome::test::counter held;
   for (int w = 0; w < 2; ++w) // both workers wait: the whole burst is queued before any runs
-    boost::asio::post(pool, [&] {
+    metronome::net::post(pool, [&] {
       held.add();
       hold.wait();
     });
   BOOST_REQUIRE(held.wait_for_at_least(2));
   for (long i = 0; i < n; ++i)
-    boost::asio::post(pool, [&done, i, pad = std::array<long, 5>{}] {
+    metronome::net::post(pool, [&done, i, pad = std::array<long, 5>{}] {
       done.fetch_add(i >= 0 && pad[0] == 0 ? 1 : 0); // a 96-byte node
     });
   hold.open();
@@ -562,20 +558,20 @@ BOOST_AUTO_TEST_CASE(stats_count_completed_and_queues) {
 // queued behind it lost) but runs on the posting thread; the strand stays usable.
 BOOST_AUTO_TEST_CASE(a_strand_invoker_reaching_a_terminated_pool_runs_on_the_poster) {
   scheduled_thread_pool pool(1);
-  auto strand = boost::asio::make_strand(pool.get_executor());
+  auto strand = metronome::net::make_strand(pool.get_executor());
   pool.shutdown();
   pool.join();
   const auto me = std::this_thread::get_id();
   int ran_here = 0;
-  boost::asio::post(strand, [&] { ran_here += std::this_thread::get_id() == me; });
-  boost::asio::post(strand, [&] { ran_here += std::this_thread::get_id() == me; });
+  metronome::net::post(strand, [&] { ran_here += std::this_thread::get_id() == me; });
+  metronome::net::post(strand, [&] { ran_here += std::this_thread::get_id() == me; });
   BOOST_CHECK_EQUAL(ran_here, 2);
 }
 
 BOOST_AUTO_TEST_CASE(join_returns_after_shutdown_even_with_tracked_work_outstanding) {
   scheduled_thread_pool pool(1);
   // Tracked work that only outside work could finish, and outside work is dropped now.
-  auto guard = boost::asio::make_work_guard(pool.get_executor());
+  auto guard = metronome::net::make_work_guard(pool.get_executor());
   pool.shutdown();
   BOOST_CHECK_MESSAGE(pool.await_termination(10s), "tracked work kept a shut-down, idle pool alive");
   pool.join();
@@ -586,14 +582,14 @@ BOOST_AUTO_TEST_CASE(a_strand_over_a_shut_down_pool_runs_what_it_accepted) {
   pool_options o;
   o.exception_handler = [](std::exception_ptr) {};
   held_pool hp(o);
-  auto strand = boost::asio::make_strand(hp.pool.get_executor());
+  auto strand = metronome::net::make_strand(hp.pool.get_executor());
   std::atomic<int> ran{0};
   // Queued before shutdown: it reaches the strand from a pool thread (as a completion does).
-  boost::asio::post(hp.pool.get_executor(), [&] { boost::asio::post(strand, [&] { ++ran; }); });
+  metronome::net::post(hp.pool.get_executor(), [&] { metronome::net::post(strand, [&] { ++ran; }); });
   hp.pool.shutdown();
   // Outside, after shutdown: the strand's invoker is the pool's internal work (dropping it
   // would leave the strand locked and lose every handler queued behind it).
-  boost::asio::post(strand, [&] { ++ran; });
+  metronome::net::post(strand, [&] { ++ran; });
   hp.release();
   BOOST_CHECK(poll_until([&] { return ran.load() == 2; }, 10s));
   BOOST_CHECK(hp.pool.await_termination(10s));
@@ -603,7 +599,7 @@ BOOST_AUTO_TEST_CASE(a_completion_reaching_a_shut_down_pool_from_outside_still_r
   scheduled_thread_pool pool(1);
   auto h = pool.schedule([] {}, 1h);
   std::atomic<int> ran{0};
-  h.async_wait(boost::asio::bind_executor(pool.get_executor(), [&](std::exception_ptr e) {
+  h.async_wait(metronome::net::bind_executor(pool.get_executor(), [&](std::exception_ptr e) {
     if (e) ++ran;
   }));
   pool.shutdown(); // the delayed task still runs when due (run_delayed_after_shutdown)
@@ -618,8 +614,8 @@ BOOST_AUTO_TEST_CASE(a_pool_destroyed_from_its_own_task_runs_the_continuations_t
   counter done;
   gate posted; // the rule: no other thread is inside a call on the pool when it goes
   std::atomic<int> continuation_ran{0};
-  boost::asio::post(*pool, [&, pool] {
-    boost::asio::defer(pool->get_executor(), [&] { ++continuation_ran; });
+  metronome::net::post(*pool, [&, pool] {
+    metronome::net::defer(pool->get_executor(), [&] { ++continuation_ran; });
     posted.wait();
     delete pool;
     done.add();

@@ -8,7 +8,7 @@
 #include "common/latch_task.hpp"
 #include "common/poll_until.hpp"
 
-#include <boost/asio/post.hpp>
+#include <metronome/detail/asio.hpp>
 #include <boost/test/unit_test.hpp>
 
 #include <atomic>
@@ -106,7 +106,7 @@ BOOST_AUTO_TEST_CASE(discard_oldest_never_evicts_a_serial_executor_s_drain) {
   held_pool hp(o);
   auto serial = metronome::make_serial_executor(hp.pool);
   std::atomic<bool> serial_ran{false};
-  boost::asio::post(serial, [&] { serial_ran = true; }); // its drain: internal work in the ready queue
+  metronome::net::post(serial, [&] { serial_ran = true; }); // its drain: internal work in the ready queue
   auto a = hp.pool.submit([] { return 1; });
   auto b = hp.pool.submit([] { return 2; }); // full: evicts a, the oldest user task
   BOOST_CHECK(a.is_cancelled());
@@ -142,7 +142,7 @@ BOOST_AUTO_TEST_CASE(discard_oldest_with_only_internal_work_queued_discards_the_
   o.rejection = rejection_policy::discard_oldest;
   held_pool hp(o);
   std::atomic<bool> posted_ran{false};
-  boost::asio::post(hp.pool, [&] { posted_ran = true; });
+  metronome::net::post(hp.pool, [&] { posted_ran = true; });
   auto late = hp.pool.submit([] {});
   BOOST_CHECK(late.is_cancelled());
   BOOST_CHECK_EQUAL(hp.pool.stats().rejected, 1u);

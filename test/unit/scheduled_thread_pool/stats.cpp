@@ -11,10 +11,7 @@
 #include "common/manual_pool.hpp"
 #include "common/poll_until.hpp"
 
-#include <boost/asio/bind_cancellation_slot.hpp>
-#include <boost/asio/cancellation_signal.hpp>
-#include <boost/asio/post.hpp>
-#include <boost/system/error_code.hpp>
+#include <metronome/detail/asio.hpp>
 #include <boost/test/unit_test.hpp>
 
 #include <chrono>
@@ -139,11 +136,11 @@ BOOST_AUTO_TEST_CASE(posts_count_their_queue_wait_one_in_post_sample_every_weigh
   // A new thread counts its posts from 0: its 4 x every posts (the first one holds the
   // only worker) are timed 4 times, each queued at +0.
   std::thread poster([&] {
-    boost::asio::post(pool, [&] {
+    metronome::net::post(pool, [&] {
       started.add();
       release.wait();
     });
-    for (int i = 1; i < 4 * every; ++i) boost::asio::post(pool, [&] { ran.add(); });
+    for (int i = 1; i < 4 * every; ++i) metronome::net::post(pool, [&] { ran.add(); });
   });
   poster.join();
   BOOST_TEST(started.wait_for_at_least(1));
@@ -160,7 +157,7 @@ BOOST_AUTO_TEST_CASE(an_async_delay_due_at_10ms_completing_at_15ms_is_in_the_5ms
   manual_clock c;
   scheduled_thread_pool pool(on_clock(c));
   metronome::test::counter done;
-  metronome::async_delay(pool, 10ms, [&](boost::system::error_code) { done.add(); });
+  metronome::async_delay(pool, 10ms, [&](metronome::error_code) { done.add(); });
   c.advance(15ms);
   BOOST_TEST(done.wait_for_at_least(1));
   BOOST_TEST(poll_until([&] { return pool.stats().lateness.total() == 1u; }));
@@ -182,7 +179,7 @@ BOOST_AUTO_TEST_CASE(an_async_delay_already_due_counts_as_queue_wait_from_its_st
   BOOST_TEST(started.wait_for_at_least(1));
   // Due 50 ms before it starts: queued at +100 ms behind the blocker, delivered at +103 ms.
   metronome::async_delay_until(pool, metronome::clock::time_point(50ms),
-                               [&](boost::system::error_code) { done.add(); });
+                               [&](metronome::error_code) { done.add(); });
   c.advance(3ms);
   release.open();
   BOOST_TEST(done.wait_for_at_least(1));
@@ -195,12 +192,12 @@ BOOST_AUTO_TEST_CASE(an_async_delay_already_due_counts_as_queue_wait_from_its_st
 BOOST_AUTO_TEST_CASE(a_cancelled_async_delay_counts_nothing) {
   manual_clock c;
   scheduled_thread_pool pool(on_clock(c));
-  std::promise<boost::system::error_code> p;
-  boost::asio::cancellation_signal sig;
-  auto handler = [&](boost::system::error_code ec) { p.set_value(ec); };
-  metronome::async_delay(pool, 10ms, boost::asio::bind_cancellation_slot(sig.slot(), handler));
-  sig.emit(boost::asio::cancellation_type::terminal);
-  BOOST_TEST((p.get_future().get() == boost::asio::error::operation_aborted));
+  std::promise<metronome::error_code> p;
+  metronome::net::cancellation_signal sig;
+  auto handler = [&](metronome::error_code ec) { p.set_value(ec); };
+  metronome::async_delay(pool, 10ms, metronome::net::bind_cancellation_slot(sig.slot(), handler));
+  sig.emit(metronome::net::cancellation_type::terminal);
+  BOOST_TEST((p.get_future().get() == metronome::net::error::operation_aborted));
   c.advance(15ms);
   BOOST_TEST(pool.stats().lateness.total() == 0u);
 }
@@ -228,7 +225,7 @@ BOOST_AUTO_TEST_CASE(a_wheel_wait_fired_onto_the_pool_counts_its_lateness) {
   o.time_source = &c;
   metronome::wheel_timer wheel(pool, o);
   metronome::test::counter done;
-  wheel.async_wait(4ms, [&](boost::system::error_code) { done.add(); });
+  wheel.async_wait(4ms, [&](metronome::error_code) { done.add(); });
   c.advance(6ms);
   BOOST_TEST(done.wait_for_at_least(1));
   BOOST_TEST(poll_until([&] { return pool.stats().lateness.total() == 1u; }));

@@ -16,13 +16,7 @@
 #include "common/stderr_capture.hpp"
 #include "common/threads.hpp"
 
-#include <boost/asio/bind_cancellation_slot.hpp>
-#include <boost/asio/bind_executor.hpp>
-#include <boost/asio/cancellation_signal.hpp>
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/post.hpp>
-#include <boost/asio/strand.hpp>
-#include <boost/asio/use_future.hpp>
+#include <metronome/detail/asio.hpp>
 #include <metronome/detail/node_cache.hpp>
 
 #include <boost/test/unit_test.hpp>
@@ -39,9 +33,9 @@
 #include <string>
 #include <vector>
 
-namespace asio = boost::asio;
+namespace net = metronome::net;
 using namespace std::chrono_literals;
-using boost::system::error_code;
+using metronome::error_code;
 using metronome::manual_clock;
 using metronome::scheduled_thread_pool;
 using metronome::wheel_options;
@@ -613,8 +607,8 @@ BOOST_AUTO_TEST_CASE(stop_returns_what_never_fired) {
 }
 
 BOOST_AUTO_TEST_CASE(fires_onto_any_executor_on_the_real_clock) {
-  asio::io_context io;
-  auto guard = asio::make_work_guard(io);
+  net::io_context io;
+  auto guard = net::make_work_guard(io);
   std::thread t([&] { io.run(); });
   {
     wheel_timer wheel(io.get_executor());
@@ -662,23 +656,23 @@ BOOST_AUTO_TEST_CASE(busy_ticks_on_the_real_clock_fire_what_was_not_cancelled) {
 
 BOOST_AUTO_TEST_CASE(async_wait_completes_and_cancels) {
   manual_wheel w;
-  auto f = w.wheel.async_wait(5ms, asio::use_future);
+  auto f = w.wheel.async_wait(5ms, net::use_future);
   w.clock.advance(5ms);
   f.get(); // success
 
-  asio::cancellation_signal sig;
-  std::promise<boost::system::error_code> p;
-  asio::post(w.pool, [&] {
+  net::cancellation_signal sig;
+  std::promise<metronome::error_code> p;
+  net::post(w.pool, [&] {
     w.wheel.async_wait(
-        1h, asio::bind_cancellation_slot(sig.slot(), [&](boost::system::error_code ec) { p.set_value(ec); }));
-    sig.emit(asio::cancellation_type::terminal);
+        1h, net::bind_cancellation_slot(sig.slot(), [&](metronome::error_code ec) { p.set_value(ec); }));
+    sig.emit(net::cancellation_type::terminal);
   });
-  BOOST_TEST((p.get_future().get() == asio::error::operation_aborted));
+  BOOST_TEST((p.get_future().get() == net::error::operation_aborted));
   BOOST_TEST(w.wheel.pending() == 0u);
 
-  auto g = w.wheel.async_wait(1h, asio::use_future);
+  auto g = w.wheel.async_wait(1h, net::use_future);
   w.wheel.stop();
-  BOOST_CHECK_THROW(g.get(), boost::system::system_error); // aborted by stop()
+  BOOST_CHECK_THROW(g.get(), metronome::system_error); // aborted by stop()
 }
 
 // A manual clock standing at its end (time_point::max()): every deadline rounds to its
@@ -704,17 +698,17 @@ BOOST_AUTO_TEST_CASE(a_timeout_bound_to_an_executor_runs_on_it) {
   wheel_timer wheel(pool);
   auto serial = metronome::make_serial_executor(pool.get_executor());
   std::promise<bool> in_serial;
-  auto t = wheel.schedule(asio::bind_executor(serial, [&] { in_serial.set_value(serial.running_in_this_thread()); }), 2ms);
+  auto t = wheel.schedule(net::bind_executor(serial, [&] { in_serial.set_value(serial.running_in_this_thread()); }), 2ms);
   auto f = in_serial.get_future();
   BOOST_REQUIRE((f.wait_for(20s) == std::future_status::ready));
   BOOST_TEST(f.get());
   BOOST_TEST(!t.cancel()); // it ran
 
-  asio::io_context io;
+  net::io_context io;
   wheel_timer io_wheel(io.get_executor());
-  auto strand = asio::make_strand(io);
+  auto strand = net::make_strand(io);
   bool in_strand = false;
-  io_wheel.schedule(asio::bind_executor(strand, [&] { in_strand = strand.running_in_this_thread(); }), 1ms);
+  io_wheel.schedule(net::bind_executor(strand, [&] { in_strand = strand.running_in_this_thread(); }), 1ms);
   io.run();
   BOOST_TEST(in_strand);
 }

@@ -17,12 +17,7 @@
 #include "common/poll_until.hpp"
 #include "common/stderr_capture.hpp"
 
-#include <boost/asio/bind_cancellation_slot.hpp>
-#include <boost/asio/bind_executor.hpp>
-#include <boost/asio/cancellation_signal.hpp>
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/post.hpp>
-#include <boost/asio/use_future.hpp>
+#include <metronome/detail/asio.hpp>
 #include <boost/test/unit_test.hpp>
 
 #include <atomic>
@@ -36,9 +31,9 @@
 
 #include "common/sanitizers.hpp"
 
-namespace asio = boost::asio;
+namespace net = metronome::net;
 using namespace std::chrono_literals;
-using boost::system::error_code;
+using metronome::error_code;
 using metronome::manual_clock;
 using metronome::scheduled_thread_pool;
 using metronome::wheel_options;
@@ -63,9 +58,9 @@ BOOST_AUTO_TEST_CASE(handles_outlive_the_wheel_with_timeouts_queued_on_the_execu
   auto cancelled = wheel->schedule([&] { cancelled_runs.fetch_add(1); }, 1ms);
   auto kept = wheel->schedule([&] { ran.add(); }, 1ms);
   auto linked = wheel->schedule([] {}, 1h);
-  asio::cancellation_signal sig;
+  net::cancellation_signal sig;
   std::promise<error_code> waited;
-  wheel->async_wait(1ms, asio::bind_cancellation_slot(sig.slot(), [&](error_code ec) { waited.set_value(ec); }));
+  wheel->async_wait(1ms, net::bind_cancellation_slot(sig.slot(), [&](error_code ec) { waited.set_value(ec); }));
   clock.advance(1ms); // due: queued on the pool behind the busy task
   wheel.reset();
   BOOST_TEST(cancelled.is_expired());
@@ -79,10 +74,10 @@ BOOST_AUTO_TEST_CASE(handles_outlive_the_wheel_with_timeouts_queued_on_the_execu
   BOOST_TEST(linked.is_cancelled()); // the destructor stopped the wheel
   BOOST_TEST(!linked.is_expired());
   BOOST_TEST(!linked.cancel());
-  sig.emit(asio::cancellation_type::terminal);
+  sig.emit(net::cancellation_type::terminal);
   busy.open();
   BOOST_TEST(ran.wait_for_at_least(1));
-  BOOST_TEST((waited.get_future().get() == asio::error::operation_aborted));
+  BOOST_TEST((waited.get_future().get() == net::error::operation_aborted));
   pool.submit([] {}).get(); // one thread: everything queued before has run
   BOOST_TEST(kept.is_expired());
   BOOST_TEST(!kept.cancel());
@@ -189,10 +184,10 @@ BOOST_AUTO_TEST_CASE(a_wait_holds_work_on_the_handler_executor_until_the_complet
   wheel_options o;
   o.time_source = &clock;
   wheel_timer wheel(pool, o);
-  asio::io_context io;
+  net::io_context io;
   metronome::test::counting_executor::counts work;
   int held_while_running = -1;
-  wheel.async_wait(1ms, asio::bind_executor(metronome::test::counting_executor(io, work),
+  wheel.async_wait(1ms, net::bind_executor(metronome::test::counting_executor(io, work),
                                             [&](error_code) { held_while_running = work.held.load(); }));
   BOOST_TEST(work.held.load() == 1);
   clock.advance(1ms);
@@ -208,8 +203,8 @@ BOOST_AUTO_TEST_CASE(wait_handlers_completing_onto_a_dying_io_context_leave_it_a
   metronome::test::on_one_cpu one_cpu; // first: the pool's threads too
   scheduled_thread_pool pool(1);
   wheel_timer wheel(pool); // a zero delay goes straight to the pool
-  metronome::test::complete_onto_dying_io_contexts(2000, [&](asio::io_context& io, std::function<void()> ran) {
-    wheel.async_wait(0ms, asio::bind_executor(io, [ran](error_code) { ran(); }));
+  metronome::test::complete_onto_dying_io_contexts(2000, [&](net::io_context& io, std::function<void()> ran) {
+    wheel.async_wait(0ms, net::bind_executor(io, [ran](error_code) { ran(); }));
   });
 }
 
@@ -225,7 +220,7 @@ BOOST_AUTO_TEST_CASE(the_pool_s_shutdown_aborts_the_waits_of_a_wheel_over_it) {
   wheel_timer wheel(pool);
   std::atomic<int> calls{0}, aborted{0};
   auto handler = [&](error_code ec) {
-    if (ec == asio::error::operation_aborted) aborted.fetch_add(1);
+    if (ec == net::error::operation_aborted) aborted.fetch_add(1);
     calls.fetch_add(1);
   };
   wheel.async_wait(1h, handler);
@@ -292,7 +287,7 @@ BOOST_AUTO_TEST_CASE(a_stopped_wheel_may_outlive_its_pool) {
   auto t = wheel->schedule([] {}, 1h);
   std::atomic<int> aborted{0};
   wheel->async_wait(1h, [&](error_code ec) {
-    if (ec == asio::error::operation_aborted) aborted.fetch_add(1);
+    if (ec == net::error::operation_aborted) aborted.fetch_add(1);
   });
   const auto left = wheel->stop();
   BOOST_CHECK_EQUAL(left.size(), 2u);
@@ -305,16 +300,16 @@ BOOST_AUTO_TEST_CASE(a_stopped_wheel_may_outlive_its_pool) {
   BOOST_CHECK(!t.reset(1ms));
   BOOST_CHECK_EQUAL(wheel->pending(), 0u);
   // A wait started on the stopped wheel completes on its own executor, pool or no pool.
-  asio::io_context io;
+  net::io_context io;
   error_code late;
   int late_calls = 0;
-  wheel->async_wait(1ms, asio::bind_executor(io, [&](error_code ec) {
+  wheel->async_wait(1ms, net::bind_executor(io, [&](error_code ec) {
                       late = ec;
                       ++late_calls;
                     }));
   io.run();
   BOOST_CHECK_EQUAL(late_calls, 1);
-  BOOST_CHECK(late == asio::error::operation_aborted);
+  BOOST_CHECK(late == net::error::operation_aborted);
   wheel.reset(); // touches nothing of the pool (AddressSanitizer watches)
 }
 
