@@ -30,8 +30,8 @@ public:
   void execute(F&& f) const {
     ex_.execute(std::forward<F>(f));
   }
-  friend bool operator==(const untracked_executor& a, const untracked_executor& b) noexcept { return a.ex_ == b.ex_; }
-  friend bool operator!=(const untracked_executor& a, const untracked_executor& b) noexcept { return a.ex_ != b.ex_; }
+  [[maybe_unused]] friend bool operator==(const untracked_executor& a, const untracked_executor& b) noexcept { return a.ex_ == b.ex_; }
+  [[maybe_unused]] friend bool operator!=(const untracked_executor& a, const untracked_executor& b) noexcept { return a.ex_ != b.ex_; }
 
 private:
   scheduled_thread_pool::executor_type ex_;
