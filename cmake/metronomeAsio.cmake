@@ -23,6 +23,7 @@ if(NOT TARGET metronome::asio)
   add_library(metronome::asio INTERFACE IMPORTED GLOBAL)
   set_target_properties(metronome::asio PROPERTIES
     INTERFACE_INCLUDE_DIRECTORIES ${METRONOME_ASIO_INCLUDE_DIR}
-    INTERFACE_COMPILE_DEFINITIONS ASIO_STANDALONE
+    # Asio before 1.24 misses clang's C++20 coroutines (include/metronome/detail/asio.hpp).
+    INTERFACE_COMPILE_DEFINITIONS "ASIO_STANDALONE;$<$<AND:$<CXX_COMPILER_ID:Clang>,$<VERSION_LESS:${_metronome_asio_version},102400>>:ASIO_HAS_CO_AWAIT=1>"
     INTERFACE_LINK_LIBRARIES Threads::Threads)
 endif()

@@ -14,6 +14,13 @@
 #ifndef ASIO_STANDALONE
 #define ASIO_STANDALONE
 #endif
+// Asio before 1.24 sees clang's C++20 coroutines only as the Coroutines TS
+// (__cpp_coroutines, which clang 14 no longer defines in C++20): without this, no
+// awaitable. metronome::asio puts the same define on every file that links it.
+#if defined(__clang__) && !defined(ASIO_HAS_CO_AWAIT) && !defined(ASIO_DISABLE_CO_AWAIT) && \
+    defined(__cpp_impl_coroutine) && __has_include(<coroutine>)
+#define ASIO_HAS_CO_AWAIT 1
+#endif
 #include <asio/version.hpp>
 // An Asio header outside the set below: #include METRONOME_ASIO_HEADER(ip/tcp.hpp).
 #define METRONOME_ASIO_HEADER(path) METRONOME_ASIO_HEADER_STR(asio/path)
