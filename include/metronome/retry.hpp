@@ -48,7 +48,7 @@ struct retry_signature {
 };
 template <class Operation>
 struct retry_signature<void, Operation> {
-  using type = net::completion_signature_of_t<Operation&>;
+  using type = detail::completion_signature_of_t<Operation&>;
 };
 
 // What a retry that was cancelled during a pause (or whose pause its timing pool

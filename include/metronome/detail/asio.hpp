@@ -27,9 +27,13 @@
 // Reopens Asio's namespace, to specialise its traits: namespace METRONOME_NET_NAMESPACE {.
 #define METRONOME_NET_NAMESPACE asio
 // Asio 1.22 (Debian 12's libasio-dev) keeps deferred and as_tuple in experimental and
-// has no completion_signature_of; Boost 1.81's Asio is 1.26.
+// has no completion_signature_of nor any_completion_handler; Boost 1.81's Asio is 1.26.
 #if ASIO_VERSION < 102400
 #define METRONOME_ASIO_EXPERIMENTAL_DEFERRED 1
+#endif
+#if ASIO_VERSION < 102600
+#define METRONOME_ASIO_NO_COMPLETION_SIGNATURE_OF 1
+#define METRONOME_ASIO_NO_ANY_COMPLETION_HANDLER 1
 #endif
 
 #else
@@ -95,6 +99,7 @@
 #endif
 
 #include <system_error>
+#include <utility>
 
 namespace metronome {
 
@@ -119,7 +124,38 @@ using net::as_tuple;
 using net::deferred;
 #endif
 
+// completion_signature_of_t<Operation>: the signature `op(token)` completes with.
+#if defined(METRONOME_ASIO_NO_COMPLETION_SIGNATURE_OF)
+// Probed as Asio 1.26 does: a token whose async_result hands back the signature.
+struct signature_probe {};
+template <class... Signatures>
+struct signature_probe_result;
+template <class Signature>
+struct signature_probe_result<Signature> {
+  using type = Signature;
+};
+template <class Operation>
+using completion_signature_of_t = typename decltype(std::declval<Operation>()(signature_probe{}))::type;
+#else
+template <class Operation>
+using completion_signature_of_t = net::completion_signature_of_t<Operation>;
+#endif
+
 } // namespace detail
 } // namespace metronome
+
+#if defined(METRONOME_ASIO_NO_COMPLETION_SIGNATURE_OF)
+namespace METRONOME_NET_NAMESPACE {
+template <class... Signatures>
+class async_result<metronome::detail::signature_probe, Signatures...> {
+public:
+  using return_type = metronome::detail::signature_probe_result<Signatures...>;
+  template <class Initiation, class... Args>
+  static return_type initiate(Initiation&&, metronome::detail::signature_probe, Args&&...) {
+    return {};
+  }
+};
+} // namespace METRONOME_NET_NAMESPACE
+#endif
 
 #endif
