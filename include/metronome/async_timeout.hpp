@@ -78,8 +78,8 @@ public:
   void operator()(Handler&& handler, net::awaitable<T, AwaitableExecutor> coroutine,
                   clock::duration timeout) const {
     namespace x = net::experimental;
-    x::make_parallel_group(net::co_spawn(ex_, std::move(coroutine), net::deferred),
-                           async_delay(ex_, timeout, net::deferred))
+    x::make_parallel_group(net::co_spawn(ex_, std::move(coroutine), detail::deferred),
+                           async_delay(ex_, timeout, detail::deferred))
         .async_wait(cancel_the_other(), timeout_handler<std::decay_t<Handler>, T>(std::forward<Handler>(handler)));
   }
 

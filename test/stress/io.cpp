@@ -23,14 +23,15 @@
 namespace {
 
 using tcp = metronome::net::ip::tcp;
+using metronome::detail::as_tuple; // net::experimental::as_tuple in Asio 1.22
 
 // Echoes lines of 16 bytes until the peer closes.
 net::awaitable<void> echo(tcp::socket s, std::atomic<long>& echoed) {
   std::array<char, 16> buf{};
   for (;;) {
-    auto [ec, n] = co_await net::async_read(s, net::buffer(buf), net::as_tuple(net::use_awaitable));
+    auto [ec, n] = co_await net::async_read(s, net::buffer(buf), as_tuple(net::use_awaitable));
     if (ec) co_return;
-    auto [wec, w] = co_await net::async_write(s, net::buffer(buf.data(), n), net::as_tuple(net::use_awaitable));
+    auto [wec, w] = co_await net::async_write(s, net::buffer(buf.data(), n), as_tuple(net::use_awaitable));
     if (wec) co_return;
     echoed.fetch_add(1);
   }
@@ -61,7 +62,7 @@ std::string io_round(std::uint64_t seed) {
         pool,
         [&]() -> net::awaitable<void> {
           for (int i = 0; i < connections; ++i) {
-            auto [ec, s] = co_await acceptor.async_accept(net::as_tuple(net::use_awaitable));
+            auto [ec, s] = co_await acceptor.async_accept(as_tuple(net::use_awaitable));
             if (ec) co_return;
             net::co_spawn(acceptor.get_executor(), echo(std::move(s), t.echoed), net::detached);
           }

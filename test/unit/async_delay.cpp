@@ -23,6 +23,8 @@
 #include <thread>
 
 namespace net = metronome::net;
+using metronome::detail::as_tuple; // net::experimental::as_tuple in Asio 1.22
+using metronome::detail::deferred; // net::experimental::deferred in Asio 1.22
 using namespace std::chrono_literals;
 using metronome::error_code;
 using metronome::async_delay;
@@ -86,7 +88,7 @@ BOOST_AUTO_TEST_CASE(use_awaitable_does_not_block_a_pool_thread) {
 BOOST_AUTO_TEST_CASE(deferred_counts_from_launch) {
   manual_clock c;
   scheduled_thread_pool pool(on_clock(c));
-  auto op = async_delay(pool.get_executor(), 10ms, net::deferred);
+  auto op = async_delay(pool.get_executor(), 10ms, deferred);
   c.advance(50ms); // not launched yet: nothing to fire
   std::promise<error_code> p;
   std::move(op)([&](error_code ec) { p.set_value(ec); });
@@ -102,11 +104,11 @@ BOOST_AUTO_TEST_CASE(as_tuple_and_parallel_group) {
   auto f = net::co_spawn(
       pool,
       [ex]() -> net::awaitable<bool> {
-        auto [ec] = co_await async_delay(ex, 1ms, net::as_tuple(net::use_awaitable));
+        auto [ec] = co_await async_delay(ex, 1ms, as_tuple(net::use_awaitable));
         if (ec) co_return false;
         // Two delays race; the first to finish cancels the other.
-        auto [order, ec1, ec2] = co_await net::experimental::make_parallel_group(async_delay(ex, 1ms, net::deferred),
-                                                                                  async_delay(ex, 1h, net::deferred))
+        auto [order, ec1, ec2] = co_await net::experimental::make_parallel_group(async_delay(ex, 1ms, deferred),
+                                                                                  async_delay(ex, 1h, deferred))
                                      .async_wait(net::experimental::wait_for_one(), net::use_awaitable);
         co_return order[0] == 0 && !ec1 && ec2 == net::error::operation_aborted;
       },
@@ -229,8 +231,8 @@ BOOST_AUTO_TEST_CASE(shutdown_aborts_pending_and_later_waits) {
   auto f = net::co_spawn(
       pool,
       [&]() -> net::awaitable<int> {
-        auto [ec1] = co_await async_delay(pool.get_executor(), 1h, net::as_tuple(net::use_awaitable));
-        auto [ec2] = co_await async_delay(pool.get_executor(), 1ms, net::as_tuple(net::use_awaitable));
+        auto [ec1] = co_await async_delay(pool.get_executor(), 1h, as_tuple(net::use_awaitable));
+        auto [ec2] = co_await async_delay(pool.get_executor(), 1ms, as_tuple(net::use_awaitable));
         co_return (ec1 == net::error::operation_aborted) + (ec2 == net::error::operation_aborted);
       },
       net::use_future);

@@ -18,6 +18,8 @@
 #include <string>
 
 namespace net = metronome::net;
+using metronome::detail::as_tuple; // net::experimental::as_tuple in Asio 1.22
+using metronome::detail::deferred; // net::experimental::deferred in Asio 1.22
 using namespace std::chrono_literals;
 using metronome::error_code;
 using metronome::async_delay;
@@ -156,7 +158,7 @@ BOOST_AUTO_TEST_CASE(in_a_coroutine_with_use_awaitable_and_as_tuple) {
         } catch (const metronome::system_error& e) {
           out += e.code() == net::error::timed_out ? " timed_out" : " other";
         }
-        auto [e, v] = co_await async_timeout(ex, 1s, work(2s, 9), net::as_tuple(net::use_awaitable));
+        auto [e, v] = co_await async_timeout(ex, 1s, work(2s, 9), as_tuple(net::use_awaitable));
         out += " " + what(e) + " " + std::to_string(v);
         p.set_value(out);
       },
@@ -166,7 +168,7 @@ BOOST_AUTO_TEST_CASE(in_a_coroutine_with_use_awaitable_and_as_tuple) {
 
 // With deferred the deadline counts from the launch.
 BOOST_AUTO_TEST_CASE(with_deferred_the_deadline_counts_from_the_launch) {
-  auto op = async_timeout(ex, 10ms, work(15ms, 7), net::deferred);
+  auto op = async_timeout(ex, 10ms, work(15ms, 7), deferred);
   c.advance(1h);
   BOOST_TEST(pool.stats().delayed_queued == 0u);
   std::promise<int> p;

@@ -19,6 +19,8 @@
 #include <thread>
 
 namespace net = metronome::net;
+using metronome::detail::as_tuple; // net::experimental::as_tuple in Asio 1.22
+using metronome::detail::deferred; // net::experimental::deferred in Asio 1.22
 using namespace std::chrono_literals;
 using metronome::error_code;
 using metronome::async_delay;
@@ -115,8 +117,8 @@ BOOST_AUTO_TEST_CASE(with_as_tuple_inside_a_coroutine_and_a_second_wait_after_it
   net::co_spawn(
       pool,
       [&]() -> net::awaitable<void> {
-        auto [ec1] = co_await async_delay(pool.get_executor(), 1h, cancel_after(10ms, net::as_tuple(net::use_awaitable)));
-        auto [ec2] = co_await async_delay(pool.get_executor(), 1ms, cancel_after(1h, net::as_tuple(net::use_awaitable)));
+        auto [ec1] = co_await async_delay(pool.get_executor(), 1h, cancel_after(10ms, as_tuple(net::use_awaitable)));
+        auto [ec2] = co_await async_delay(pool.get_executor(), 1ms, cancel_after(1h, as_tuple(net::use_awaitable)));
         p.set_value({ec1, ec2});
       },
       net::detached);
@@ -133,7 +135,7 @@ BOOST_AUTO_TEST_CASE(with_as_tuple_inside_a_coroutine_and_a_second_wait_after_it
 BOOST_AUTO_TEST_CASE(with_deferred_the_timeout_counts_from_the_launch) {
   manual_clock c;
   scheduled_thread_pool pool(on_clock(c));
-  auto op = async_delay(pool.get_executor(), 1h, cancel_after(10ms, net::deferred));
+  auto op = async_delay(pool.get_executor(), 1h, cancel_after(10ms, deferred));
   c.advance(50ms); // not launched yet
   BOOST_TEST(pool.stats().delayed_queued == 0u);
   std::promise<error_code> p;

@@ -76,6 +76,7 @@ BOOST_AUTO_TEST_SUITE_END()
 BOOST_AUTO_TEST_SUITE(manual_clock_auto_advance)
 
 namespace net = metronome::net;
+using metronome::detail::as_tuple; // net::experimental::as_tuple in Asio 1.22
 using metronome::manual_clock;
 using metronome::scheduled_thread_pool;
 using metronome::test::on_clock;
@@ -96,7 +97,7 @@ BOOST_AUTO_TEST_CASE(a_retry_coroutine_that_sleeps_for_minutes_finishes_at_once)
           ++attempts;
           // An attempt that never answers, given up after 30 s.
           auto [ec] = co_await metronome::async_delay(pool.get_executor(), std::chrono::hours(1),
-                                                      metronome::cancel_after(30s, net::as_tuple(net::use_awaitable)));
+                                                      metronome::cancel_after(30s, as_tuple(net::use_awaitable)));
           if (!ec) break;
           auto d = b.next();
           if (!d) break;
