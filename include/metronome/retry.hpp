@@ -125,7 +125,7 @@ private:
   void attempt_done(Self& self, values&& v) {
     state& s = *state_;
     const Error& e = std::get<0>(v);
-    if (!e || self.cancelled() != net::cancellation_type::none || !s.retry_if(e))
+    if (!e || self.get_cancellation_state().cancelled() != net::cancellation_type::none || !s.retry_if(e))
       return finish(self, std::move(v));
     const std::optional<clock::duration> pause = s.policy.next();
     if (!pause) return finish(self, std::move(v)); // attempts ran out: the last error
@@ -138,7 +138,7 @@ private:
   template <class Self>
   void pause_done(Self& self, error_code ec) {
     state& s = *state_;
-    if (ec || self.cancelled() != net::cancellation_type::none) {
+    if (ec || self.get_cancellation_state().cancelled() != net::cancellation_type::none) {
       values v = std::move(*s.last);
       std::get<0>(v) = aborted_retry_error<Error>();
       return finish(self, std::move(v));

@@ -357,16 +357,21 @@ BOOST_AUTO_TEST_CASE(the_handlers_associated_executor_and_allocator_are_used) {
   BOOST_TEST(poll_until([&] { return live.load() == 0; }));
 }
 
+#if defined(METRONOME_ASIO_NO_ANY_COMPLETION_HANDLER)
+// Empty as a null std::function is (no any_completion_handler to type-erase the handler).
+struct empty_operation {
+  template <class Handler>
+  void operator()(Handler&&) const {}
+  bool operator==(std::nullptr_t) const { return true; }
+};
+#endif
+
 BOOST_AUTO_TEST_CASE(bad_input_is_refused_at_the_call) {
   std::function<bool(const error_code&)> no_predicate;
   s.outcome = [](int) { return error_code(); };
   BOOST_CHECK_THROW(async_retry(pool, exact(1), s.op(), no_predicate, net::detached), std::invalid_argument);
 #if defined(METRONOME_ASIO_NO_ANY_COMPLETION_HANDLER)
-  // Empty as a null std::function is (no any_completion_handler to type-erase the handler).
-  struct {
-    void operator()(auto&&) const {}
-    bool operator==(std::nullptr_t) const { return true; }
-  } no_operation;
+  empty_operation no_operation;
 #else
   std::function<void(net::any_completion_handler<void(error_code)>)> no_operation;
 #endif
