@@ -23,7 +23,7 @@
 #endif
 #include <asio/version.hpp>
 // An Asio header outside the set below: #include METRONOME_ASIO_HEADER(ip/tcp.hpp).
-#define METRONOME_ASIO_HEADER(path) METRONOME_ASIO_HEADER_STR(asio/path)
+#define METRONOME_ASIO_HEADER(path) METRONOME_ASIO_HEADER_STR(asio/path) // NOLINT(bugprone-macro-parentheses): a path
 // Reopens Asio's namespace, to specialise its traits: namespace METRONOME_NET_NAMESPACE {.
 #define METRONOME_NET_NAMESPACE asio
 // Asio 1.22 (Debian 12's libasio-dev) keeps deferred and as_tuple in experimental and
@@ -41,7 +41,7 @@
 #include <boost/asio/version.hpp>
 #include <boost/system/error_code.hpp>
 #include <boost/system/system_error.hpp>
-#define METRONOME_ASIO_HEADER(path) METRONOME_ASIO_HEADER_STR(boost/asio/path)
+#define METRONOME_ASIO_HEADER(path) METRONOME_ASIO_HEADER_STR(boost/asio/path) // NOLINT(bugprone-macro-parentheses): a path
 #define METRONOME_NET_NAMESPACE boost::asio
 
 #endif

@@ -70,6 +70,7 @@ void before_slot_clear(net::cancellation_slot_binder<Handler, Slot>& h) noexcept
 
 } // namespace metronome::detail
 
+// NOLINTNEXTLINE(modernize-concat-nested-namespaces): boost::asio, spelt by a macro
 namespace METRONOME_NET_NAMESPACE {
 
 template <template <class, class> class Associator, class Handler, class Link, class Default>
