@@ -1,8 +1,12 @@
 // A live one-line status of a busy pool: stats() carries the counters and two
-// histograms (ready-queue wait, lateness of delayed work), printable with operator<<.
+// histograms, printable with operator<<: queue wait (typed tasks, and Asio posts - one in
+// 64 of each thread's timed, weighing 64) and lateness (delayed and periodic tasks,
+// async_delay waits, wheel timeouts on the pool).
 // A status task on the pool itself prints a line every 40 ms, five times, then the
 // program shuts the pool down (about 200 ms in all).
 #include <metronome/metronome.hpp>
+
+#include <metronome/detail/asio.hpp>
 
 #include <atomic>
 #include <chrono>
@@ -15,7 +19,8 @@ using namespace std::chrono_literals;
 int main() {
   metronome::scheduled_thread_pool pool(metronome::pool_options::fixed(2));
 
-  // The load: a stream of short tasks, a few periodic ones and many small delays.
+  // The load: a stream of short tasks and Asio posts, a few periodic tasks, many small
+  // delays and async_delay waits.
   std::atomic<long> work{0};
   auto busy = [&work] {
     for (int i = 0; i < 2000; ++i) work.fetch_add(1, std::memory_order_relaxed);
@@ -25,7 +30,9 @@ int main() {
   auto feeder = pool.schedule_with_fixed_delay(
       [&] {
         for (int i = 0; i < 200; ++i) pool.submit(busy);
+        for (int i = 0; i < 128; ++i) metronome::net::post(pool, busy);
         for (int i = 0; i < 50; ++i) pool.schedule(busy, std::chrono::microseconds(100 * i));
+        metronome::async_delay(pool.get_executor(), 1ms, [busy](metronome::error_code) { busy(); });
       },
       0ms, 2ms);
 
