@@ -202,13 +202,25 @@ BOOST_AUTO_TEST_CASE(a_cancelled_async_delay_counts_nothing) {
   BOOST_TEST(pool.stats().lateness.total() == 0u);
 }
 
-BOOST_AUTO_TEST_CASE(a_wheel_timeout_fired_onto_the_pool_counts_its_lateness_from_its_tick) {
+namespace {
+// A pool on a manual clock and a 1 ms wheel over it on the same clock.
+struct wheel_on_manual_pool {
   manual_clock c;
-  scheduled_thread_pool pool(on_clock(c));
-  metronome::wheel_options o;
-  o.tick = 1ms;
-  o.time_source = &c;
-  metronome::wheel_timer wheel(pool, o);
+  scheduled_thread_pool pool{on_clock(c)};
+  metronome::wheel_timer wheel{pool, [this] {
+                                 metronome::wheel_options o;
+                                 o.tick = 1ms;
+                                 o.time_source = &c;
+                                 return o;
+                               }()};
+};
+} // namespace
+
+BOOST_AUTO_TEST_CASE(a_wheel_timeout_fired_onto_the_pool_counts_its_lateness_from_its_tick) {
+  wheel_on_manual_pool f;
+  auto& c = f.c;
+  auto& pool = f.pool;
+  auto& wheel = f.wheel;
   metronome::test::counter fired;
   auto t = wheel.schedule([&] { fired.add(); }, 10ms);
   c.advance(15ms); // its tick is +10 ms; it starts at +15 ms
@@ -218,12 +230,10 @@ BOOST_AUTO_TEST_CASE(a_wheel_timeout_fired_onto_the_pool_counts_its_lateness_fro
 }
 
 BOOST_AUTO_TEST_CASE(a_wheel_wait_fired_onto_the_pool_counts_its_lateness) {
-  manual_clock c;
-  scheduled_thread_pool pool(on_clock(c));
-  metronome::wheel_options o;
-  o.tick = 1ms;
-  o.time_source = &c;
-  metronome::wheel_timer wheel(pool, o);
+  wheel_on_manual_pool f;
+  auto& c = f.c;
+  auto& pool = f.pool;
+  auto& wheel = f.wheel;
   metronome::test::counter done;
   wheel.async_wait(4ms, [&](metronome::error_code) { done.add(); });
   c.advance(6ms);
