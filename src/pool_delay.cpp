@@ -352,6 +352,9 @@ pool_engine* pool_engine::withdraw_wait_locked(pool_anchor* anchor, std::uint32_
 // under the push (cancel_wait's rule). The node is a completion: after shutdown_now() a
 // worker discards it, and its discard delivers too (as an aborted wait's). False,
 // nothing queued, when the pool is gone or terminated: no thread of it would run it.
+// Tested by `a_completion_queued_on_a_pool_being_destroyed_runs_on_its_worker_before_the_pool_goes`
+// (hook completion_before_wake, test/handover/pool.cpp) and, raced by the pool's ending,
+// `plain_callback_waits_ended_by_cancel_race_the_pool_s_ending` (test/stress/pool.cpp).
 bool pool_engine::post_completion(pool_anchor* anchor, std::uint32_t generation, task_base* n) noexcept {
   pool_engine* core = nullptr;
   {
@@ -361,6 +364,7 @@ bool pool_engine::post_completion(pool_anchor* anchor, std::uint32_t generation,
     core->ready_.push(n);
     ++core->in_transit_;
   }
+  METRONOME_TEST_HOOK(hook_point::completion_before_wake);
   core->maybe_wake_after_push();
   core->cancel_delivered();
   return true;

@@ -567,6 +567,41 @@ BOOST_AUTO_TEST_CASE(a_shut_down_pool_does_not_terminate_before_a_cancel_deliver
   BOOST_CHECK_EQUAL(pool.stats().rejected, 0u);
 }
 
+// A plain callback's completion ended elsewhere is queued on the task's pool
+// (post_completion): the ending thread is held after the push, in transit, before it
+// wakes anyone, while another thread destroys the pool. The destructor must wait for the
+// ending thread to leave (ASan would see it touch a freed pool), and the completion runs
+// once, on one of the pool's workers, before the pool is gone.
+BOOST_AUTO_TEST_CASE(a_completion_queued_on_a_pool_being_destroyed_runs_on_its_worker_before_the_pool_goes) {
+  auto pool = std::make_unique<scheduled_thread_pool>(1);
+  scheduled_thread_pool* raw = pool.get();
+  auto h = pool->schedule([] {}, 1h);
+  std::atomic<int> calls{0};
+  std::atomic<bool> on_pool{false};
+  metronome::net::cancellation_signal sig;
+  h.async_wait(metronome::net::bind_cancellation_slot(sig.slot(), [&](std::exception_ptr) {
+    on_pool = raw->get_executor().running_in_this_thread();
+    calls.fetch_add(1);
+  }));
+  hook_stop stop(hook_point::completion_before_wake);
+  std::thread ender([&] {
+    hook_stop::arm_this_thread();
+    sig.emit(metronome::net::cancellation_type::terminal);
+  });
+  BOOST_REQUIRE(stop.arrived()); // queued and in transit; no worker told
+  std::atomic<bool> destroyed{false};
+  std::thread destroyer([&] {
+    pool.reset();
+    destroyed = true;
+  });
+  BOOST_CHECK(!poll_until([&] { return destroyed.load(); }, 200ms));
+  stop.release();
+  ender.join();
+  destroyer.join();
+  BOOST_CHECK_EQUAL(calls.load(), 1);
+  BOOST_CHECK(on_pool.load());
+}
+
 // A handle's list of async_waits, between a task's ending and a cancellation. Whoever
 // takes a wait out of the list completes it, once: the thread ending the task (with the
 // task's result) or the cancellation (operation_aborted); the other finds it gone.
@@ -595,7 +630,7 @@ struct wait_record {
 // cancellation on another thread takes one of two waits out: that one ends aborted,
 // the other with the value, each once.
 BOOST_AUTO_TEST_CASE(a_wait_cancelled_while_its_task_is_ending_completes_once_aborted) {
-  scheduled_thread_pool pool(1);
+  scheduled_thread_pool pool(2); // the aborted wait (no executor of its own) runs on the other worker
   gate go;
   hook_stop stop(hook_point::task_before_closing_waits);
   auto h = pool.submit([&] {

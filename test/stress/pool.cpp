@@ -477,6 +477,68 @@ BOOST_AUTO_TEST_CASE(shutdown_now_returns_or_runs_every_task_submitted_before_it
   f.report("shutdown_now accounting", b.rounds());
 }
 
+// Plain callbacks' waits (no executor of their own), ended by cancel() on two other
+// threads while the pool ends (shutdown_now, the destructor, shutdown): a wait ended by
+// a cancel is queued on the task's pool (post_completion), or run by the canceller once
+// the pool has no thread left. Each wait completes exactly once - aborted, or with the
+// run of its task - by the time the cancellers and the pool are gone: none is lost in the
+// pool's ending, none runs twice.
+BOOST_AUTO_TEST_CASE(plain_callback_waits_ended_by_cancel_race_the_pool_s_ending) {
+  budget b(std::chrono::milliseconds(scaled(2000, 3000)), 3, scaled(2000, 200));
+  findings f;
+  while (b.next()) {
+    const auto end = static_cast<ending>(b.rounds() % 3);
+    std::mt19937_64 rng(run_seed ^ (static_cast<std::uint64_t>(b.rounds()) * 0x9e3779b97f4a7c15ULL));
+    constexpr int n = 200;
+    std::vector<std::atomic<int>> ran(n), completed(n), aborted(n);
+    std::vector<scheduled_future<void>> handles;
+    handles.reserve(n);
+    auto pool = std::make_unique<scheduled_thread_pool>(2);
+    for (std::size_t i = 0; i < n; ++i) {
+      handles.push_back(pool->schedule([&ran, i] { ran[i].fetch_add(1); }, std::chrono::microseconds(rng() % 3000)));
+      handles.back().async_wait([&completed, &aborted, i](std::exception_ptr e) {
+        if (e) aborted[i].fetch_add(1);
+        completed[i].fetch_add(1);
+      });
+    }
+    metronome::test::gate go;
+    std::vector<std::thread> cancellers;
+    for (std::size_t c = 0; c < 2; ++c)
+      cancellers.emplace_back([&handles, &go, c, seed = rng()] {
+        std::vector<std::size_t> mine;
+        for (std::size_t i = c; i < n; i += 2) mine.push_back(i);
+        std::shuffle(mine.begin(), mine.end(), std::mt19937_64(seed));
+        go.wait();
+        for (std::size_t i : mine) handles[i].cancel();
+      });
+    go.open();
+    const auto spin_until = std::chrono::steady_clock::now() + std::chrono::microseconds(rng() % 1500);
+    while (std::chrono::steady_clock::now() < spin_until) std::this_thread::yield();
+    std::vector<metronome::pending_task> taken;
+    if (end == ending::shutdown_now)
+      taken = pool->shutdown_now();
+    else if (end == ending::shutdown)
+      pool->shutdown();
+    else
+      pool.reset();
+    for (auto& t : cancellers) t.join();
+    pool.reset();  // shutdown: after the last delayed task has run
+    taken.clear(); // tasks taken by shutdown_now(), dropped unrun: their waits end aborted
+    errors errs;
+    for (std::size_t i = 0; i < n; ++i) {
+      const int runs = ran[i].load(), calls = completed[i].load(), errs_seen = aborted[i].load();
+      if (calls != 1 || runs > 1 || (runs == 1) != (errs_seen == 0)) {
+        errs.add(fmt("%s: wait %zu completed %d times (%d with an error), its task ran %d times",
+                     ending_name(end), i, calls, errs_seen, runs));
+        break;
+      }
+    }
+    f.take(errs, fmt("round %d", b.rounds()));
+  }
+  BOOST_TEST(f.bad_rounds() == 0);
+  f.report("plain-callback waits against the pool's ending", b.rounds());
+}
+
 BOOST_AUTO_TEST_CASE(producers_race_shutdown) { pool_lifecycle_stress(ending::shutdown); }
 BOOST_AUTO_TEST_CASE(producers_race_shutdown_now) { pool_lifecycle_stress(ending::shutdown_now); }
 BOOST_AUTO_TEST_CASE(handles_race_the_destructor) { pool_lifecycle_stress(ending::destructor); }

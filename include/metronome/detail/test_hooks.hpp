@@ -45,6 +45,7 @@ enum class hook_point {
   wheel_tick_after_unlock,     // a wheel's tick let go of the wheel's mutex; its due timeouts not yet handed over
   wheel_destroy_after_tick_look, // a wheel's destructor looked at its tick (under the mutex) and let go of both; not retired yet
   wait_before_lock,            // a timed wait (async_delay, a wheel's tick) passed the termination check; pool mutex not taken
+  completion_before_wake,      // a completion ended elsewhere is in its pool's ready queue, in transit; nobody woken yet
 };
 
 using hook_function = void (*)(hook_point);

@@ -36,7 +36,8 @@ using wait_signature = typename wait_signature_of<R>::type;
 // pool has no thread left (deliver_elsewhere).
 // Per-operation cancellation (any type: abandoning a wait does nothing to the task)
 // takes the hook out of the task's list, if the task has not ended, and completes it
-// with operation_aborted, posted. Whoever takes the hook out of the list (the task's
+// with operation_aborted, never inside the emit (the same way: posted, or queued on the
+// task's pool). Whoever takes the hook out of the list (the task's
 // ending, or the cancellation; under the task's stripe mutex) completes it, once.
 // The hook holds a reference on the task until it is destroyed, so the slot's handler,
 // which reaches the task, never meets a freed one.
@@ -113,14 +114,24 @@ private:
     }
   };
 
-  // Taken out of the task's list by a cancellation: the task goes on, the wait ends.
+  // Taken out of the task's list by a cancellation: the task goes on, the wait ends,
+  // posted to the handler's executor or, with none, queued on the task's pool as any
+  // completion ended elsewhere (never onto Asio's system_context and its threads).
   void abort() noexcept {
+    if constexpr (has_own_executor) {
+      complete_aborted(false);
+    } else {
+      repost_.aborted = true;
+      task_->deliver_elsewhere(&repost_);
+    }
+  }
+  void complete_aborted(bool may_run_inline) noexcept {
     std::exception_ptr e =
         std::make_exception_ptr(system_error(net::error::operation_aborted));
     if constexpr (std::is_void_v<R>)
-      this->complete_with(false, std::move(e));
+      this->complete_with(may_run_inline, std::move(e));
     else
-      this->complete_with(false, std::move(e), R{});
+      this->complete_with(may_run_inline, std::move(e), R{});
   }
 
   // Runs the completion on the task's pool (deliver_elsewhere). A completion, as a wait
@@ -128,8 +139,15 @@ private:
   // the discarding thread - never lost.
   struct repost_node final : task_base {
     explicit repost_node(wait_hook* o) noexcept : task_base(&run), owner(o) { kind_ = task_kind::completion; }
-    static void run(task_base* t, unsigned) { static_cast<repost_node*>(t)->owner->deliver(false); }
+    static void run(task_base* t, unsigned) {
+      wait_hook* o = static_cast<repost_node*>(t)->owner;
+      if (static_cast<repost_node*>(t)->aborted)
+        o->complete_aborted(true);
+      else
+        o->deliver(false);
+    }
     wait_hook* owner;
+    bool aborted = false; // taken out by its cancellation slot: ends with operation_aborted
   };
 
   static void release_node(wait_hook* h) noexcept { handler_base::destroy(h); }

@@ -312,6 +312,35 @@ BOOST_AUTO_TEST_CASE(a_wait_with_no_executor_ended_elsewhere_runs_on_the_task_s_
   BOOST_TEST(metronome::test::process_threads() == before + 2);
 }
 
+// The same for a plain callback abandoned through its cancellation slot (the task goes
+// on): its operation_aborted runs on the task's pool, not on a thread of Asio's
+// system_context.
+BOOST_AUTO_TEST_CASE(a_wait_with_no_executor_cancelled_through_its_slot_runs_on_the_task_s_pool_and_starts_no_thread) {
+  const std::size_t before = metronome::test::settled_threads(metronome::test::process_threads());
+  scheduled_thread_pool pool(2);
+  auto f = pool.schedule([] {}, 1h);
+  std::promise<std::pair<bool, bool>> seen; // {aborted, on the pool}
+  metronome::net::cancellation_signal sig;
+  f.async_wait(metronome::net::bind_cancellation_slot(sig.slot(), [&](std::exception_ptr e) {
+    bool aborted = false;
+    try {
+      if (e) std::rethrow_exception(e);
+    } catch (const metronome::system_error& se) {
+      aborted = se.code() == metronome::net::error::operation_aborted;
+    } catch (...) {
+    }
+    seen.set_value({aborted, pool.get_executor().running_in_this_thread()});
+  }));
+  sig.emit(metronome::net::cancellation_type::terminal);
+  auto ran = seen.get_future();
+  BOOST_REQUIRE(ran.wait_for(10s) == std::future_status::ready);
+  const auto [aborted, on_pool] = ran.get();
+  BOOST_TEST(aborted);
+  BOOST_TEST(on_pool);
+  BOOST_TEST(!f.is_done()); // abandoning the wait did nothing to the task
+  BOOST_TEST(metronome::test::process_threads() == before + 2);
+}
+
 // With no thread of the task's pool left (terminated), such a handler runs on the
 // calling thread - even inside async_wait: nothing else would ever run it.
 BOOST_AUTO_TEST_CASE(a_wait_with_no_executor_on_a_terminated_pool_runs_on_the_calling_thread) {
