@@ -21,7 +21,7 @@ void pool_engine::submit_scheduled(scheduled_task_base* t, clock::time_point due
   if (due <= current) {
     promote_due_before(current);
     t->set_due(current);
-    if (shutdown_.load() || terminated_.load()) {
+    if (state_.at_least(lifecycle::shutdown) || state_.terminated()) {
       reject_scheduled(t, false);
       return;
     }
@@ -57,7 +57,7 @@ void pool_engine::submit_scheduled(scheduled_task_base* t, clock::time_point due
     t->release();
     return;
   }
-  if (shutdown_.load() || terminated_.load()) {
+  if (state_.at_least(lifecycle::shutdown) || state_.terminated()) {
     lk.unlock();
     reject_scheduled(t, true);
     return;
@@ -84,9 +84,9 @@ void pool_engine::ask_clock_after_outside_push(std::unique_lock<std::mutex>& lk)
 
 void pool_engine::reject_scheduled(scheduled_task_base* t, bool timed) {
   rejected_.fetch_add(1);
-  const char* why = terminated_.load() ? "metronome: the pool has terminated"
-                    : shutdown_.load() ? "metronome: the pool is shut down"
-                                       : "metronome: the ready queue is full";
+  const char* why = state_.terminated()                    ? "metronome: the pool has terminated"
+                    : state_.at_least(lifecycle::shutdown) ? "metronome: the pool is shut down"
+                                                           : "metronome: the ready queue is full";
   rejection_policy policy = opts_.rejection;
   // caller_runs never runs delayed or periodic work early, on the caller: refused as abort.
   if (policy == rejection_policy::caller_runs && (timed || t->is_periodic())) policy = rejection_policy::abort;
@@ -145,7 +145,7 @@ void pool_engine::wake_for_new_head_locked() noexcept {
     follower_cv_.notify_one();
   } else if (reactor_waiter_ != nullptr) {
     interrupt_reactor_locked(); // it waits without a deadline: it comes back to time the heap
-  } else if (spinning_.load() == 0 && threads_.load() < max_threads_ && !shutdown_.load()) {
+  } else if (spinning_.load() == 0 && threads_.load() < max_threads_ && !state_.at_least(lifecycle::shutdown)) {
     // Every worker is busy and none times the heap: an elastic pool below its maximum
     // starts a thread, which parks as the leader - as one starts for ready work nobody
     // is free to take. (Without it, delayed work waited for a busy core thread.)
@@ -212,7 +212,7 @@ void pool_engine::post_owed_drains(task_sink* owed) noexcept {
 }
 
 void pool_engine::leave_transit_locked() noexcept {
-  if (--in_transit_ == 0 && (shutdown_.load() || joining_)) wake_all_locked();
+  if (--in_transit_ == 0 && (state_.at_least(lifecycle::shutdown) || ending_.joining)) wake_all_locked();
 }
 
 void pool_engine::cancel_delivered() noexcept {
@@ -294,7 +294,7 @@ bool pool_engine::on_reset_locked(scheduled_task_base* t, clock::duration delay)
 // ---------------------------------------------------------------- async_delay waits
 
 // A terminated pool's heap takes nothing: the termination is decided under mtx_, and a
-// wait looks at terminated_ again under it before its push (it may have passed the first
+// wait looks at the termination again under it before its push (it may have passed the first
 // look just before), so it is either in the heap when the last worker decides - and then
 // holds the termination, unless it is a wheel's tick - or refused (false: the caller
 // completes it aborted; a tick goes idle). Tested by
@@ -303,19 +303,19 @@ bool pool_engine::on_reset_locked(scheduled_task_base* t, clock::duration delay)
 bool pool_engine::add_wait(wait_node* n, clock::time_point due, clock::time_point current) {
   METRONOME_POOL_CALL(calls_);
   n->set_due(due);
-  if (terminated_.load()) return false;
+  if (state_.terminated()) return false;
   // A wheel's tick is timed after shutdown() too: the wheel delivers until termination.
-  if (due > current && (!shutdown_.load() || n->untracked_)) {
+  if (due > current && (!state_.at_least(lifecycle::shutdown) || n->untracked_)) {
     METRONOME_TEST_HOOK(hook_point::wait_before_lock);
     std::unique_lock lk(mtx_);
-    if (terminated_.load()) return false;
-    if (!shutdown_.load() || n->untracked_) {
+    if (state_.terminated()) return false;
+    if (!state_.at_least(lifecycle::shutdown) || n->untracked_) {
       heap_push_locked(n); // may throw std::bad_alloc with nothing queued
       ask_clock_after_outside_push(lk);
       return true;
     }
   }
-  if (shutdown_.load()) n->aborted_ = true;
+  if (state_.at_least(lifecycle::shutdown)) n->aborted_ = true;
   // Its time had passed at initiation: its start counts as queue wait from now, as typed
   // work's whose delay had passed (record_wait_start).
   if (due < current) n->set_due(current);
@@ -357,7 +357,7 @@ bool pool_engine::post_completion(pool_anchor* anchor, std::uint32_t generation,
   {
     std::lock_guard lk(anchor->mtx);
     core = engine(anchor->core.load(std::memory_order_relaxed));
-    if (!core || anchor->generation != generation || core->terminated_.load()) return false;
+    if (!core || anchor->generation != generation || core->state_.terminated()) return false;
     core->ready_.push(n);
     ++core->in_transit_;
   }
@@ -496,7 +496,8 @@ void pool_engine::reschedule(scheduled_task_base* t, clock::time_point started) 
                : next_periodic_due(x.fixed_delay, x.periodic.missed, x.period, t->due(), started, current);
 
   std::unique_lock lk(mtx_);
-  const bool stop = stopped_.load() || closing_ || (shutdown_.load() && !opts_.continue_periodic_after_shutdown);
+  const bool stop = state_.at_least(lifecycle::stop) || ending_.closing ||
+                    (state_.at_least(lifecycle::shutdown) && !opts_.continue_periodic_after_shutdown);
   if (stop || !t->try_rearm()) {
     lk.unlock();
     t->finish_cancelled(true);

@@ -24,7 +24,7 @@ pool_engine::drive_result pool_engine::drive_hosted(std::size_t budget) noexcept
   worker* const outer = this_worker; // a host thread may be a metronome pool's worker too
   this_worker = &w;
   std::size_t ran = 0;
-  while (ran < budget && !stopped_.load(std::memory_order_acquire)) {
+  while (ran < budget && !state_.at_least(lifecycle::stop, std::memory_order_acquire)) {
     task_base* t = nullptr;
     if (w.local_head) {
       t = pop_local(w);
@@ -62,13 +62,12 @@ void pool_engine::close_hosted() noexcept {
   };
   {
     std::lock_guard lk(mtx_);
-    shutdown_.store(true);
-    stopped_.store(true);
+    state_.advance_to(lifecycle::stop);
     delayed = drain_heap_locked(); // its waits join the ready queue, aborted
     ready_.consumer_lock().lock();
     while (task_base* t = ready_.pop_locked()) keep(t);
     ready_.consumer_lock().unlock();
-    terminated_.store(true);
+    state_.set_terminated();
     host_timed_ = no_due;
   }
   worker& w = *host_worker_;

@@ -44,26 +44,27 @@ Node* reversed(Node* head) noexcept {
 // from the heap to a serial executor, no wheel wait is undelivered, and no
 // tracked work is outstanding - unless the pool is shut down, when tracked work can only
 // be finished by work from the pool's own threads, and none is left. A producer that
-// pushes after the check sees terminated_ and drops (and reports) its work.
+// pushes after the check sees the termination and drops (and reports) its work.
 bool pool_engine::idle_for_termination_locked(int awake_expected) const noexcept {
   return awake_ == awake_expected && ready_.empty() && heap_.size() == ticks_in_heap_ && in_transit_ == 0 &&
-         wheel_waits_.load() == 0 && (tracked_work_.load() == 0 || shutdown_.load() || closing_);
+         wheel_waits_.load() == 0 &&
+         (tracked_work_.load() == 0 || state_.at_least(lifecycle::shutdown) || ending_.closing);
 }
 
 void pool_engine::wheel_wait_done() noexcept {
   if (wheel_waits_.fetch_sub(1, std::memory_order_seq_cst) == 1) {
     std::lock_guard lk(mtx_);
-    if (shutdown_.load() || joining_ || closing_) wake_all_locked();
+    if (state_.at_least(lifecycle::shutdown) || ending_.joining || ending_.closing) wake_all_locked();
   }
 }
 
 void pool_engine::terminate_locked() noexcept {
-  terminated_.store(true, std::memory_order_seq_cst);
+  state_.set_terminated();
   METRONOME_TEST_HOOK(hook_point::worker_terminating);
   // A producer may have pushed between our emptiness check and the store above; it
-  // will see terminated_ and drop its work. If the queue is not empty now, we back off.
+  // will see the termination and drop its work. If the queue is not empty now, we back off.
   if (!ready_.empty()) {
-    terminated_.store(false, std::memory_order_seq_cst);
+    state_.take_back_termination();
     return;
   }
   follower_cv_.notify_all();
@@ -78,8 +79,8 @@ void pool_engine::shutdown() {
   timed_node* gone = nullptr;
   {
     std::lock_guard lk(mtx_);
-    if (shutdown_.load()) return;
-    shutdown_.store(true);
+    if (state_.at_least(lifecycle::shutdown)) return;
+    state_.advance_to(lifecycle::shutdown);
     sweep_for_shutdown_locked(gone);
     update_next_due_locked();
     gone = queue_aborted_waits_locked(gone);
@@ -162,8 +163,7 @@ pool_engine::taken_tasks pool_engine::shutdown_now() {
   std::size_t count = 0;
   {
     std::lock_guard lk(mtx_);
-    shutdown_.store(true);
-    stopped_.store(true);
+    state_.advance_to(lifecycle::stop);
     // async_delay waits are not returned: they go back to the ready queue, aborted, and a
     // worker discards them (their handlers destroyed unrun, on the pool's own threads).
     // Completed here, on the caller's thread, a wait's node was freed while a task on the
@@ -249,17 +249,17 @@ task_base* pool_engine::next_taken(taken_tasks& taken) noexcept {
 }
 
 void pool_engine::close() noexcept {
-  if (forked_child_) {
+  if (ending_.forked_child) {
     discard_left_in_child();
     return;
   }
-  if (!terminated_.load()) {
+  if (!state_.terminated()) {
     timed_node* gone = nullptr;
     task_sink* owed = nullptr;
     {
       std::lock_guard lk(mtx_);
-      shutdown_.store(true);
-      closing_ = true;
+      state_.advance_to(lifecycle::shutdown);
+      ending_.closing = true;
       promote_due_locked(now(), owed);
       gone = drain_heap_locked();
       wake_all_locked();
@@ -278,8 +278,8 @@ void pool_engine::close() noexcept {
       run_task(self, t);
     }
     std::lock_guard lk(mtx_);
-    closer_in_pool_ = true;
-    if (!terminated_.load() && idle_for_termination_locked(1)) terminate_locked();
+    ending_.closer_in_pool = true;
+    if (!state_.terminated() && idle_for_termination_locked(1)) terminate_locked();
     wake_all_locked();
     this_thread_orphaned = true;
     this_worker = nullptr; // the rest of the task runs on a thread of no pool
@@ -292,9 +292,9 @@ void pool_engine::join() {
     throw std::logic_error("metronome: join() called from one of the pool's threads");
   {
     std::unique_lock lk(mtx_);
-    joining_ = true;
+    ending_.joining = true;
     wake_all_locked();
-    terminated_cv_.wait(lk, [this] { return terminated_.load(); });
+    terminated_cv_.wait(lk, [this] { return state_.terminated(); });
   }
   join_threads();
 }
@@ -304,7 +304,7 @@ void pool_engine::join() {
 void pool_engine::join_threads() {
   std::lock_guard jl(join_mtx_);
   std::unique_lock lk(mtx_);
-  terminated_cv_.wait(lk, [this] { return terminated_.load(); });
+  terminated_cv_.wait(lk, [this] { return state_.terminated(); });
   for (;;) {
     std::thread th;
     for (auto& w : workers_) {
@@ -326,7 +326,7 @@ void pool_engine::join_threads() {
 bool pool_engine::await_termination(clock::duration timeout) {
   std::unique_lock lk(mtx_);
   auto deadline = saturating_add(clock::now(), timeout);
-  return terminated_cv_.wait_until(lk, deadline, [this] { return terminated_.load(); });
+  return terminated_cv_.wait_until(lk, deadline, [this] { return state_.terminated(); });
 }
 
 pool_stats pool_engine::stats() const {
@@ -401,7 +401,7 @@ struct fork_registry {
     for (pool_engine* p = r.head; p; p = p->fork_next_) {
       p->ready_.repair_after_fork(); // a producer of the parent may have stopped mid-push
       p->unlock_after_fork();
-      if (p->restart_after_fork_.load(std::memory_order_relaxed))
+      if (p->ending_.restart_after_fork.load(std::memory_order_relaxed))
         p->restart_in_child();
       else
         p->terminate_in_child();
@@ -488,9 +488,9 @@ void pool_engine::restart_in_child() noexcept {
 void pool_engine::terminate_in_child() noexcept {
   std::lock_guard lk(mtx_);
   forget_threads_in_child();
-  forked_child_ = true;
-  shutdown_.store(true);
-  terminated_.store(true);
+  ending_.forked_child = true;
+  state_.advance_to(lifecycle::shutdown);
+  state_.set_terminated();
 }
 
 // The destructor, in the child: what the parent's pool had queued is destroyed unrun
