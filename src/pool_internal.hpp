@@ -1,5 +1,6 @@
 // What the files of the pool engine (pool_core.cpp, pool_submit.cpp, pool_delay.cpp,
-// pool_lifecycle.cpp) share: the worker record and the calling thread's place in a pool.
+// pool_lifecycle.cpp, pool_reactor.cpp, pool_hosted.cpp) share: the worker record and
+// the calling thread's place in a pool.
 #ifndef METRONOME_SRC_POOL_INTERNAL_HPP
 #define METRONOME_SRC_POOL_INTERNAL_HPP
 

@@ -40,11 +40,13 @@ Node* reversed(Node* head) noexcept {
 // ---------------------------------------------------------------- termination
 
 // The termination invariant (docs/design.md): the pool terminates only when, under mtx_,
-// every live worker but the caller is parked, nothing is ready, delayed or in transit
-// from the heap to a serial executor, no wheel wait is undelivered, and no
-// tracked work is outstanding - unless the pool is shut down, when tracked work can only
-// be finished by work from the pool's own threads, and none is left. A producer that
-// pushes after the check sees the termination and drops (and reports) its work.
+// every live worker but the caller (and a destructor running on one of them) is parked,
+// nothing is ready, delayed (save wheels' ticks) or in transit (a promotion's serial
+// drains, a cancel's completions), no wheel wait is undelivered, and no tracked work is
+// outstanding - unless the pool is shut down or being destroyed, when tracked work can
+// only be finished by work from the pool's own threads, and none is left. Only a shut
+// down or joined pool looks for it (park()). A producer that pushes after the check
+// sees the termination and drops (and reports) its work.
 bool pool_engine::idle_for_termination_locked(int awake_expected) const noexcept {
   return awake_ == awake_expected && ready_.empty() && heap_.size() == ticks_in_heap_ && in_transit_ == 0 &&
          wheel_waits_.load() == 0 &&
