@@ -304,6 +304,7 @@ task_base* pool_engine::park(worker& w, std::unique_lock<std::mutex>& lk) {
   sleepers_.fetch_add(1, std::memory_order_seq_cst);
   struct leave_guard {
     pool_engine* p;
+    const held_lock& lk; // held again whenever the guard runs: park() returns with it
     ~leave_guard() {
       p->sleepers_.fetch_sub(1, std::memory_order_seq_cst);
       // A leader that leaves hands the heap to a follower (Java's DelayedWorkQueue).
@@ -312,11 +313,11 @@ task_base* pool_engine::park(worker& w, std::unique_lock<std::mutex>& lk) {
           ++p->wake_tokens_;
           p->follower_cv_.notify_one();
         } else {
-          p->interrupt_reactor_locked(); // the worker in the reactor times it
+          p->interrupt_reactor(lk); // the worker in the reactor times it
         }
       }
     }
-  } guard{this};
+  } guard{this, lk};
 
   bool clock_told = false; // this worker let the clock decide since it last woke
   for (;;) {
@@ -330,7 +331,7 @@ task_base* pool_engine::park(worker& w, std::unique_lock<std::mutex>& lk) {
       const clock::time_point current = now();
       if (heap_.top()->due() <= current) {
         task_sink* owed = nullptr;
-        if (promote_due_locked(current, owed) > 1) wake_some_locked(1);
+        if (promote_due(lk, current, owed) > 1) wake_some(lk, 1);
         if (owed) {
           lk.unlock();
           post_owed_drains(owed);
@@ -340,8 +341,8 @@ task_base* pool_engine::park(worker& w, std::unique_lock<std::mutex>& lk) {
       }
     }
     if ((state_.at_least(lifecycle::shutdown) || ending_.joining) &&
-        idle_for_termination_locked(ending_.closer_in_pool ? 2 : 1)) {
-      terminate_locked();
+        idle_for_termination(lk, ending_.closer_in_pool ? 2 : 1)) {
+      terminate(lk);
       if (state_.terminated()) return nullptr;
       return retry_marker;
     }
@@ -433,11 +434,12 @@ void pool_engine::wake_one() noexcept {
     host_->request_drive();
     return;
   }
-  std::lock_guard lk(mtx_);
-  wake_some_locked(1);
+  std::unique_lock lk(mtx_);
+  wake_some(lk, 1);
 }
 
-void pool_engine::wake_some_locked(std::size_t n) noexcept {
+void pool_engine::wake_some(const held_lock& lk, std::size_t n) noexcept {
+  assert_held(lk, mtx_);
   if (host_) {
     if (n > 0) host_->request_drive();
     return;
@@ -451,10 +453,11 @@ void pool_engine::wake_some_locked(std::size_t n) noexcept {
   if (leader_ != nullptr && leader_ != reactor_waiter_)
     leader_cv_.notify_one();
   else
-    interrupt_reactor_locked();
+    interrupt_reactor(lk);
 }
 
-void pool_engine::wake_all_locked() noexcept {
+void pool_engine::wake_all(const held_lock& lk) noexcept {
+  assert_held(lk, mtx_);
   if (host_) {
     host_->request_drive();
     return;
@@ -462,7 +465,7 @@ void pool_engine::wake_all_locked() noexcept {
   wake_tokens_ = followers_;
   follower_cv_.notify_all();
   leader_cv_.notify_all();
-  interrupt_reactor_locked();
+  interrupt_reactor(lk);
 }
 
 void pool_engine::maybe_wake_after_push() noexcept {

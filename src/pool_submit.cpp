@@ -48,8 +48,8 @@ bool pool_engine::push_ready_chain(task_base* first, task_base* last, std::size_
   }
   maybe_wake_after_push();
   if (count > 1 && sleepers_.load(std::memory_order_seq_cst) > 0) {
-    std::lock_guard lk(mtx_);
-    wake_some_locked(count - 1);
+    std::unique_lock lk(mtx_);
+    wake_some(lk, count - 1);
   }
   return false;
 }
@@ -91,7 +91,7 @@ void pool_engine::clear_after_termination() noexcept {
   }
 }
 
-// terminate_locked() sets the termination and takes it back, under the mutex, when it finds
+// terminate() sets the termination and takes it back, under the mutex, when it finds
 // work pushed meanwhile: a producer that saw it set looks again under the mutex before
 // it drops anything.
 bool pool_engine::terminated_for_good() noexcept {
@@ -189,8 +189,8 @@ bool pool_engine::discard_oldest_user_task() noexcept {
 
 void pool_engine::work_finished() noexcept {
   if (tracked_work_.fetch_sub(1) == 1) {
-    std::lock_guard lk(mtx_);
-    if (state_.at_least(lifecycle::shutdown) || ending_.joining) wake_all_locked();
+    std::unique_lock lk(mtx_);
+    if (state_.at_least(lifecycle::shutdown) || ending_.joining) wake_all(lk);
   }
 }
 
