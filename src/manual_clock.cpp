@@ -3,6 +3,8 @@
 
 #include <metronome/detail/clock_listener.hpp>
 
+#include "held_lock.hpp"
+
 #include <algorithm>
 #include <limits>
 #include <stdexcept>
@@ -11,21 +13,22 @@ namespace metronome {
 
 void manual_clock::advance(duration d) {
   if (d < duration::zero()) throw std::invalid_argument("metronome: manual_clock cannot go back");
-  std::lock_guard lk(mtx_);
+  std::unique_lock lk(mtx_);
   auto now = now_.load(std::memory_order_relaxed);
   auto step = d.count();
   auto next = step > std::numeric_limits<clock::rep>::max() - now ? std::numeric_limits<clock::rep>::max() : now + step;
-  set_locked(next);
+  set(lk, next);
 }
 
 void manual_clock::advance_to(time_point t) {
-  std::lock_guard lk(mtx_);
+  std::unique_lock lk(mtx_);
   if (t.time_since_epoch().count() < now_.load(std::memory_order_relaxed))
     throw std::invalid_argument("metronome: manual_clock cannot go back");
-  set_locked(t.time_since_epoch().count());
+  set(lk, t.time_since_epoch().count());
 }
 
-void manual_clock::set_locked(clock::rep t) {
+void manual_clock::set(const std::unique_lock<std::mutex>& lk, clock::rep t) {
+  detail::assert_held(lk, mtx_);
   now_.store(t, std::memory_order_release);
   for (auto* l : listeners_) l->on_time_advanced();
 }
@@ -34,7 +37,8 @@ void manual_clock::set_locked(clock::rep t) {
 // Each listener answers under its own mutex; a pool thread that calls idle_point() has
 // already counted itself as parked, so two pools going idle at once cannot each see the
 // other busy and both wait (docs/design.md, "Auto-advance").
-void manual_clock::check_idle_locked() {
+void manual_clock::check_idle(const std::unique_lock<std::mutex>& lk) {
+  detail::assert_held(lk, mtx_);
   if (!auto_.load(std::memory_order_relaxed) || holds_ > 0) return;
   clock::time_point earliest = clock::time_point::max();
   for (auto* l : listeners_) {
@@ -44,18 +48,18 @@ void manual_clock::check_idle_locked() {
   }
   if (earliest == clock::time_point::max()) return; // no timed work: nothing to jump to
   if (earliest.time_since_epoch().count() > now_.load(std::memory_order_relaxed))
-    set_locked(earliest.time_since_epoch().count());
+    set(lk, earliest.time_since_epoch().count());
 }
 
 void manual_clock::set_auto_advance(bool on) {
-  std::lock_guard lk(mtx_);
+  std::unique_lock lk(mtx_);
   auto_.store(on, std::memory_order_release);
-  check_idle_locked();
+  check_idle(lk);
 }
 
 void manual_clock::idle_point() {
-  std::lock_guard lk(mtx_);
-  check_idle_locked();
+  std::unique_lock lk(mtx_);
+  check_idle(lk);
 }
 
 manual_clock::hold_guard::hold_guard(manual_clock& c) noexcept : c_(c) {
@@ -64,8 +68,8 @@ manual_clock::hold_guard::hold_guard(manual_clock& c) noexcept : c_(c) {
 }
 
 manual_clock::hold_guard::~hold_guard() {
-  std::lock_guard lk(c_.mtx_);
-  if (--c_.holds_ == 0) c_.check_idle_locked();
+  std::unique_lock lk(c_.mtx_);
+  if (--c_.holds_ == 0) c_.check_idle(lk);
 }
 
 void manual_clock::attach(detail::clock_listener* l) {

@@ -89,13 +89,13 @@ pool_engine::pool_engine(pool_options&& opts, core_host* host, checked_options)
     try {
       for (std::size_t i = 0; i < core_threads_; ++i) start_worker(true);
     } catch (...) {
-      terminated_ = true;
+      state_.set_terminated();
       follower_cv_.notify_all();
       leader_cv_.notify_all();
       throw;
     }
   } catch (...) {
-    // Workers already started see terminated_ and exit; wait for them before the
+    // Workers already started see the pool terminated and exit; wait for them before the
     // members they use go away.
     for (auto& w : workers_)
       if (w->thread.joinable()) w->thread.join();
@@ -244,7 +244,7 @@ task_base* pool_engine::next_task(worker& w) {
   for (;;) {
     // After shutdown_now() nothing more starts: this thread's continuations (defer) stay
     // behind and are dropped, and reported, when it exits.
-    const bool local = w.local_head && !stopped_.load(std::memory_order_acquire);
+    const bool local = w.local_head && !state_.at_least(lifecycle::stop, std::memory_order_acquire);
     if (local && ((++w.tick % shared_look_every) != 0 || !ready_.maybe_nonempty())) return pop_local(w);
 
     clock::rep nd = next_due_.load(std::memory_order_relaxed);
@@ -304,6 +304,7 @@ task_base* pool_engine::park(worker& w, std::unique_lock<std::mutex>& lk) {
   sleepers_.fetch_add(1, std::memory_order_seq_cst);
   struct leave_guard {
     pool_engine* p;
+    const held_lock& lk; // held again whenever the guard runs: park() returns with it
     ~leave_guard() {
       p->sleepers_.fetch_sub(1, std::memory_order_seq_cst);
       // A leader that leaves hands the heap to a follower (Java's DelayedWorkQueue).
@@ -312,25 +313,25 @@ task_base* pool_engine::park(worker& w, std::unique_lock<std::mutex>& lk) {
           ++p->wake_tokens_;
           p->follower_cv_.notify_one();
         } else {
-          p->interrupt_reactor_locked(); // the worker in the reactor times it
+          p->interrupt_reactor(lk); // the worker in the reactor times it
         }
       }
     }
-  } guard{this};
+  } guard{this, lk};
 
   bool clock_told = false; // this worker let the clock decide since it last woke
   for (;;) {
     // Terminated first: a task pushed after termination belongs to its producer, which
-    // sees terminated_ and drops it (or runs a strand's invoker itself); a worker woken
+    // sees the termination and drops it (or runs a strand's invoker itself); a worker woken
     // by the termination that took it instead would run it, and everything it posts
     // would be dropped - a strand's follow-up invoker with it, leaving the strand locked.
-    if (terminated_.load()) return nullptr;
+    if (state_.terminated()) return nullptr;
     if (!ready_.empty()) return retry_marker;
     if (!heap_.empty()) {
       const clock::time_point current = now();
       if (heap_.top()->due() <= current) {
         task_sink* owed = nullptr;
-        if (promote_due_locked(current, owed) > 1) wake_some_locked(1);
+        if (promote_due(lk, current, owed) > 1) wake_some(lk, 1);
         if (owed) {
           lk.unlock();
           post_owed_drains(owed);
@@ -339,9 +340,10 @@ task_base* pool_engine::park(worker& w, std::unique_lock<std::mutex>& lk) {
         return retry_marker;
       }
     }
-    if ((shutdown_.load() || joining_) && idle_for_termination_locked(closer_in_pool_ ? 2 : 1)) {
-      terminate_locked();
-      if (terminated_.load()) return nullptr;
+    if ((state_.at_least(lifecycle::shutdown) || ending_.joining) &&
+        idle_for_termination(lk, ending_.closer_in_pool ? 2 : 1)) {
+      terminate(lk);
+      if (state_.terminated()) return nullptr;
       return retry_marker;
     }
 
@@ -366,8 +368,8 @@ task_base* pool_engine::park(worker& w, std::unique_lock<std::mutex>& lk) {
     else
       timed_out = wait_as_follower(w, lk);
     ++awake_;
-    if (terminated_.load()) METRONOME_TEST_HOOK(hook_point::worker_woken_by_termination);
-    if (timed_out && ready_.empty() && !terminated_.load() && (heap_.empty() || leader_ != nullptr)) {
+    if (state_.terminated()) METRONOME_TEST_HOOK(hook_point::worker_woken_by_termination);
+    if (timed_out && ready_.empty() && !state_.terminated() && (heap_.empty() || leader_ != nullptr)) {
       --awake_; // this elastic thread retires
       return nullptr;
     }
@@ -432,11 +434,12 @@ void pool_engine::wake_one() noexcept {
     host_->request_drive();
     return;
   }
-  std::lock_guard lk(mtx_);
-  wake_some_locked(1);
+  std::unique_lock lk(mtx_);
+  wake_some(lk, 1);
 }
 
-void pool_engine::wake_some_locked(std::size_t n) noexcept {
+void pool_engine::wake_some(const held_lock& lk, std::size_t n) noexcept {
+  assert_held(lk, mtx_);
   if (host_) {
     if (n > 0) host_->request_drive();
     return;
@@ -450,10 +453,11 @@ void pool_engine::wake_some_locked(std::size_t n) noexcept {
   if (leader_ != nullptr && leader_ != reactor_waiter_)
     leader_cv_.notify_one();
   else
-    interrupt_reactor_locked();
+    interrupt_reactor(lk);
 }
 
-void pool_engine::wake_all_locked() noexcept {
+void pool_engine::wake_all(const held_lock& lk) noexcept {
+  assert_held(lk, mtx_);
   if (host_) {
     host_->request_drive();
     return;
@@ -461,7 +465,7 @@ void pool_engine::wake_all_locked() noexcept {
   wake_tokens_ = followers_;
   follower_cv_.notify_all();
   leader_cv_.notify_all();
-  interrupt_reactor_locked();
+  interrupt_reactor(lk);
 }
 
 void pool_engine::maybe_wake_after_push() noexcept {
@@ -475,7 +479,7 @@ void pool_engine::maybe_wake_after_push() noexcept {
     wake_one();
   } else if (threads_.load(std::memory_order_relaxed) < max_threads_) {
     std::lock_guard lk(mtx_);
-    if (threads_.load() < max_threads_ && !shutdown_.load()) {
+    if (threads_.load() < max_threads_ && !state_.at_least(lifecycle::shutdown)) {
       try {
         start_worker(false);
       } catch (...) {
@@ -493,7 +497,7 @@ void pool_engine::maybe_wake_after_push() noexcept {
 void pool_engine::run_task(worker& w, task_base* t) noexcept {
   // A wait (async_delay, a wheel's) after shutdown_now(): discarded here, on a pool
   // thread (see shutdown_now()): nothing more starts, its handler included.
-  if (t->is_completion() && stopped_.load(std::memory_order_acquire)) {
+  if (t->is_completion() && state_.at_least(lifecycle::stop, std::memory_order_acquire)) {
     t->complete(false);
     return;
   }

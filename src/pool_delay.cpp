@@ -21,7 +21,7 @@ void pool_engine::submit_scheduled(scheduled_task_base* t, clock::time_point due
   if (due <= current) {
     promote_due_before(current);
     t->set_due(current);
-    if (shutdown_.load() || terminated_.load()) {
+    if (state_.at_least(lifecycle::shutdown) || state_.terminated()) {
       reject_scheduled(t, false);
       return;
     }
@@ -57,13 +57,13 @@ void pool_engine::submit_scheduled(scheduled_task_base* t, clock::time_point due
     t->release();
     return;
   }
-  if (shutdown_.load() || terminated_.load()) {
+  if (state_.at_least(lifecycle::shutdown) || state_.terminated()) {
     lk.unlock();
     reject_scheduled(t, true);
     return;
   }
   try {
-    heap_push_locked(t); // grows the heap here, on the caller, or throws with nothing queued
+    heap_push(lk, t); // grows the heap here, on the caller, or throws with nothing queued
   } catch (...) {
     lk.unlock();
     t->finish_cancelled();
@@ -84,9 +84,9 @@ void pool_engine::ask_clock_after_outside_push(std::unique_lock<std::mutex>& lk)
 
 void pool_engine::reject_scheduled(scheduled_task_base* t, bool timed) {
   rejected_.fetch_add(1);
-  const char* why = terminated_.load() ? "metronome: the pool has terminated"
-                    : shutdown_.load() ? "metronome: the pool is shut down"
-                                       : "metronome: the ready queue is full";
+  const char* why = state_.terminated()                    ? "metronome: the pool has terminated"
+                    : state_.at_least(lifecycle::shutdown) ? "metronome: the pool is shut down"
+                                                           : "metronome: the ready queue is full";
   rejection_policy policy = opts_.rejection;
   // caller_runs never runs delayed or periodic work early, on the caller: refused as abort.
   if (policy == rejection_policy::caller_runs && (timed || t->is_periodic())) policy = rejection_policy::abort;
@@ -110,23 +110,26 @@ void pool_engine::reject_scheduled(scheduled_task_base* t, bool timed) {
 // ---------------------------------------------------------------- heap
 
 // May throw (std::bad_alloc, std::length_error) with nothing changed.
-void pool_engine::heap_push_locked(timed_node* n) {
+void pool_engine::heap_push(const held_lock& lk, timed_node* n) {
+  assert_held(lk, mtx_);
   n->timed_ = true;
-  if (heap_.push(n, next_seq_++)) heap_changed_locked();
+  if (heap_.push(n, next_seq_++)) heap_changed(lk);
   if (is_tick(n)) ++ticks_in_heap_;
 }
 
 // The head changed: publish its due time and, if it is a new earliest, wake the leader.
-void pool_engine::heap_changed_locked() noexcept {
-  update_next_due_locked();
-  wake_for_new_head_locked();
+void pool_engine::heap_changed(const held_lock& lk) noexcept {
+  assert_held(lk, mtx_);
+  update_next_due(lk);
+  wake_for_new_head(lk);
 }
 
 // Only a new earliest task wakes the leader (or a follower, to become leader). The
 // delay-queue invariant (docs/design.md): every change of the head happens under mtx_;
 // a leader computes its deadline from the head under mtx_ and waits on leader_cv_,
 // which releases mtx_ atomically; so a head pushed after that is seen by this notify.
-void pool_engine::wake_for_new_head_locked() noexcept {
+void pool_engine::wake_for_new_head(const held_lock& lk) noexcept {
+  assert_held(lk, mtx_);
   if (manual_) return; // time moves only through on_time_advanced()
   if (host_) { // the hosted invariant (drive_hosted): a head before what the host times asks
     if (!heap_.empty() && heap_.top_due() < host_timed_) {
@@ -137,15 +140,15 @@ void pool_engine::wake_for_new_head_locked() noexcept {
   }
   if (leader_ != nullptr) {
     if (leader_ == reactor_waiter_)
-      interrupt_reactor_locked();
+      interrupt_reactor(lk);
     else
       leader_cv_.notify_one();
   } else if (followers_ > wake_tokens_) {
     ++wake_tokens_;
     follower_cv_.notify_one();
   } else if (reactor_waiter_ != nullptr) {
-    interrupt_reactor_locked(); // it waits without a deadline: it comes back to time the heap
-  } else if (spinning_.load() == 0 && threads_.load() < max_threads_ && !shutdown_.load()) {
+    interrupt_reactor(lk); // it waits without a deadline: it comes back to time the heap
+  } else if (spinning_.load() == 0 && threads_.load() < max_threads_ && !state_.at_least(lifecycle::shutdown)) {
     // Every worker is busy and none times the heap: an elastic pool below its maximum
     // starts a thread, which parks as the leader - as one starts for ready work nobody
     // is free to take. (Without it, delayed work waited for a busy core thread.)
@@ -159,11 +162,13 @@ void pool_engine::wake_for_new_head_locked() noexcept {
 
 // Release: a thread that reads the new value (promote_due_before) also sees the ready
 // chain that the promotion pushed before storing it.
-void pool_engine::update_next_due_locked() noexcept {
+void pool_engine::update_next_due(const held_lock& lk) noexcept {
+  assert_held(lk, mtx_);
   next_due_.store(heap_.empty() ? no_due : heap_.top_due(), std::memory_order_release);
 }
 
-std::size_t pool_engine::promote_due_locked(clock::time_point current, task_sink*& owed) noexcept {
+std::size_t pool_engine::promote_due(const held_lock& lk, clock::time_point current, task_sink*& owed) noexcept {
+  assert_held(lk, mtx_);
   task_chain ready;
   bool popped = false;
   const clock::rep limit = current.time_since_epoch().count();
@@ -187,7 +192,7 @@ std::size_t pool_engine::promote_due_locked(clock::time_point current, task_sink
   }
   if (ready.count) ready_.push_chain(ready.first, ready.last, ready.count);
   if (popped) {
-    update_next_due_locked(); // after the push: see promote_due_before()
+    update_next_due(lk); // after the push: see promote_due_before()
     heap_.shrink_if_sparse();
   }
   if (owed) ++in_transit_; // until post_owed_drains() has posted them: the pool is not idle
@@ -207,17 +212,18 @@ void pool_engine::post_owed_drains(task_sink* owed) noexcept {
     owed->post_owed_drain();
     owed = next;
   }
-  std::lock_guard lk(mtx_);
-  leave_transit_locked();
+  std::unique_lock lk(mtx_);
+  leave_transit(lk);
 }
 
-void pool_engine::leave_transit_locked() noexcept {
-  if (--in_transit_ == 0 && (shutdown_.load() || joining_)) wake_all_locked();
+void pool_engine::leave_transit(const held_lock& lk) noexcept {
+  assert_held(lk, mtx_);
+  if (--in_transit_ == 0 && (state_.at_least(lifecycle::shutdown) || ending_.joining)) wake_all(lk);
 }
 
 void pool_engine::cancel_delivered() noexcept {
-  std::lock_guard lk(mtx_);
-  leave_transit_locked();
+  std::unique_lock lk(mtx_);
+  leave_transit(lk);
 }
 
 // Promotion outside park(), by who asks:
@@ -241,11 +247,11 @@ void pool_engine::promote(clock::time_point current, promoter who) noexcept {
     lk.lock();
   }
   task_sink* owed = nullptr;
-  const std::size_t n = promote_due_locked(current, owed);
+  const std::size_t n = promote_due(lk, current, owed);
   if (who != promoter::by_worker)
-    wake_some_locked(n);
+    wake_some(lk, n);
   else if (n > 1 && spinning_.load() == 0)
-    wake_some_locked(n - 1);
+    wake_some(lk, n - 1);
   lk.unlock();
   post_owed_drains(owed);
 }
@@ -259,8 +265,9 @@ bool pool_engine::quiescent(clock::time_point& next_due) noexcept {
   return true;
 }
 
-bool pool_engine::on_cancelled_locked(scheduled_task_base* t) noexcept {
-  if (!heap_remove_locked(t)) return false; // queued elsewhere: dropped when taken
+bool pool_engine::on_cancelled(const held_lock& lk, scheduled_task_base* t) noexcept {
+  assert_held(lk, mtx_);
+  if (!heap_remove(lk, t)) return false; // queued elsewhere: dropped when taken
   // In transit until the canceller has delivered the task's completions (its handle's
   // async_wait may post to this very pool): a shut-down pool must not terminate in
   // between. cancel_delivered() ends it, and wakes the workers to look for termination.
@@ -268,7 +275,8 @@ bool pool_engine::on_cancelled_locked(scheduled_task_base* t) noexcept {
   return true;
 }
 
-bool pool_engine::on_reset_locked(scheduled_task_base* t, clock::duration delay) noexcept {
+bool pool_engine::on_reset(const held_lock& lk, scheduled_task_base* t, clock::duration delay) noexcept {
+  assert_held(lk, mtx_);
   // Out of the heap: queued to run (or in a serial queue), running, between two periodic
   // runs, or cancelled. A cancel that won its CAS but waits for this mutex finds the
   // node in the heap either way.
@@ -283,18 +291,18 @@ bool pool_engine::on_reset_locked(scheduled_task_base* t, clock::duration delay)
   // (what the next runs are computed from) moves too, or the runs the reset skipped would
   // all fall due at once behind it.
   if (t->is_periodic()) t->extras().nominal = due;
-  if (was_head || is_head) update_next_due_locked();
-  if (is_head) wake_for_new_head_locked();
+  if (was_head || is_head) update_next_due(lk);
+  if (is_head) wake_for_new_head(lk);
   // Due now: on a manual clock nobody looks at the heap until time moves, so get a
   // parked worker to promote it (park() promotes what is due).
-  if (due <= current && manual_) wake_some_locked(1);
+  if (due <= current && manual_) wake_some(lk, 1);
   return true;
 }
 
 // ---------------------------------------------------------------- async_delay waits
 
 // A terminated pool's heap takes nothing: the termination is decided under mtx_, and a
-// wait looks at terminated_ again under it before its push (it may have passed the first
+// wait looks at the termination again under it before its push (it may have passed the first
 // look just before), so it is either in the heap when the last worker decides - and then
 // holds the termination, unless it is a wheel's tick - or refused (false: the caller
 // completes it aborted; a tick goes idle). Tested by
@@ -303,19 +311,19 @@ bool pool_engine::on_reset_locked(scheduled_task_base* t, clock::duration delay)
 bool pool_engine::add_wait(wait_node* n, clock::time_point due, clock::time_point current) {
   METRONOME_POOL_CALL(calls_);
   n->set_due(due);
-  if (terminated_.load()) return false;
+  if (state_.terminated()) return false;
   // A wheel's tick is timed after shutdown() too: the wheel delivers until termination.
-  if (due > current && (!shutdown_.load() || n->untracked_)) {
+  if (due > current && (!state_.at_least(lifecycle::shutdown) || n->untracked_)) {
     METRONOME_TEST_HOOK(hook_point::wait_before_lock);
     std::unique_lock lk(mtx_);
-    if (terminated_.load()) return false;
-    if (!shutdown_.load() || n->untracked_) {
-      heap_push_locked(n); // may throw std::bad_alloc with nothing queued
+    if (state_.terminated()) return false;
+    if (!state_.at_least(lifecycle::shutdown) || n->untracked_) {
+      heap_push(lk, n); // may throw std::bad_alloc with nothing queued
       ask_clock_after_outside_push(lk);
       return true;
     }
   }
-  if (shutdown_.load()) n->aborted_ = true;
+  if (state_.at_least(lifecycle::shutdown)) n->aborted_ = true;
   // Its time had passed at initiation: its start counts as queue wait from now, as typed
   // work's whose delay had passed (record_wait_start).
   if (due < current) n->set_due(current);
@@ -323,13 +331,14 @@ bool pool_engine::add_wait(wait_node* n, clock::time_point due, clock::time_poin
   return true;
 }
 
-bool pool_engine::heap_remove_locked(timed_node* n) noexcept {
+bool pool_engine::heap_remove(const held_lock& lk, timed_node* n) noexcept {
+  assert_held(lk, mtx_);
   if (n->heap_index_ == not_in_heap) return false;
   const bool was_head = heap_.is_head(n);
   heap_.remove(n);
   if (is_tick(n)) --ticks_in_heap_;
   if (was_head) {
-    update_next_due_locked();
+    update_next_due(lk);
     // A hosted core's host times the old head: let it time the new one (or nothing, so
     // that its context may run out of work).
     if (host_) host_->request_drive();
@@ -338,11 +347,12 @@ bool pool_engine::heap_remove_locked(timed_node* n) noexcept {
   return true;
 }
 
-pool_engine* pool_engine::withdraw_wait_locked(pool_anchor* anchor, std::uint32_t generation,
-                                           wait_node* n) noexcept {
+pool_engine* pool_engine::withdraw_wait(const held_lock& lk, pool_anchor* anchor, std::uint32_t generation,
+                                        wait_node* n) noexcept {
+  assert_held(lk, anchor->mtx);
   pool_engine* core = engine(anchor->core.load(std::memory_order_relaxed));
   if (!core || anchor->generation != generation) return nullptr; // the pool is gone
-  return core->heap_remove_locked(n) ? core : nullptr; // or the wait already left the queue
+  return core->heap_remove(lk, n) ? core : nullptr;              // or the wait already left the queue
 }
 
 // A handle's completion ended elsewhere (scheduled_task_base::deliver_elsewhere): queued
@@ -360,7 +370,7 @@ bool pool_engine::post_completion(pool_anchor* anchor, std::uint32_t generation,
   {
     std::lock_guard lk(anchor->mtx);
     core = engine(anchor->core.load(std::memory_order_relaxed));
-    if (!core || anchor->generation != generation || core->terminated_.load()) return false;
+    if (!core || anchor->generation != generation || core->state_.terminated()) return false;
     core->ready_.push(n);
     ++core->in_transit_;
   }
@@ -373,8 +383,8 @@ bool pool_engine::post_completion(pool_anchor* anchor, std::uint32_t generation,
 void pool_engine::cancel_wait(pool_anchor* anchor, std::uint32_t generation, wait_node* n) noexcept {
   pool_engine* core = nullptr;
   {
-    std::lock_guard lk(anchor->mtx);
-    core = withdraw_wait_locked(anchor, generation, n);
+    std::unique_lock lk(anchor->mtx);
+    core = withdraw_wait(lk, anchor, generation, n);
     if (!core) return;
     n->aborted_ = true;
     // Into the ready queue before the mutex goes: a pool that is being joined sees it
@@ -388,8 +398,8 @@ void pool_engine::cancel_wait(pool_anchor* anchor, std::uint32_t generation, wai
 }
 
 bool pool_engine::withdraw_wait(pool_anchor* anchor, std::uint32_t generation, wait_node* n) noexcept {
-  std::lock_guard lk(anchor->mtx);
-  return withdraw_wait_locked(anchor, generation, n) != nullptr;
+  std::unique_lock lk(anchor->mtx);
+  return withdraw_wait(lk, anchor, generation, n) != nullptr;
 }
 
 // ---------------------------------------------------------------- running scheduled tasks
@@ -500,7 +510,8 @@ void pool_engine::reschedule(scheduled_task_base* t, clock::time_point started) 
                : next_periodic_due(x.fixed_delay, x.periodic.missed, x.period, t->due(), started, current);
 
   std::unique_lock lk(mtx_);
-  const bool stop = stopped_.load() || closing_ || (shutdown_.load() && !opts_.continue_periodic_after_shutdown);
+  const bool stop = state_.at_least(lifecycle::stop) || ending_.closing ||
+                    (state_.at_least(lifecycle::shutdown) && !opts_.continue_periodic_after_shutdown);
   if (stop || !t->try_rearm()) {
     lk.unlock();
     t->finish_cancelled(true);
@@ -511,7 +522,7 @@ void pool_engine::reschedule(scheduled_task_base* t, clock::time_point started) 
   t->timed_ = true; // every run after the first has a due time, even one already passed
   if (next > current) {
     try {
-      heap_push_locked(t);
+      heap_push(lk, t);
       return;
     } catch (...) {
       // Out of memory for the next run: the task ends with the error (its handle's get()

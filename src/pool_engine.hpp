@@ -11,10 +11,12 @@
 #include <metronome/options.hpp>
 
 #include "delay_heap.hpp"
+#include "held_lock.hpp"
 
 #include <metronome/detail/asio.hpp>
 
 #include <atomic>
+#include <cassert>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -43,6 +45,43 @@ void init_library_thread(const std::string& name) noexcept;
 
 struct worker;
 struct reactor_timer;
+
+// The pool's lifecycle in one atomic word, as Java's ThreadPoolExecutor keeps its run
+// state in `ctl`: a phase that only moves forward, running -> shutdown -> stop, and
+// whether the pool has terminated. Termination is a bit beside the phase, not a fourth
+// phase: a pool terminates from any phase (join() without shutdown() ends a running pool
+// once its work runs out; a failed start ends it at once), and terminate() takes
+// a termination back when a producer pushed meanwhile. Each phase's bits contain the
+// previous one's, so that moving forward is one fetch_or and never moves back (close()
+// after shutdown_now() asks for shutdown and stays stopped). Writers hold mtx_; readers
+// need no lock. Every access is seq_cst unless the caller asks for less.
+class lifecycle {
+public:
+  enum phase : std::uint8_t { running = 0, shutdown = 1, stop = 3 };
+
+  bool at_least(phase p, std::memory_order o = std::memory_order_seq_cst) const noexcept {
+    return (word_.load(o) & p) == p;
+  }
+  bool terminated(std::memory_order o = std::memory_order_seq_cst) const noexcept {
+    return (word_.load(o) & terminated_bit) != 0;
+  }
+  // running -> shutdown (shutdown(), close()), -> stop (shutdown_now(), close_hosted()).
+  void advance_to(phase p) noexcept {
+    assert(p != running && "metronome: the lifecycle never moves back to running");
+    word_.fetch_or(p, std::memory_order_seq_cst);
+  }
+  // terminate(), a failed start, close_hosted(), a forked child.
+  void set_terminated() noexcept { word_.fetch_or(terminated_bit, std::memory_order_seq_cst); }
+  // terminate()'s back-off: work was pushed between its check and its store.
+  void take_back_termination() noexcept {
+    assert(terminated(std::memory_order_relaxed) && "metronome: no termination to take back");
+    word_.fetch_and(static_cast<std::uint8_t>(~terminated_bit), std::memory_order_seq_cst);
+  }
+
+private:
+  static constexpr std::uint8_t terminated_bit = 4;
+  std::atomic<std::uint8_t> word_{running};
+};
 
 // The counters behind pool_stats::queue_wait and ::lateness.
 struct latency_counters {
@@ -131,15 +170,15 @@ public:
   // False when that pool is gone or terminated: the caller runs it.
   static bool post_completion(pool_anchor* anchor, std::uint32_t generation, task_base* n) noexcept;
 
-  // Cancel support, caller holds the anchor's mutex (mtx_): removes t from the heap if
+  // Cancel support, under the anchor's mutex (mtx_): removes t from the heap if
   // it is there. Returns true when it did: the caller then drops the heap's reference.
-  bool on_cancelled_locked(scheduled_task_base* t) noexcept;
-  // The canceller of a task that on_cancelled_locked() took out of the heap has run its
+  bool on_cancelled(const held_lock& lk, scheduled_task_base* t) noexcept;
+  // The canceller of a task that on_cancelled() took out of the heap has run its
   // completions: the pool, kept from terminating until now, may go idle.
   void cancel_delivered() noexcept;
-  // reset() support, caller holds mtx_: if t is pending in the heap, re-keys it to be due
+  // reset() support: if t is pending in the heap, re-keys it to be due
   // `delay` from now and returns true.
-  bool on_reset_locked(scheduled_task_base* t, clock::duration delay) noexcept;
+  bool on_reset(const held_lock& lk, scheduled_task_base* t, clock::duration delay) noexcept;
 
   // Runs a scheduled task once on the calling thread (caller_runs, pending_task).
   static void run_detached(scheduled_task_base* t) noexcept;
@@ -188,8 +227,8 @@ public:
   static task_base* next_taken(taken_tasks& taken) noexcept;
   void join();
   bool await_termination(clock::duration timeout);
-  bool is_shutdown() const noexcept { return shutdown_.load(std::memory_order_acquire); }
-  bool is_terminated() const noexcept { return terminated_.load(std::memory_order_acquire); }
+  bool is_shutdown() const noexcept { return state_.at_least(lifecycle::shutdown, std::memory_order_acquire); }
+  bool is_terminated() const noexcept { return state_.terminated(std::memory_order_acquire); }
   // The destructor's path: cancel what is not due, run what is ready, join.
   void close() noexcept;
 
@@ -246,7 +285,7 @@ public:
   // child, keep this one going (a hosted core: restart_after_fork(); its context's
   // threads drive it) or leave it terminated (a pool: its work stays the parent's; it is
   // dropped unrun when the child destroys the pool).
-  void restart_after_fork() noexcept { restart_after_fork_.store(true, std::memory_order_relaxed); }
+  void restart_after_fork() noexcept { ending_.restart_after_fork.store(true, std::memory_order_relaxed); }
   void lock_for_fork() noexcept;
   void unlock_after_fork() noexcept;
   void restart_in_child() noexcept;
@@ -270,7 +309,7 @@ private:
   // The reactor role of park(): waits in Asio's reactor (and runs what it completes)
   // instead of on a condition variable. Caller holds mtx_, which is released meanwhile.
   void park_in_reactor(worker& w, std::unique_lock<std::mutex>& lk, bool times_heap);
-  void interrupt_reactor_locked() noexcept;
+  void interrupt_reactor(const held_lock& lk) noexcept;
   void run_task(worker& w, task_base* t) noexcept;
   void record_start(const timed_node* t, clock::time_point started) noexcept;
   void record_post_wait(worker& w, const op_node* t) noexcept;
@@ -278,42 +317,42 @@ private:
   void reschedule(scheduled_task_base* t, clock::time_point started) noexcept;
   void end_periodic(scheduled_task_base* t, std::exception_ptr e) noexcept;
   void wake_one() noexcept;
-  void wake_some_locked(std::size_t n) noexcept;
-  void wake_all_locked() noexcept;
-  void wake_for_new_head_locked() noexcept;
+  void wake_some(const held_lock& lk, std::size_t n) noexcept;
+  void wake_all(const held_lock& lk) noexcept;
+  void wake_for_new_head(const held_lock& lk) noexcept;
   void maybe_wake_after_push() noexcept;
   void join_threads();
   // Moves due heap nodes to the ready queue (a serial executor's to its queue, in due
-  // order); caller holds mtx_ and, after releasing it, posts the drains listed in
+  // order); the caller, after releasing mtx_, posts the drains listed in
   // `owed` (post_owed_drains). Returns the count moved to the ready queue.
-  std::size_t promote_due_locked(clock::time_point now, task_sink*& owed) noexcept;
+  std::size_t promote_due(const held_lock& lk, clock::time_point now, task_sink*& owed) noexcept;
   void post_owed_drains(task_sink* owed) noexcept;
-  void leave_transit_locked() noexcept;
+  void leave_transit(const held_lock& lk) noexcept;
   enum class promoter { by_worker, by_producer, by_clock }; // see promote() in pool_delay.cpp
   void promote(clock::time_point current, promoter who) noexcept;
-  void update_next_due_locked() noexcept;
-  void heap_push_locked(timed_node* n);
+  void update_next_due(const held_lock& lk) noexcept;
+  void heap_push(const held_lock& lk, timed_node* n);
   void ask_clock_after_outside_push(std::unique_lock<std::mutex>& lk) noexcept;
-  // Caller holds the anchor's mutex (mtx_): takes n out of the heap if it is there
+  // Takes n out of the heap if it is there
   // (keeping next_due_ and the heap's storage in step). True when it did.
-  bool heap_remove_locked(timed_node* n) noexcept;
-  // Caller holds anchor->mtx: the live pool `anchor`/`generation` name, once it has taken
+  bool heap_remove(const held_lock& lk, timed_node* n) noexcept;
+  // lk holds anchor->mtx: the live pool `anchor`/`generation` name, once it has taken
   // n out of its heap; nullptr when the pool is gone or n is not in the heap.
-  static pool_engine* withdraw_wait_locked(pool_anchor* anchor, std::uint32_t generation,
-                                         wait_node* n) noexcept;
-  void heap_changed_locked() noexcept;
+  static pool_engine* withdraw_wait(const held_lock& lk, pool_anchor* anchor, std::uint32_t generation,
+                                    wait_node* n) noexcept;
+  void heap_changed(const held_lock& lk) noexcept;
   void reject_scheduled(scheduled_task_base* t, bool timed);
   void drop_outside(task_base* t) noexcept;
   // Destroys t unrun (a typed task: cancelled); executor work is reported as
   // rejected_execution(why), unless why is null.
   void discard_task(task_base* t, const char* why) noexcept;
   bool discard_oldest_user_task() noexcept;
-  timed_node* queue_aborted_waits_locked(timed_node* gone) noexcept;
-  timed_node* drain_heap_locked() noexcept;
+  timed_node* queue_aborted_waits(const held_lock& lk, timed_node* gone) noexcept;
+  timed_node* drain_heap(const held_lock& lk) noexcept;
   void discard_chain(timed_node* first) noexcept;
-  void sweep_for_shutdown_locked(timed_node*& gone) noexcept;
-  bool idle_for_termination_locked(int awake_expected) const noexcept;
-  void terminate_locked() noexcept;
+  void sweep_for_shutdown(const held_lock& lk, timed_node*& gone) noexcept;
+  bool idle_for_termination(const held_lock& lk, int awake_expected) const noexcept;
+  void terminate(const held_lock& lk) noexcept;
   // fork() (pool_lifecycle.cpp): the registry of live pools and the child's side.
   friend struct fork_registry;
   void enroll_for_fork() noexcept;
@@ -359,11 +398,19 @@ private:
   int awake_ = 0;       // live workers not parked
   int in_transit_ = 0;  // promotions whose serial drains, and cancels whose completions, are not delivered yet
   std::size_t ticks_in_heap_ = 0; // untracked waits (wheels' ticks) in heap_: not work that keeps the pool busy
-  bool joining_ = false;
-  bool closing_ = false;        // destructor: ignore tracked work
-  bool closer_in_pool_ = false; // the destructor runs on one of our workers
-  bool forked_child_ = false;   // a pool of the parent, in a forked child (terminate_in_child)
-  std::atomic<bool> restart_after_fork_{false};
+  // How the pool is being ended, beside its lifecycle (state_): who ends it and from
+  // where, not phases - none orders with another or with the phase (join() ends a pool
+  // that is not shut down), so each is a flag of its own. Under mtx_, except
+  // forked_child (written in a forked child before it has other threads) and
+  // restart_after_fork (atomic: set before the pool is shared, read by the fork hooks).
+  struct ending_flags {
+    bool joining = false;                        // join() waits: idle workers terminate the pool once its work runs out
+    bool closing = false;                        // close() (the destructor): tracked work no longer keeps the pool
+    bool closer_in_pool = false;                 // ... and close() runs on one of our workers, which stays awake
+    bool forked_child = false;                   // a pool of the parent, in a forked child (terminate_in_child)
+    std::atomic<bool> restart_after_fork{false}; // in a forked child, keep going (a hosted core)
+  };
+  ending_flags ending_;
   pool_engine* fork_prev_ = nullptr; // the fork registry's list (pool_lifecycle.cpp)
   pool_engine* fork_next_ = nullptr;
   std::size_t next_worker_id_ = 1;
@@ -373,9 +420,7 @@ private:
   // head changes, read without it by workers deciding whether to promote.
   std::atomic<clock::rep> next_due_;
 
-  std::atomic<bool> shutdown_{false};
-  std::atomic<bool> stopped_{false}; // shutdown_now: nothing more starts
-  std::atomic<bool> terminated_{false};
+  lifecycle state_; // stop: shutdown_now(), nothing more starts
   std::atomic<std::size_t> threads_{0};
   std::atomic<std::size_t> largest_{0};
   std::atomic<std::size_t> rejected_{0};

@@ -12,11 +12,11 @@ namespace metronome::detail {
 
 // The hosted invariant: host_timed_ (under mtx_) is a due time the host will look at -
 // its timer is armed for it, or a drive is requested or running. A head pushed before
-// it asks for a drive (wake_for_new_head_locked), work pushed asks for one
+// it asks for a drive (wake_for_new_head), work pushed asks for one
 // (maybe_wake_after_push), and the drive, under mtx_, reads the head and sets
 // host_timed_ to it before the host arms its timer. So no due time is left untimed:
 // either the drive saw it, or its push found host_timed_ later and asked again.
-// Kept by drive_hosted() and wake_for_new_head_locked(); tested by the hosted-core
+// Kept by drive_hosted() and wake_for_new_head(); tested by the hosted-core
 // stop-here test (test/unit/detail/timing_service.cpp, hook hosted_drive_before_arm).
 pool_engine::drive_result pool_engine::drive_hosted(std::size_t budget) noexcept {
   assert(host_ && "metronome: drive_hosted() on a pool with threads of its own");
@@ -24,7 +24,7 @@ pool_engine::drive_result pool_engine::drive_hosted(std::size_t budget) noexcept
   worker* const outer = this_worker; // a host thread may be a metronome pool's worker too
   this_worker = &w;
   std::size_t ran = 0;
-  while (ran < budget && !stopped_.load(std::memory_order_acquire)) {
+  while (ran < budget && !state_.at_least(lifecycle::stop, std::memory_order_acquire)) {
     task_base* t = nullptr;
     if (w.local_head) {
       t = pop_local(w);
@@ -35,7 +35,7 @@ pool_engine::drive_result pool_engine::drive_hosted(std::size_t budget) noexcept
         if (current.time_since_epoch().count() >= nd) {
           std::unique_lock lk(mtx_);
           task_sink* owed = nullptr;
-          promote_due_locked(current, owed);
+          promote_due(lk, current, owed);
           lk.unlock();
           post_owed_drains(owed);
         }
@@ -61,14 +61,13 @@ void pool_engine::close_hosted() noexcept {
     left = t;
   };
   {
-    std::lock_guard lk(mtx_);
-    shutdown_.store(true);
-    stopped_.store(true);
-    delayed = drain_heap_locked(); // its waits join the ready queue, aborted
+    std::unique_lock lk(mtx_);
+    state_.advance_to(lifecycle::stop);
+    delayed = drain_heap(lk); // its waits join the ready queue, aborted
     ready_.consumer_lock().lock();
     while (task_base* t = ready_.pop_locked()) keep(t);
     ready_.consumer_lock().unlock();
-    terminated_.store(true);
+    state_.set_terminated();
     host_timed_ = no_due;
   }
   worker& w = *host_worker_;

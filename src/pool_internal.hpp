@@ -1,5 +1,6 @@
 // What the files of the pool engine (pool_core.cpp, pool_submit.cpp, pool_delay.cpp,
-// pool_lifecycle.cpp) share: the worker record and the calling thread's place in a pool.
+// pool_lifecycle.cpp, pool_reactor.cpp, pool_hosted.cpp) share: the worker record and
+// the calling thread's place in a pool.
 #ifndef METRONOME_SRC_POOL_INTERNAL_HPP
 #define METRONOME_SRC_POOL_INTERNAL_HPP
 
@@ -43,7 +44,7 @@ extern thread_local bool this_thread_orphaned;
 inline constexpr clock::rep no_due = std::numeric_limits<clock::rep>::max();
 
 // A wheel's tick in the heap (wait_node::untracked_): timed like any wait, but not work
-// that keeps the pool from terminating (idle_for_termination_locked, ticks_in_heap_).
+// that keeps the pool from terminating (idle_for_termination, ticks_in_heap_).
 inline bool is_tick(const timed_node* n) noexcept {
   return n->kind_ == task_kind::wait && static_cast<const wait_node*>(n)->untracked_;
 }

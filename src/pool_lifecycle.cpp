@@ -40,35 +40,40 @@ Node* reversed(Node* head) noexcept {
 // ---------------------------------------------------------------- termination
 
 // The termination invariant (docs/design.md): the pool terminates only when, under mtx_,
-// every live worker but the caller is parked, nothing is ready, delayed or in transit
-// from the heap to a serial executor, no wheel wait is undelivered, and no
-// tracked work is outstanding - unless the pool is shut down, when tracked work can only
-// be finished by work from the pool's own threads, and none is left. A producer that
-// pushes after the check sees terminated_ and drops (and reports) its work.
-bool pool_engine::idle_for_termination_locked(int awake_expected) const noexcept {
+// every live worker but the caller (and a destructor running on one of them) is parked,
+// nothing is ready, delayed (save wheels' ticks) or in transit (a promotion's serial
+// drains, a cancel's completions), no wheel wait is undelivered, and no tracked work is
+// outstanding - unless the pool is shut down or being destroyed, when tracked work can
+// only be finished by work from the pool's own threads, and none is left. Only a shut
+// down or joined pool looks for it (park()). A producer that pushes after the check
+// sees the termination and drops (and reports) its work.
+bool pool_engine::idle_for_termination(const held_lock& lk, int awake_expected) const noexcept {
+  assert_held(lk, mtx_);
   return awake_ == awake_expected && ready_.empty() && heap_.size() == ticks_in_heap_ && in_transit_ == 0 &&
-         wheel_waits_.load() == 0 && (tracked_work_.load() == 0 || shutdown_.load() || closing_);
+         wheel_waits_.load() == 0 &&
+         (tracked_work_.load() == 0 || state_.at_least(lifecycle::shutdown) || ending_.closing);
 }
 
 void pool_engine::wheel_wait_done() noexcept {
   if (wheel_waits_.fetch_sub(1, std::memory_order_seq_cst) == 1) {
-    std::lock_guard lk(mtx_);
-    if (shutdown_.load() || joining_ || closing_) wake_all_locked();
+    std::unique_lock lk(mtx_);
+    if (state_.at_least(lifecycle::shutdown) || ending_.joining || ending_.closing) wake_all(lk);
   }
 }
 
-void pool_engine::terminate_locked() noexcept {
-  terminated_.store(true, std::memory_order_seq_cst);
+void pool_engine::terminate(const held_lock& lk) noexcept {
+  assert_held(lk, mtx_);
+  state_.set_terminated();
   METRONOME_TEST_HOOK(hook_point::worker_terminating);
   // A producer may have pushed between our emptiness check and the store above; it
-  // will see terminated_ and drop its work. If the queue is not empty now, we back off.
+  // will see the termination and drop its work. If the queue is not empty now, we back off.
   if (!ready_.empty()) {
-    terminated_.store(false, std::memory_order_seq_cst);
+    state_.take_back_termination();
     return;
   }
   follower_cv_.notify_all();
   leader_cv_.notify_all();
-  interrupt_reactor_locked();
+  interrupt_reactor(lk);
   terminated_cv_.notify_all();
 }
 
@@ -77,22 +82,22 @@ void pool_engine::terminate_locked() noexcept {
 void pool_engine::shutdown() {
   timed_node* gone = nullptr;
   {
-    std::lock_guard lk(mtx_);
-    if (shutdown_.load()) return;
-    shutdown_.store(true);
-    sweep_for_shutdown_locked(gone);
-    update_next_due_locked();
-    gone = queue_aborted_waits_locked(gone);
+    std::unique_lock lk(mtx_);
+    if (state_.at_least(lifecycle::shutdown)) return;
+    state_.advance_to(lifecycle::shutdown);
+    sweep_for_shutdown(lk, gone);
+    update_next_due(lk);
+    gone = queue_aborted_waits(lk, gone);
     ++in_transit_; // until the wheels over this pool have queued their aborted waits
-    wake_all_locked();
+    wake_all(lk);
   }
   discard_chain(gone);
   {
     std::lock_guard lk(wheels_mtx_);
     for (pool_shutdown_listener* w : wheels_) w->on_pool_shutdown();
   }
-  std::lock_guard lk(mtx_);
-  leave_transit_locked();
+  std::unique_lock lk(mtx_);
+  leave_transit(lk);
 }
 
 void pool_engine::attach_wheel(pool_shutdown_listener* w) {
@@ -106,7 +111,8 @@ void pool_engine::detach_wheel(pool_shutdown_listener* w) noexcept {
 }
 
 // Takes out of the heap what shutdown() does not keep (per the two options).
-void pool_engine::sweep_for_shutdown_locked(timed_node*& gone) noexcept {
+void pool_engine::sweep_for_shutdown(const held_lock& lk, timed_node*& gone) noexcept {
+  assert_held(lk, mtx_);
   heap_.remove_if(
       [this](timed_node* n) {
         if (n->kind_ == task_kind::wait) return !is_tick(n); // a wheel's tick stays (add_wait)
@@ -117,11 +123,12 @@ void pool_engine::sweep_for_shutdown_locked(timed_node*& gone) noexcept {
   gone = reversed(gone);
 }
 
-// Caller holds mtx_. Waits in `gone` are aborted and queued as ready work here, under
+// Waits in `gone` are aborted and queued as ready work here, under
 // the mutex, so that the pool never looks idle (and terminates) while they are on their
 // way; what is left (tasks to cancel) the caller discards with discard_chain() after
 // releasing the mutex (cancelling runs completion hooks).
-timed_node* pool_engine::queue_aborted_waits_locked(timed_node* gone) noexcept {
+timed_node* pool_engine::queue_aborted_waits(const held_lock& lk, timed_node* gone) noexcept {
+  assert_held(lk, mtx_);
   task_chain waits, keep;
   while (gone) {
     timed_node* n = gone;
@@ -139,14 +146,15 @@ timed_node* pool_engine::queue_aborted_waits_locked(timed_node* gone) noexcept {
   return static_cast<timed_node*>(keep.first);
 }
 
-// Caller holds mtx_. Empties the heap: its waits are queued aborted (above), the tasks
+// Empties the heap: its waits are queued aborted (above), the tasks
 // returned in due order.
-timed_node* pool_engine::drain_heap_locked() noexcept {
+timed_node* pool_engine::drain_heap(const held_lock& lk) noexcept {
+  assert_held(lk, mtx_);
   timed_node* gone = nullptr;
   heap_.drain([&](timed_node* n) { link_front(gone, n); });
   ticks_in_heap_ = 0;
-  update_next_due_locked();
-  return queue_aborted_waits_locked(reversed(gone));
+  update_next_due(lk);
+  return queue_aborted_waits(lk, reversed(gone));
 }
 
 void pool_engine::discard_chain(timed_node* first) noexcept {
@@ -161,9 +169,8 @@ pool_engine::taken_tasks pool_engine::shutdown_now() {
   task_base* taken = nullptr; // ready work first (it became ready earlier), then delayed in due order
   std::size_t count = 0;
   {
-    std::lock_guard lk(mtx_);
-    shutdown_.store(true);
-    stopped_.store(true);
+    std::unique_lock lk(mtx_);
+    state_.advance_to(lifecycle::stop);
     // async_delay waits are not returned: they go back to the ready queue, aborted, and a
     // worker discards them (their handlers destroyed unrun, on the pool's own threads).
     // Completed here, on the caller's thread, a wait's node was freed while a task on the
@@ -197,7 +204,7 @@ pool_engine::taken_tasks pool_engine::shutdown_now() {
     }
     ready_.consumer_lock().unlock();
     if (waits.count) ready_.push_chain(waits.first, waits.last, waits.count);
-    timed_node* delayed = drain_heap_locked(); // its waits go the same way
+    timed_node* delayed = drain_heap(lk); // its waits go the same way
     for (timed_node* n = delayed; n; n = static_cast<timed_node*>(n->next_.load(std::memory_order_relaxed))) ++count;
     ++in_transit_; // until the wheels over this pool have queued their aborted waits
     // `ready` is newest first: reversed, then `delayed` (in due order) after it.
@@ -208,7 +215,7 @@ pool_engine::taken_tasks pool_engine::shutdown_now() {
       tail->next_.store(delayed, std::memory_order_relaxed);
     else
       taken = delayed;
-    wake_all_locked();
+    wake_all(lk);
   }
   // The wheels over this pool abort their pending waits, as for shutdown(): each goes to
   // the ready queue, where a worker discards it (their handlers destroyed unrun). A wait
@@ -218,8 +225,8 @@ pool_engine::taken_tasks pool_engine::shutdown_now() {
     for (pool_shutdown_listener* w : wheels_) w->on_pool_shutdown();
   }
   {
-    std::lock_guard lk(mtx_);
-    leave_transit_locked();
+    std::unique_lock lk(mtx_);
+    leave_transit(lk);
   }
   return taken_tasks{taken, count};
 }
@@ -249,20 +256,20 @@ task_base* pool_engine::next_taken(taken_tasks& taken) noexcept {
 }
 
 void pool_engine::close() noexcept {
-  if (forked_child_) {
+  if (ending_.forked_child) {
     discard_left_in_child();
     return;
   }
-  if (!terminated_.load()) {
+  if (!state_.terminated()) {
     timed_node* gone = nullptr;
     task_sink* owed = nullptr;
     {
-      std::lock_guard lk(mtx_);
-      shutdown_.store(true);
-      closing_ = true;
-      promote_due_locked(now(), owed);
-      gone = drain_heap_locked();
-      wake_all_locked();
+      std::unique_lock lk(mtx_);
+      state_.advance_to(lifecycle::shutdown);
+      ending_.closing = true;
+      promote_due(lk, now(), owed);
+      gone = drain_heap(lk);
+      wake_all(lk);
     }
     post_owed_drains(owed);
     discard_chain(gone);
@@ -277,10 +284,10 @@ void pool_engine::close() noexcept {
       if (!t) break;
       run_task(self, t);
     }
-    std::lock_guard lk(mtx_);
-    closer_in_pool_ = true;
-    if (!terminated_.load() && idle_for_termination_locked(1)) terminate_locked();
-    wake_all_locked();
+    std::unique_lock lk(mtx_);
+    ending_.closer_in_pool = true;
+    if (!state_.terminated() && idle_for_termination(lk, 1)) terminate(lk);
+    wake_all(lk);
     this_thread_orphaned = true;
     this_worker = nullptr; // the rest of the task runs on a thread of no pool
   }
@@ -292,9 +299,9 @@ void pool_engine::join() {
     throw std::logic_error("metronome: join() called from one of the pool's threads");
   {
     std::unique_lock lk(mtx_);
-    joining_ = true;
-    wake_all_locked();
-    terminated_cv_.wait(lk, [this] { return terminated_.load(); });
+    ending_.joining = true;
+    wake_all(lk);
+    terminated_cv_.wait(lk, [this] { return state_.terminated(); });
   }
   join_threads();
 }
@@ -304,7 +311,7 @@ void pool_engine::join() {
 void pool_engine::join_threads() {
   std::lock_guard jl(join_mtx_);
   std::unique_lock lk(mtx_);
-  terminated_cv_.wait(lk, [this] { return terminated_.load(); });
+  terminated_cv_.wait(lk, [this] { return state_.terminated(); });
   for (;;) {
     std::thread th;
     for (auto& w : workers_) {
@@ -326,7 +333,7 @@ void pool_engine::join_threads() {
 bool pool_engine::await_termination(clock::duration timeout) {
   std::unique_lock lk(mtx_);
   auto deadline = saturating_add(clock::now(), timeout);
-  return terminated_cv_.wait_until(lk, deadline, [this] { return terminated_.load(); });
+  return terminated_cv_.wait_until(lk, deadline, [this] { return state_.terminated(); });
 }
 
 pool_stats pool_engine::stats() const {
@@ -401,7 +408,7 @@ struct fork_registry {
     for (pool_engine* p = r.head; p; p = p->fork_next_) {
       p->ready_.repair_after_fork(); // a producer of the parent may have stopped mid-push
       p->unlock_after_fork();
-      if (p->restart_after_fork_.load(std::memory_order_relaxed))
+      if (p->ending_.restart_after_fork.load(std::memory_order_relaxed))
         p->restart_in_child();
       else
         p->terminate_in_child();
@@ -488,9 +495,9 @@ void pool_engine::restart_in_child() noexcept {
 void pool_engine::terminate_in_child() noexcept {
   std::lock_guard lk(mtx_);
   forget_threads_in_child();
-  forked_child_ = true;
-  shutdown_.store(true);
-  terminated_.store(true);
+  ending_.forked_child = true;
+  state_.advance_to(lifecycle::shutdown);
+  state_.set_terminated();
 }
 
 // The destructor, in the child: what the parent's pool had queued is destroyed unrun
@@ -500,8 +507,8 @@ void pool_engine::discard_left_in_child() noexcept {
   timed_node* delayed = nullptr;
   task_base* left = nullptr;
   {
-    std::lock_guard lk(mtx_);
-    delayed = drain_heap_locked(); // its waits join the ready queue, aborted
+    std::unique_lock lk(mtx_);
+    delayed = drain_heap(lk); // its waits join the ready queue, aborted
     ready_.consumer_lock().lock();
     while (task_base* t = ready_.pop_locked()) link_front(left, t);
     ready_.consumer_lock().unlock();

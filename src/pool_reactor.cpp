@@ -65,17 +65,18 @@ void destroy_reactor_timer(reactor_timer* t) noexcept { delete t; }
 // The reactor invariant: while a reactor exists, a worker that parks with no leader
 // needed takes the reactor role if it is free (park()), and every wake-up that would
 // notify a condition variable nobody waits on interrupts the reactor instead
-// (wake_some_locked, wake_all_locked, wake_for_new_head_locked, park's hand-off): the
+// (wake_some, wake_all, wake_for_new_head, park's hand-off): the
 // role is taken and given up under mtx_, and an interrupt made before the waiter enters
 // epoll_wait still ends that wait (Asio's interrupter is edge-triggered and re-armed by
 // the interrupt). Stop-here test: hook reactor_before_wait (test/unit/scheduled_thread_pool/io.cpp).
 void pool_engine::attach_reactor(net::detail::scheduler_task* reactor) noexcept {
-  std::lock_guard lk(mtx_); // (the scheduler's mutex is held: its lock comes before ours)
+  std::unique_lock lk(mtx_); // (the scheduler's mutex is held: its lock comes before ours)
   reactor_.store(reactor, std::memory_order_relaxed);
-  wake_some_locked(1); // a worker parked on a condition variable moves into the reactor
+  wake_some(lk, 1); // a worker parked on a condition variable moves into the reactor
 }
 
-void pool_engine::interrupt_reactor_locked() noexcept {
+void pool_engine::interrupt_reactor(const held_lock& lk) noexcept {
+  assert_held(lk, mtx_);
   if (reactor_waiter_ == nullptr || reactor_waiter_ == this_worker) return; // (itself: it looks again after its completion)
   reactor_.load(std::memory_order_relaxed)->interrupt();
 }

@@ -42,14 +42,14 @@ void pool_engine::repost_from_worker(task_base* t) noexcept {
 bool pool_engine::push_ready_chain(task_base* first, task_base* last, std::size_t count) noexcept {
   ready_.push_chain(first, last, count);
   METRONOME_TEST_HOOK(hook_point::producer_after_push);
-  if (terminated_.load(std::memory_order_seq_cst) && terminated_for_good()) {
+  if (state_.terminated() && terminated_for_good()) {
     clear_after_termination();
     return true;
   }
   maybe_wake_after_push();
   if (count > 1 && sleepers_.load(std::memory_order_seq_cst) > 0) {
-    std::lock_guard lk(mtx_);
-    wake_some_locked(count - 1);
+    std::unique_lock lk(mtx_);
+    wake_some(lk, count - 1);
   }
   return false;
 }
@@ -91,20 +91,20 @@ void pool_engine::clear_after_termination() noexcept {
   }
 }
 
-// terminate_locked() sets terminated_ and takes it back, under the mutex, when it finds
+// terminate() sets the termination and takes it back, under the mutex, when it finds
 // work pushed meanwhile: a producer that saw it set looks again under the mutex before
 // it drops anything.
 bool pool_engine::terminated_for_good() noexcept {
   std::lock_guard lk(mtx_);
-  return terminated_.load();
+  return state_.terminated();
 }
 
 void pool_engine::post(task_base* t, bool continuation, bool internal) noexcept {
   METRONOME_POOL_CALL(calls_);
   worker* w = this_worker;
   const bool inside = w != nullptr && w->pool == this;
-  if (stopped_.load(std::memory_order_acquire) ||
-      (!inside && shutdown_.load(std::memory_order_acquire) && !internal && !posting_internal)) {
+  if (state_.at_least(lifecycle::stop, std::memory_order_acquire) ||
+      (!inside && state_.at_least(lifecycle::shutdown, std::memory_order_acquire) && !internal && !posting_internal)) {
     drop_outside(t);
     return;
   }
@@ -131,8 +131,8 @@ void pool_engine::post_op(op_node* t, bool continuation, bool internal) noexcept
 
 void pool_engine::drop_outside(task_base* t) noexcept {
   rejected_.fetch_add(1);
-  discard_task(t, stopped_.load() ? "metronome: work dropped: the pool was shut down now"
-                                  : "metronome: work dropped: the pool is shut down");
+  discard_task(t, state_.at_least(lifecycle::stop) ? "metronome: work dropped: the pool was shut down now"
+                                                   : "metronome: work dropped: the pool is shut down");
 }
 
 void pool_engine::discard_task(task_base* t, const char* why) noexcept {
@@ -189,8 +189,8 @@ bool pool_engine::discard_oldest_user_task() noexcept {
 
 void pool_engine::work_finished() noexcept {
   if (tracked_work_.fetch_sub(1) == 1) {
-    std::lock_guard lk(mtx_);
-    if (shutdown_.load() || joining_) wake_all_locked();
+    std::unique_lock lk(mtx_);
+    if (state_.at_least(lifecycle::shutdown) || ending_.joining) wake_all(lk);
   }
 }
 

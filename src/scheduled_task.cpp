@@ -128,8 +128,8 @@ bool scheduled_task_base::cancel() noexcept {
         bool removed = false;
         METRONOME_TEST_HOOK(hook_point::handle_before_anchor);
         {
-          std::lock_guard lk(anchor_->mtx);
-          if (anchor_->generation == generation_) removed = engine(pool())->on_cancelled_locked(this);
+          std::unique_lock lk(anchor_->mtx);
+          if (anchor_->generation == generation_) removed = engine(pool())->on_cancelled(lk, this);
         }
         if (removed) release(); // the queue's reference; ours (the caller's handle) remains
         METRONOME_TEST_HOOK(hook_point::handle_before_completions);
@@ -149,9 +149,9 @@ bool scheduled_task_base::cancel() noexcept {
 
 bool scheduled_task_base::reset(clock::duration delay) noexcept {
   if (phase() != pending) return false;
-  std::lock_guard lk(anchor_->mtx);
+  std::unique_lock lk(anchor_->mtx);
   if (anchor_->generation != generation_) return false; // the pool is gone
-  return engine(pool())->on_reset_locked(this, delay);
+  return engine(pool())->on_reset(lk, this, delay);
 }
 
 void scheduled_task_base::notify_terminal(std::uint32_t old_state, bool by_runner) noexcept {

@@ -245,7 +245,7 @@ bool wheel_engine::cancel(wheel_entry* e) noexcept {
     std::unique_lock lk(a.mtx);
     if (a.generation.load(std::memory_order_relaxed) != generation_of(e->wheel_id_)) return false; // gone
     chain fired;
-    const bool won = a.core->cancel_locked(e, fired);
+    const bool won = a.core->cancel(lk, e, fired);
     // Due timeouts the cancel found in the inbox: to the executor, the mutex let go.
     a.core->hand_over_unlocked(a, lk, fired);
     if (!won) return false;
@@ -264,7 +264,7 @@ bool wheel_engine::reset(wheel_entry* e, clock::duration delay) noexcept {
   std::unique_lock lk(a.mtx);
   if (a.generation.load(std::memory_order_relaxed) != generation_of(e->wheel_id_)) return false; // gone
   chain fired;
-  const bool moved = a.core->reset_locked(e, delay, fired);
+  const bool moved = a.core->reset(lk, e, delay, fired);
   a.core->hand_over_unlocked(a, lk, fired); // as in cancel()
   return moved;
 }

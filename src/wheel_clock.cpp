@@ -16,10 +16,10 @@ clock::time_point wheel_engine::now() const noexcept { return manual_ ? manual_-
 void wheel_engine::on_time_advanced() {
   chain fired;
   {
-    std::lock_guard lk(mtx_);
+    std::unique_lock lk(mtx_);
     if (stopped_) return;
-    drain_inbox_locked(fired);
-    advance_locked(tick_of(now()), fired);
+    drain_inbox(lk, fired);
+    advance(lk, tick_of(now()), fired);
   }
   wheel_anchor& a = *enrolled_.anchor;
   const std::uint64_t id = enrolled_.id;
@@ -74,13 +74,14 @@ bool wheel_engine::touch_next_tick(std::unique_lock<std::mutex>& lk) noexcept {
 // producer with an earlier deadline then wakes the loop. A Dekker pair with the producers
 // (wheel_producer_* hooks): whatever a producer pushed before it could see `until` is in
 // the inbox at the last look, so turn::sleep misses nothing.
-wheel_engine::turn wheel_engine::turn_locked(std::unique_lock<std::mutex>& lk, chain& fired, bool touch_ahead,
-                                         std::uint64_t& until) noexcept {
+wheel_engine::turn wheel_engine::take_turn(std::unique_lock<std::mutex>& lk, chain& fired, bool touch_ahead,
+                                           std::uint64_t& until) noexcept {
+  assert_held(lk, mtx_);
   wheel_anchor& a = *enrolled_.anchor;
   const std::uint64_t id = enrolled_.id;
   sleeping_until_.store(0, std::memory_order_relaxed);
-  const bool arrived = drain_inbox_locked(fired) != never;
-  advance_locked(tick_of(now()), fired);
+  const bool arrived = drain_inbox(lk, fired) != never;
+  advance(lk, tick_of(now()), fired);
   if (fired.head) {
     // Counted as a hand-over: the wheel may be destroyed on another thread meanwhile, and
     // its destructor waits for this dispatch, which reads nothing of the wheel (it was a
@@ -90,12 +91,12 @@ wheel_engine::turn wheel_engine::turn_locked(std::unique_lock<std::mutex>& lk, c
     return enrolled(a, id) ? turn::again : turn::wheel_gone;
   }
   if (touch_ahead && touch_next_tick(lk)) return turn::again; // the lock was let go: look again
-  until = next_event_locked();
+  until = next_event(lk);
   if (arrived && elapsed_ + 1 < until) until = elapsed_ + 1;
   METRONOME_TEST_HOOK(hook_point::wheel_timer_before_sleep);
   sleeping_until_.store(until, std::memory_order_seq_cst);
-  const bool linked = drain_inbox_locked(fired) != never;
-  if (fired.head || (linked && next_event_locked() < until)) return turn::again;
+  const bool linked = drain_inbox(lk, fired) != never;
+  if (fired.head || (linked && next_event(lk) < until)) return turn::again;
   return turn::sleep;
 }
 

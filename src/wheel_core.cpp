@@ -114,7 +114,8 @@ bool wheel_engine::push_inbox(wheel_entry* e) noexcept {
 
 // Moves what producers pushed into the slots (or to `fired` when already due); returns
 // the earliest deadline linked (never if none).
-std::uint64_t wheel_engine::drain_inbox_locked(chain& fired) noexcept {
+std::uint64_t wheel_engine::drain_inbox(const held_lock& lk, chain& fired) noexcept {
+  assert_held(lk, mtx_);
   wheel_entry* e = inbox_.load(std::memory_order_seq_cst);
   if (e == nullptr || e == closed_inbox) return never;
   // The stack holds the newest first: reverse it, so that ties keep scheduling order.
@@ -125,7 +126,7 @@ std::uint64_t wheel_engine::drain_inbox_locked(chain& fired) noexcept {
     oldest = e;
     e = next;
   }
-  return place_locked(oldest, fired, no_level);
+  return place(lk, oldest, fired, no_level);
 }
 
 void wheel_engine::dispatch_to(pool_core* pool, const net::any_io_executor* ex, chain& fired) noexcept {
@@ -209,14 +210,14 @@ void wheel_engine::enter(wheel_entry* e, clock::duration delay) {
     if (!stopped_) {
       chain fired;
       // Earlier timeouts still in the inbox go first: ties keep scheduling order.
-      if (inbox_.load(std::memory_order_relaxed) != nullptr) drain_inbox_locked(fired);
+      if (inbox_.load(std::memory_order_relaxed) != nullptr) drain_inbox(lk, fired);
       if (!bounded) linked_.store(linked_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
       // Linked, or fired when its tick has come already (counted removed), as a drained
       // inbox entry is.
       e->next_.store(nullptr, std::memory_order_relaxed);
-      const std::uint64_t linked = place_locked(e, fired, no_level);
+      const std::uint64_t linked = place(lk, e, fired, no_level);
       const bool earlier = linked < sleeping_until_.load(std::memory_order_relaxed);
-      if (earlier && tick_) rearm_tick_locked(linked);
+      if (earlier && tick_) rearm_tick(lk, linked);
       lk.unlock();
       dispatch(fired);
       return;
@@ -240,56 +241,58 @@ void wheel_engine::enter(wheel_entry* e, clock::duration delay) {
     if (pool_shut_down_.load(std::memory_order_seq_cst)) e->cancel();
     e->release();
   }
-  // Dekker pair with turn_locked(): it stores sleeping_until_ and then drains the inbox.
+  // Dekker pair with take_turn(): it stores sleeping_until_ and then drains the inbox.
   if (when < sleeping_until_.load(std::memory_order_seq_cst)) {
-    std::lock_guard lk(mtx_);
-    rearm_tick_locked(when);
+    std::unique_lock lk(mtx_);
+    rearm_tick(lk, when);
   }
 }
 
-bool wheel_engine::cancel_locked(wheel_entry* e, chain& fired) noexcept {
+bool wheel_engine::cancel(const held_lock& lk, wheel_entry* e, chain& fired) noexcept {
+  assert_held(lk, mtx_);
   if (e->state() == wheel_entry::pending && e->slot_index_ == wheel_entry::no_slot)
-    drain_inbox_locked(fired); // it is still in the inbox: link it first
+    drain_inbox(lk, fired); // it is still in the inbox: link it first
   // Linked entries are never due yet; a pending entry with a passed deadline was
-  // handed to the executor with its slot (see advance_locked).
+  // handed to the executor with its slot (see advance).
   if (e->state() != wheel_entry::pending || e->slot_index_ == wheel_entry::no_slot || e->when_ <= elapsed_)
     return false;
-  unlink_locked(e);
+  unlink(lk, e);
   e->state_.store(wheel_entry::cancelled, std::memory_order_release);
-  count_removed_locked(1);
+  count_removed(lk, 1);
   // Hosted ticks run only while the wheel holds timeouts: the last one cancelled, the
   // tick leaves the host (whose context may then run out of work, as with a timer).
-  if (pending() == 0 && withdraw_tick_locked()) sleeping_until_.store(never, std::memory_order_relaxed);
+  if (pending() == 0 && withdraw_tick(lk)) sleeping_until_.store(never, std::memory_order_relaxed);
   return true;
 }
 
-// The same tests as cancel_locked(): only a linked entry whose deadline is still ahead
+// The same tests as cancel(): only a linked entry whose deadline is still ahead
 // can move. Unlinked and linked again (at the tail of its new slot: a reset counts as a
 // new scheduling among equal deadlines), the node and its slot lists allocate nothing.
-bool wheel_engine::reset_locked(wheel_entry* e, clock::duration delay, chain& fired) noexcept {
+bool wheel_engine::reset(const held_lock& lk, wheel_entry* e, clock::duration delay, chain& fired) noexcept {
+  assert_held(lk, mtx_);
   if (e->state() == wheel_entry::pending && e->slot_index_ == wheel_entry::no_slot)
-    drain_inbox_locked(fired); // it is still in the inbox: link it first
+    drain_inbox(lk, fired); // it is still in the inbox: link it first
   if (e->state() != wheel_entry::pending || e->slot_index_ == wheel_entry::no_slot || e->when_ <= elapsed_)
     return false;
-  unlink_locked(e);
+  unlink(lk, e);
   // An atomic store: handles read when_ without the mutex (deadline_passed).
   std::atomic_ref<std::uint64_t>(e->when_).store(
       delay <= clock::duration::zero() ? elapsed_ : deadline_tick(now(), delay), std::memory_order_relaxed);
   if (e->when_ <= elapsed_) { // due now: to the executor, as insert() does
-    fire_locked(e, fired);
-    count_removed_locked(1);
+    fire(lk, e, fired);
+    count_removed(lk, 1);
     return true;
   }
-  link_locked(e, no_level);
+  link(lk, e, no_level);
   // An earlier deadline than the tick sleeps until: re-arm it.
-  if (e->when_ < sleeping_until_.load(std::memory_order_relaxed)) rearm_tick_locked(e->when_);
+  if (e->when_ < sleeping_until_.load(std::memory_order_relaxed)) rearm_tick(lk, e->when_);
   return true;
 }
 
 std::vector<wheel_entry*> wheel_engine::stop() {
   std::vector<wheel_entry*> left;
   {
-    std::lock_guard lk(mtx_);
+    std::unique_lock lk(mtx_);
     if (stopped_) return left;
     stopped_ = true;
     for (wheel_entry* e = inbox_.exchange(closed_inbox, std::memory_order_seq_cst); e;) {
@@ -312,8 +315,8 @@ std::vector<wheel_entry*> wheel_engine::stop() {
     for (auto* e : left) e->state_.store(wheel_entry::cancelled, std::memory_order_release);
     for (auto& o : occupied_) o = 0;
     for (auto& m : marks_) m.clear();
-    count_removed_locked(left.size());
-    withdraw_tick_locked(); // (if it is queued on the host already, it finds the wheel stopped)
+    count_removed(lk, left.size());
+    withdraw_tick(lk); // (if it is queued on the host already, it finds the wheel stopped)
   }
   for (auto* e : left) e->drop();
   // Stopped, the wheel hands nothing more to the pool: the pool may go first from here
@@ -327,16 +330,16 @@ void wheel_engine::on_pool_shutdown() noexcept {
   chain fired;
   wheel_entry* aborted = nullptr;
   {
-    std::lock_guard lk(mtx_);
+    std::unique_lock lk(mtx_);
     if (stopped_) return;
     pool_shut_down_.store(true, std::memory_order_seq_cst);
-    drain_inbox_locked(fired);
+    drain_inbox(lk, fired);
     std::size_t n = 0;
     for (const slot_list& list : slots_) {
       for (wheel_entry* e = list.head; e;) {
         wheel_entry* next = next_in_slot(e);
         if (e->is_wait()) {
-          unlink_locked(e);
+          unlink(lk, e);
           e->state_.store(wheel_entry::cancelled, std::memory_order_release);
           e->next_.store(aborted, std::memory_order_relaxed);
           aborted = e;
@@ -345,7 +348,7 @@ void wheel_engine::on_pool_shutdown() noexcept {
         e = next;
       }
     }
-    count_removed_locked(n);
+    count_removed(lk, n);
   }
   dispatch(fired);
   while (aborted) {

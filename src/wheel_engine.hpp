@@ -9,6 +9,8 @@
 #include <metronome/detail/wheel_core.hpp>
 #include <metronome/options.hpp>
 
+#include "held_lock.hpp"
+
 #include <metronome/detail/asio.hpp>
 
 #include <atomic>
@@ -137,34 +139,34 @@ private:
   std::uint64_t deadline_tick(clock::time_point now, clock::duration delay) const noexcept;
   void enter(wheel_entry* e, clock::duration delay);
   bool push_inbox(wheel_entry* e) noexcept;
-  std::uint64_t drain_inbox_locked(chain& fired) noexcept;
+  std::uint64_t drain_inbox(const held_lock& lk, chain& fired) noexcept;
   static constexpr std::size_t no_level = ~std::size_t(0);
   static constexpr std::size_t cascade_batch = 256; // fewest entries a cascade moves per wake-up
-  std::uint64_t place_locked(wheel_entry* first, chain& fired, std::size_t from_level) noexcept;
-  void count_removed_locked(std::size_t n) noexcept;
+  std::uint64_t place(const held_lock& lk, wheel_entry* first, chain& fired, std::size_t from_level) noexcept;
+  void count_removed(const held_lock& lk, std::size_t n) noexcept;
   unsigned shift(std::size_t level) const noexcept { return static_cast<unsigned>(level * span_bits_); }
   // Level L's next slot: never linked into by the ring rule, it is the one moving down.
   std::size_t cascading(std::size_t level) const noexcept {
     return level * (mask_ + 1) + static_cast<std::size_t>(((elapsed_ >> shift(level)) + 1) & mask_);
   }
   std::size_t level_for(std::uint64_t when) const noexcept;
-  void link_locked(wheel_entry* e, std::size_t from_level) noexcept;
-  void append_locked(wheel_entry* e, std::size_t index) noexcept;
-  void unlink_locked(wheel_entry* e) noexcept;
+  void link(const held_lock& lk, wheel_entry* e, std::size_t from_level) noexcept;
+  void append(const held_lock& lk, wheel_entry* e, std::size_t index) noexcept;
+  void unlink(const held_lock& lk, wheel_entry* e) noexcept;
   static wheel_entry* next_in_slot(wheel_entry* e) noexcept;
   void set_occupied(std::size_t index, bool on) noexcept;
   std::size_t next_occupied(std::size_t level, std::size_t from) const noexcept;
-  std::uint64_t next_event_locked() const noexcept;
-  void mark_locked(wheel_entry* e, std::size_t index) noexcept;
+  std::uint64_t next_event(const held_lock& lk) const noexcept;
+  void mark(const held_lock& lk, wheel_entry* e, std::size_t index) noexcept;
   bool touch_next_tick(std::unique_lock<std::mutex>& lk) noexcept;
-  void start_cascade_locked(std::size_t level, chain& fired) noexcept;
-  void progress_cascade_locked(std::size_t level, chain& fired) noexcept;
-  void step_locked(std::uint64_t tick, chain& fired) noexcept;
-  void advance_locked(std::uint64_t now_tick, chain& fired) noexcept;
-  std::uint64_t skip_rotations_locked(std::uint64_t now_tick) noexcept;
-  void fire_locked(wheel_entry* e, chain& fired) noexcept;
-  bool cancel_locked(wheel_entry* e, chain& fired) noexcept;
-  bool reset_locked(wheel_entry* e, clock::duration delay, chain& fired) noexcept;
+  void start_cascade(const held_lock& lk, std::size_t level, chain& fired) noexcept;
+  void progress_cascade(const held_lock& lk, std::size_t level, chain& fired) noexcept;
+  void step(const held_lock& lk, std::uint64_t tick, chain& fired) noexcept;
+  void advance(const held_lock& lk, std::uint64_t now_tick, chain& fired) noexcept;
+  std::uint64_t skip_rotations(const held_lock& lk, std::uint64_t now_tick) noexcept;
+  void fire(const held_lock& lk, wheel_entry* e, chain& fired) noexcept;
+  bool cancel(const held_lock& lk, wheel_entry* e, chain& fired) noexcept;
+  bool reset(const held_lock& lk, wheel_entry* e, clock::duration delay, chain& fired) noexcept;
   // Hands due entries to the executor. Never called with the mutex held: what the
   // executor does with an entry it refuses (a pool shut down or terminated drops it, a
   // strand over a terminated pool runs it) happens right here, user code included.
@@ -189,11 +191,11 @@ private:
   static bool enrolled(const wheel_anchor& a, std::uint64_t id) noexcept;
   // Hosted ticks (wheel_tick.cpp), all under mtx_: the tick must run no later than tick
   // `when`; the wheel's turns on a host thread (false: the wheel is gone).
-  void rearm_tick_locked(std::uint64_t when) noexcept;
-  bool withdraw_tick_locked() noexcept;
+  void rearm_tick(const held_lock& lk, std::uint64_t when) noexcept;
+  bool withdraw_tick(const held_lock& lk) noexcept;
   bool tick_once(std::unique_lock<std::mutex>& lk) noexcept;
-  enum class turn { again, sleep, wheel_gone }; // see turn_locked() (wheel_clock.cpp)
-  turn turn_locked(std::unique_lock<std::mutex>& lk, chain& fired, bool touch_ahead, std::uint64_t& until) noexcept;
+  enum class turn { again, sleep, wheel_gone }; // see take_turn() (wheel_clock.cpp)
+  turn take_turn(std::unique_lock<std::mutex>& lk, chain& fired, bool touch_ahead, std::uint64_t& until) noexcept;
   friend struct wheel_tick;
   // In the host engine: idle (nowhere: no deadline), armed (in its heap at tick_at_),
   // running (taken out of the heap: queued on the host, or inside tick_once()).

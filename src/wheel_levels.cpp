@@ -51,21 +51,23 @@ std::size_t wheel_engine::level_for(std::uint64_t when) const noexcept {
 // slot moving down from the level above: then it joins that slot's tail, behind the
 // older ones with the same deadline (ties stay in scheduling order). Deadlines past the
 // top level's ring wait in its farthest slot.
-void wheel_engine::link_locked(wheel_entry* e, std::size_t from_level) noexcept {
+void wheel_engine::link(const held_lock& lk, wheel_entry* e, std::size_t from_level) noexcept {
+  assert_held(lk, mtx_);
   const std::uint64_t when = e->when_;
   std::size_t level = level_for(when);
   const std::size_t up = level + 1;
   if (up < opts_.levels && up != from_level && (when >> shift(up)) == (elapsed_ >> shift(up)) + 1 &&
       slots_[cascading(up)].count != 0)
     level = up;
-  append_locked(e, level * (mask_ + 1) + wheel_slots::slot_in_level(when, elapsed_, level, span_bits_, mask_));
+  append(lk, e, level * (mask_ + 1) + wheel_slots::slot_in_level(when, elapsed_, level, span_bits_, mask_));
 }
 
-void wheel_engine::append_locked(wheel_entry* e, std::size_t index) noexcept {
+void wheel_engine::append(const held_lock& lk, wheel_entry* e, std::size_t index) noexcept {
+  assert_held(lk, mtx_);
   slot_list& list = slots_[index];
   e->slot_index_ = static_cast<std::uint16_t>(index);
   e->mark_ = wheel_entry::no_mark;
-  if (index <= mask_ && !marks_.empty() && list.count % mark_every == 0) mark_locked(e, index);
+  if (index <= mask_ && !marks_.empty() && list.count % mark_every == 0) mark(lk, e, index);
   e->prev_ = list.tail;
   e->next_.store(nullptr, std::memory_order_relaxed);
   if (list.tail)
@@ -76,7 +78,8 @@ void wheel_engine::append_locked(wheel_entry* e, std::size_t index) noexcept {
   if (list.count++ == 0) set_occupied(index, true);
 }
 
-void wheel_engine::mark_locked(wheel_entry* e, std::size_t index) noexcept {
+void wheel_engine::mark(const held_lock& lk, wheel_entry* e, std::size_t index) noexcept {
+  assert_held(lk, mtx_);
   auto& marks = marks_[index];
   if (marks.size() >= wheel_entry::no_mark) return;
   try {
@@ -91,7 +94,8 @@ wheel_entry* wheel_engine::next_in_slot(wheel_entry* e) noexcept {
   return static_cast<wheel_entry*>(e->next_.load(std::memory_order_relaxed));
 }
 
-void wheel_engine::unlink_locked(wheel_entry* e) noexcept {
+void wheel_engine::unlink(const held_lock& lk, wheel_entry* e) noexcept {
+  assert_held(lk, mtx_);
   const std::size_t index = e->slot_index_;
   slot_list& list = slots_[index];
   wheel_entry* next = next_in_slot(e);
@@ -127,7 +131,8 @@ std::size_t wheel_engine::next_occupied(std::size_t level, std::size_t from) con
 
 // The next tick at which the wheel has something to do: a level-0 slot falls due, a
 // level's next slot starts moving down, or a slot moving down owes its next batch.
-std::uint64_t wheel_engine::next_event_locked() const noexcept {
+std::uint64_t wheel_engine::next_event(const held_lock& lk) const noexcept {
+  assert_held(lk, mtx_);
   const std::uint64_t soonest = elapsed_ + 1;
   std::uint64_t best = never;
   auto consider = [&](std::uint64_t t) { best = std::min(best, std::max(t, soonest)); };
@@ -137,7 +142,7 @@ std::uint64_t wheel_engine::next_event_locked() const noexcept {
   }
   for (std::size_t level = 1; level < opts_.levels; ++level) {
     if (const auto& list = slots_[cascading(level)]; list.count != 0 && cascades_[level].number != 0) {
-      // The first tick by which progress_cascade_locked() owes another batch.
+      // The first tick by which progress_cascade() owes another batch.
       const cascade& c = cascades_[level];
       consider(wheel_slots::cascade_next_owed(list.count, cascade_batch, c.start, c.finish, c.total));
     }
@@ -164,7 +169,8 @@ void wheel_engine::chain::append(wheel_entry* first, wheel_entry* last, std::siz
   count += n;
 }
 
-void wheel_engine::fire_locked(wheel_entry* e, chain& fired) noexcept {
+void wheel_engine::fire(const held_lock& lk, wheel_entry* e, chain& fired) noexcept {
+  assert_held(lk, mtx_);
   e->slot_index_ = wheel_entry::no_slot;
   e->prev_ = nullptr;
   e->state_.store(wheel_entry::firing, std::memory_order_release);
@@ -173,26 +179,28 @@ void wheel_engine::fire_locked(wheel_entry* e, chain& fired) noexcept {
 
 // Walks a list linked through next_: entries already due go to `fired`, the others
 // are linked. Returns the earliest deadline linked (never if none).
-std::uint64_t wheel_engine::place_locked(wheel_entry* e, chain& fired, std::size_t from_level) noexcept {
+std::uint64_t wheel_engine::place(const held_lock& lk, wheel_entry* e, chain& fired, std::size_t from_level) noexcept {
+  assert_held(lk, mtx_);
   std::uint64_t earliest = never;
   std::size_t due = 0;
   while (e) {
     wheel_entry* next = next_in_slot(e);
     if (e->when_ <= elapsed_) {
-      fire_locked(e, fired);
+      fire(lk, e, fired);
       ++due;
     } else {
-      link_locked(e, from_level);
+      link(lk, e, from_level);
       if (e->when_ < earliest) earliest = e->when_;
     }
     e = next;
   }
-  count_removed_locked(due);
+  count_removed(lk, due);
   return earliest;
 }
 
 // Fired, cancelled or stopped entries leave pending(); only mutex holders write removed_.
-void wheel_engine::count_removed_locked(std::size_t n) noexcept {
+void wheel_engine::count_removed(const held_lock& lk, std::size_t n) noexcept {
+  assert_held(lk, mtx_);
   if (n) removed_.store(removed_.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
 }
 
@@ -200,7 +208,8 @@ void wheel_engine::count_removed_locked(std::size_t n) noexcept {
 // slot before it just became current: it starts moving down, to be linked one level
 // down bit by bit until one lower slot before its first deadline, when that lower slot
 // must be complete to start moving down itself. The entries stay where they are.
-void wheel_engine::start_cascade_locked(std::size_t level, chain& fired) noexcept {
+void wheel_engine::start_cascade(const held_lock& lk, std::size_t level, chain& fired) noexcept {
+  assert_held(lk, mtx_);
   const std::uint64_t number = (elapsed_ >> shift(level)) + 1;
   cascade& c = cascades_[level];
   if (c.number == number) return; // already moving
@@ -209,7 +218,7 @@ void wheel_engine::start_cascade_locked(std::size_t level, chain& fired) noexcep
   if (slots_[before].count != 0) {
     wheel_entry* left = std::exchange(slots_[before], slot_list{}).head;
     set_occupied(before, false);
-    place_locked(left, fired, level);
+    place(lk, left, fired, level);
   }
   const std::uint64_t first = number << shift(level);
   const std::uint64_t lower_span = std::uint64_t(1) << shift(level - 1);
@@ -218,7 +227,8 @@ void wheel_engine::start_cascade_locked(std::size_t level, chain& fired) noexcep
 
 // Links as many of the level's moving entries one level down as its schedule owes by
 // now: all of them at its finish tick, a proportional share before.
-void wheel_engine::progress_cascade_locked(std::size_t level, chain& fired) noexcept {
+void wheel_engine::progress_cascade(const held_lock& lk, std::size_t level, chain& fired) noexcept {
+  assert_held(lk, mtx_);
   slot_list& moving = slots_[cascading(level)];
   const cascade& c = cascades_[level];
   if (moving.count == 0 || c.number != (elapsed_ >> shift(level)) + 1) return;
@@ -227,25 +237,26 @@ void wheel_engine::progress_cascade_locked(std::size_t level, chain& fired) noex
   while (moving.count > keep) {
     wheel_entry* e = moving.head;
     if (wheel_entry* next = next_in_slot(e)) __builtin_prefetch(next);
-    unlink_locked(e);
+    unlink(lk, e);
     if (e->when_ <= elapsed_) { // only when the clock jumped past the schedule
-      fire_locked(e, fired);
+      fire(lk, e, fired);
       ++due;
     } else {
-      link_locked(e, level);
+      link(lk, e, level);
     }
   }
-  count_removed_locked(due);
+  count_removed(lk, due);
 }
 
 // Moves the wheel to `tick`, which no event lies before: levels top-down finish or
 // continue what they are moving down and start on their next slot, then level 0's slot
 // for this tick goes to the executor.
-void wheel_engine::step_locked(std::uint64_t tick, chain& fired) noexcept {
+void wheel_engine::step(const held_lock& lk, std::uint64_t tick, chain& fired) noexcept {
+  assert_held(lk, mtx_);
   elapsed_ = tick;
   for (std::size_t level = opts_.levels - 1; level >= 1; --level) {
-    if (slots_[cascading(level)].count != 0) start_cascade_locked(level, fired);
-    progress_cascade_locked(level, fired);
+    if (slots_[cascading(level)].count != 0) start_cascade(lk, level, fired);
+    progress_cascade(lk, level, fired);
   }
   const auto index = static_cast<std::size_t>(tick & mask_);
   slot_list& list = slots_[index];
@@ -254,7 +265,7 @@ void wheel_engine::step_locked(std::uint64_t tick, chain& fired) noexcept {
   set_occupied(index, false);
   if (!marks_.empty()) marks_[index].clear();
   if (opts_.levels == 1) { // one level: deadlines past the ring wait in it and go round again
-    place_locked(taken.head, fired, no_level);
+    place(lk, taken.head, fired, no_level);
     return;
   }
   // Every entry of a level-0 slot is due at this very tick, and the slot's list is
@@ -262,7 +273,7 @@ void wheel_engine::step_locked(std::uint64_t tick, chain& fired) noexcept {
   // touching a single entry (they stay `pending`; from now on `when_ <= elapsed_`
   // tells cancel() that they left the wheel).
   fired.append(taken.head, taken.tail, taken.count);
-  count_removed_locked(taken.count);
+  count_removed(lk, taken.count);
 }
 
 // A jump of many rotations over a wheel that holds only deadlines past its ring (a manual
@@ -271,7 +282,8 @@ void wheel_engine::step_locked(std::uint64_t tick, chain& fired) noexcept {
 // round once per rotation, in time proportional to the distance (days for a jump to the
 // clock's end on a 64 x 2 wheel). Returns the tick before which no entry is due (the
 // earliest deadline, when it looked; elapsed_ when a cheap check said no).
-std::uint64_t wheel_engine::skip_rotations_locked(std::uint64_t now_tick) noexcept {
+std::uint64_t wheel_engine::skip_rotations(const held_lock& lk, std::uint64_t now_tick) noexcept {
+  assert_held(lk, mtx_);
   const std::size_t top = opts_.levels - 1;
   const unsigned ring_bits = shift(top) + span_bits_ + 1; // (mask_ + 1) << shift(top) ticks
   if (ring_bits >= 62) return never;                      // the ring spans the clock: nothing past it
@@ -288,11 +300,12 @@ std::uint64_t wheel_engine::skip_rotations_locked(std::uint64_t now_tick) noexce
   return earliest;
 }
 
-void wheel_engine::advance_locked(std::uint64_t now_tick, chain& fired) noexcept {
+void wheel_engine::advance(const held_lock& lk, std::uint64_t now_tick, chain& fired) noexcept {
+  assert_held(lk, mtx_);
   std::uint64_t nothing_before = 0; // no entry is due before this tick (nothing is added meanwhile)
   while (elapsed_ < now_tick) {
-    if (elapsed_ >= nothing_before) nothing_before = skip_rotations_locked(now_tick);
-    step_locked(std::min(now_tick, next_event_locked()), fired);
+    if (elapsed_ >= nothing_before) nothing_before = skip_rotations(lk, now_tick);
+    step(lk, std::min(now_tick, next_event(lk)), fired);
   }
   enrolled_.anchor->elapsed.store(elapsed_, std::memory_order_release);
 }

@@ -80,15 +80,16 @@ wait_node* wheel_tick_node(wheel_tick* t) noexcept { return t; }
 // mutex and arms itself for the earliest). sleeping_until_ is the armed tick (never when
 // idle, 0 while running): a producer whose deadline is earlier takes the mutex and re-arms
 // (a Dekker pair with tick_once(), which stores it before its last look at the inbox).
-// Kept by rearm_tick_locked() and tick_once(); tested by
+// Kept by rearm_tick() and tick_once(); tested by
 // `a_timeout_pushed_while_the_hosted_tick_chooses_its_deadline_fires_on_time` (hook
 // wheel_timer_before_sleep) (test/unit/detail/timing_service.cpp).
-void wheel_engine::rearm_tick_locked(std::uint64_t when) noexcept {
+void wheel_engine::rearm_tick(const held_lock& lk, std::uint64_t when) noexcept {
+  assert_held(lk, mtx_);
   if (!tick_ || stopped_ || forked_child_.load(std::memory_order_relaxed) || tick_state_ == tick_state::running) return;
   if (tick_state_ == tick_state::armed) {
     if (tick_at_ <= when) return;
     // Taken out of the heap by the host meanwhile: it is about to run, and will look.
-    if (!withdraw_tick_locked()) return;
+    if (!withdraw_tick(lk)) return;
   }
   wheel_tick_node(tick_)->aborted_ = false;
   try {
@@ -107,7 +108,8 @@ void wheel_engine::rearm_tick_locked(std::uint64_t when) noexcept {
 
 // An armed tick taken back out of the host's heap. False when the host took it first (it
 // is queued there, or running): it will look at the wheel.
-bool wheel_engine::withdraw_tick_locked() noexcept {
+bool wheel_engine::withdraw_tick(const held_lock& lk) noexcept {
+  assert_held(lk, mtx_);
   if (!tick_ || tick_state_ != tick_state::armed ||
       !pool_core::withdraw_wait(host_->anchor(), host_->anchor_generation(), wheel_tick_node(tick_)))
     return false;
@@ -115,7 +117,7 @@ bool wheel_engine::withdraw_tick_locked() noexcept {
   return true;
 }
 
-// The tick: the wheel's turns (turn_locked(), wheel_clock.cpp) on a host thread, until
+// The tick: the wheel's turns (take_turn(), wheel_clock.cpp) on a host thread, until
 // the wheel may sleep; then it arms itself for that.
 bool wheel_engine::tick_once(std::unique_lock<std::mutex>& lk) noexcept {
   chain fired;
@@ -127,11 +129,11 @@ bool wheel_engine::tick_once(std::unique_lock<std::mutex>& lk) noexcept {
       return tick_ != nullptr;
     }
     std::uint64_t until = never;
-    const turn next = turn_locked(lk, fired, true, until);
+    const turn next = take_turn(lk, fired, true, until);
     if (next == turn::wheel_gone) return false;
     if (next == turn::again) continue;
     tick_state_ = tick_state::idle;
-    if (until != never) rearm_tick_locked(until);
+    if (until != never) rearm_tick(lk, until);
     return true;
   }
 }

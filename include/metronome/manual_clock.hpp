@@ -85,8 +85,8 @@ public:
   /// @endcond
 
 private:
-  void set_locked(clock::rep t);
-  void check_idle_locked();
+  void set(const std::unique_lock<std::mutex>& lk, clock::rep t);
+  void check_idle(const std::unique_lock<std::mutex>& lk);
 
   std::atomic<clock::rep> now_;
   std::atomic<bool> auto_{false};

@@ -122,7 +122,7 @@ BOOST_AUTO_TEST_CASE(a_producer_stopped_before_its_wake_up_still_wakes_the_parke
 
 // Termination: a producer stopped right after its push while join() lets the pool go
 // idle; the worker must see the pushed task before it terminates (it re-checks the queue
-// after setting terminated_), and the task runs exactly once.
+// after setting the termination), and the task runs exactly once.
 BOOST_AUTO_TEST_CASE(a_push_racing_termination_runs_once_or_is_reported) {
   scheduled_thread_pool pool(1);
   pool.submit([] {}).wait();
@@ -226,8 +226,8 @@ BOOST_AUTO_TEST_CASE(a_typed_submission_whose_task_shutdown_now_returned_is_not_
   BOOST_CHECK_EQUAL(pool.stats().rejected, 0u);
 }
 
-// Termination backing off: a worker has set terminated_ and not yet re-checked the
-// ready queue when a producer pushes and reads terminated_. The worker will find the task
+// Termination backing off: a worker has set the termination and not yet re-checked the
+// ready queue when a producer pushes and reads the termination. The worker will find the task
 // and back off, so the producer must not drop it: it looks again under the mutex (which
 // the terminating worker holds), and its task runs.
 BOOST_AUTO_TEST_CASE(a_push_that_sees_a_termination_backing_off_is_run_not_dropped) {
@@ -245,7 +245,7 @@ BOOST_AUTO_TEST_CASE(a_push_that_sees_a_termination_backing_off_is_run_not_dropp
   });
   BOOST_REQUIRE(stops.arrived(hook_point::producer_after_push));
   stops.release(hook_point::producer_after_push);
-  // It reads terminated_ set, then waits for the mutex: post() cannot return yet.
+  // It reads the termination set, then waits for the mutex: post() cannot return yet.
   BOOST_CHECK(!poll_until([&] { return posted.load(); }, 300ms));
   stops.release(hook_point::worker_terminating);
   producer.join();
@@ -289,8 +289,8 @@ BOOST_AUTO_TEST_CASE(a_wait_added_as_its_pool_terminates_is_refused_and_complete
 
 // Termination final, and a parked worker woken by it holds the mutex before it has looked
 // at anything when a producer pushes; the producer is held right after its push, before
-// it reads terminated_. The task is the producer's to drop and report: the worker must
-// look at terminated_ before the ready queue, or it runs the task on a terminated pool,
+// it reads the termination. The task is the producer's to drop and report: the worker must
+// look at the termination before the ready queue, or it runs the task on a terminated pool,
 // where everything the task posts is dropped (a strand's follow-up invoker with it,
 // leaving the strand locked).
 BOOST_AUTO_TEST_CASE(a_worker_woken_by_the_termination_leaves_a_later_push_to_its_producer) {

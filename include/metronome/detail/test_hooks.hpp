@@ -27,7 +27,7 @@ enum class hook_point {
   wheel_producer_before_push, // a wheel producer found the mutex taken; its timeout is not in the inbox yet
   wheel_producer_after_push,  // ... it is in the inbox; the producer has not read the timer's deadline
   wheel_timer_before_sleep,   // a tick (holding the wheel's mutex) chose its deadline, not yet published
-  worker_terminating,         // a worker (holding the mutex) set terminated_, not yet re-checked the ready queue
+  worker_terminating,         // a worker (holding the mutex) set the termination, not yet re-checked the ready queue
   wheel_cancel_after_claim,   // a cancel() claimed a timeout queued on the executor; not yet dropped it
   worker_woken_by_termination, // a parked worker woke (holding the mutex) in a terminated pool, looked at nothing yet
   wheel_handover_after_unlock, // a cancel()/reset() let go of the wheel's mutex; its due timeouts not yet handed over
