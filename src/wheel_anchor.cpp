@@ -155,8 +155,11 @@ void wheel_entry::note_start() const noexcept {
   const std::uint64_t generation = generation_of(wheel_id_);
   if (a.generation.load(std::memory_order_acquire) != generation) return; // gone
   const clock::rep tick = a.tick_ns.load(std::memory_order_acquire);
+  METRONOME_TEST_HOOK(hook_point::wheel_lateness_between_reads);
   const clock::rep start = a.start_ns.load(std::memory_order_acquire);
-  // A later wheel's time base (the anchor reused meanwhile) comes with a new generation.
+  // A later wheel's time base (the anchor reused meanwhile) comes with a new generation:
+  // a sample read across a replacement is dropped, never mixed from two wheels. Tested by
+  // `a_lateness_read_across_its_wheel_s_replacement_is_dropped` (test/handover/wheel.cpp).
   std::atomic_thread_fence(std::memory_order_acquire);
   if (tick == 0 || a.generation.load(std::memory_order_relaxed) != generation) return;
   // Its deadline's tick; 0: handed to the executor when scheduled (a delay <= 0).

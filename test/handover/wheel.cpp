@@ -11,6 +11,7 @@
 #include "common/accounting.hpp"
 #include "common/hooks.hpp"
 #include "common/latch_task.hpp"
+#include "common/manual_pool.hpp"
 #include "common/poll_until.hpp"
 
 #include <metronome/detail/asio.hpp>
@@ -374,6 +375,36 @@ BOOST_AUTO_TEST_CASE(a_tick_re_armed_while_its_pool_terminates_is_refused_and_fr
     BOOST_CHECK(timeout.is_cancelled());
   }
   BOOST_CHECK_EQUAL(metronome::detail::wheel_ticks_alive(), ticks_before);
+}
+
+// A timeout's lateness is computed, as it starts on the pool, from its wheel's time base
+// (start, tick) read without a lock, the anchor's generation checked before and after.
+// The worker is held between reading the tick and the start while the wheel is destroyed
+// and a new wheel, with another tick and a later start, takes over the anchor: the sample
+// is dropped (the old tick with the new start would count a wrong lateness).
+BOOST_AUTO_TEST_CASE(a_lateness_read_across_its_wheel_s_replacement_is_dropped) {
+  manual_clock clk;
+  scheduled_thread_pool pool(metronome::test::on_clock(clk));
+  auto wheel_with_tick = [&](std::chrono::milliseconds tick) {
+    metronome::wheel_options o;
+    o.tick = tick;
+    o.time_source = &clk;
+    return std::make_unique<metronome::wheel_timer>(pool, o);
+  };
+  auto first = wheel_with_tick(1ms);
+  pool.submit([] { hook_stop::arm_this_thread(); }).wait(); // its one worker stops
+  counter fired;
+  hook_stop stop(hook_point::wheel_lateness_between_reads);
+  auto t = first->schedule([&] { fired.add(); }, 10ms);
+  clk.advance(15ms);
+  BOOST_REQUIRE(stop.arrived()); // generation checked, tick (1 ms) read
+  first.reset();
+  clk.advance(1s);
+  auto second = wheel_with_tick(7ms); // the freed anchor, its start 1 s later
+  stop.release();
+  BOOST_REQUIRE(fired.wait_for_at_least(1));
+  BOOST_CHECK(t.is_expired());
+  BOOST_CHECK_EQUAL(pool.stats().lateness.total(), 0u);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -46,6 +46,7 @@ enum class hook_point {
   wheel_destroy_after_tick_look, // a wheel's destructor looked at its tick (under the mutex) and let go of both; not retired yet
   wait_before_lock,            // a timed wait (async_delay, a wheel's tick) passed the termination check; pool mutex not taken
   completion_before_wake,      // a completion ended elsewhere is in its pool's ready queue, in transit; nobody woken yet
+  wheel_lateness_between_reads, // a wheel timeout about to run read its wheel's tick, not yet its start time
 };
 
 using hook_function = void (*)(hook_point);
