@@ -6,7 +6,7 @@
 #include <metronome/detail/clock_listener.hpp>
 #include <metronome/detail/pool_anchor.hpp>
 #include <metronome/detail/pool_core.hpp>
-#include <metronome/detail/ready_queue.hpp>
+#include "ready_queue.hpp"
 #include <metronome/detail/scheduled_task.hpp>
 #include <metronome/options.hpp>
 

@@ -1,6 +1,6 @@
 // The pool's ready queue: an intrusive MPSC queue of task nodes with a consumer lock.
-#ifndef METRONOME_DETAIL_READY_QUEUE_HPP
-#define METRONOME_DETAIL_READY_QUEUE_HPP
+#ifndef METRONOME_SRC_READY_QUEUE_HPP
+#define METRONOME_SRC_READY_QUEUE_HPP
 
 #include <metronome/detail/task.hpp>
 #include <metronome/detail/test_hooks.hpp>

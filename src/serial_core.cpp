@@ -6,7 +6,12 @@
 #include <metronome/errors.hpp>
 
 #include "pool_engine.hpp"
+#include "ready_queue.hpp"
 
+#include <metronome/detail/executor_op.hpp>
+#include <metronome/detail/node_cache.hpp>
+
+#include <mutex>
 #include <vector>
 
 namespace metronome::detail {
@@ -15,31 +20,68 @@ namespace {
 thread_local const serial_core* current_drain = nullptr;
 }
 
+struct serial_core::state {
+  state(serial_options opts, pool_core* owner_pool) : opts_(std::move(opts)), owner_pool_(owner_pool) {}
+  uncounted_task_queue queue_; // pending_ is the count
+  // The count alone on its line: producers write it on every push, and the drain reads
+  // the fields below on every task.
+  alignas(64) std::atomic<std::size_t> pending_{0};
+  alignas(64) std::atomic<bool> disposed_{false};
+  std::atomic<int> posting_{0}; // threads inside a post of the drain (see hand_drain)
+  serial_options opts_;
+  pool_core* owner_pool_; // the metronome pool underneath, if any (its exception handler)
+  std::mutex reg_mtx_;    // the delayed tasks not yet due (track, forget, dispose)
+  scheduled_task_base* reg_head_ = nullptr;
+};
+
 serial_core::serial_core(serial_options opts, pool_core& timers, pool_core* owner_pool)
-    : opts_(std::move(opts)), timers_(timers), owner_pool_(owner_pool) {
-  if (opts_.batch == 0) throw std::invalid_argument("metronome: serial_options::batch must be at least 1");
+    : s_(std::make_unique<state>(std::move(opts), owner_pool)), timers_(timers) {
+  if (s_->opts_.batch == 0) throw std::invalid_argument("metronome: serial_options::batch must be at least 1");
+}
+
+bool serial_core::is_disposed() const noexcept { return s_->disposed_.load(std::memory_order_acquire); }
+
+void serial_core::post_drain_to_pool(pool_core& pool, drain_post how) noexcept {
+  try {
+    drain_job drain{shared_from_this()};
+    task_base* op = executor_op<drain_job, recycling_allocator<void>>::create(std::move(drain), {});
+    switch (how) {
+    case drain_post::producer:
+    case drain_post::internal:
+      // Internal work: never dropped while the pool runs (the tasks it carries were
+      // accepted; outside work after shutdown is refused before it is queued).
+      pool.push_ready(op);
+      break;
+    case drain_post::repost:
+      // Only the drain's own re-post skips the wake-up: its worker takes it next.
+      pool.repost_from_worker(op);
+      break;
+    }
+  } catch (...) {
+    report(std::current_exception());
+  }
 }
 
 serial_core::~serial_core() {
   // Tasks a dropped drain never reached (the underlying executor shut down).
-  while (task_base* t = queue_.pop_locked()) discard(t);
+  while (task_base* t = s_->queue_.pop_locked()) discard(t);
 }
 
 bool serial_core::running_in_this_thread() const noexcept { return current_drain == this; }
 
 bool serial_core::refuses_outside_work() const noexcept {
-  return owner_pool_ && owner_pool_->is_shutdown() && !owner_pool_->running_in_this_thread();
+  return s_->owner_pool_ && s_->owner_pool_->is_shutdown() && !s_->owner_pool_->running_in_this_thread();
 }
 
 void serial_core::note_rejected() noexcept {
-  if (owner_pool_) engine(owner_pool_)->note_rejected();
+  if (s_->owner_pool_) engine(s_->owner_pool_)->note_rejected();
 }
 
 bool serial_core::try_enqueue(task_base* t, bool may_run_here) noexcept {
-  if (disposed_.load(std::memory_order_acquire)) return false;
-  queue_.push(t);
+  if (s_->disposed_.load(std::memory_order_acquire)) return false;
+  s_->queue_.push(t);
   METRONOME_TEST_HOOK(hook_point::serial_after_push);
-  if (pending_.fetch_add(1, std::memory_order_acq_rel) == 0) {
+  if (s_->pending_.fetch_add(1, std::memory_order_acq_rel) == 0) {
     // This thread owes the drain. On a thread of the underlying executor it is that
     // executor's work already: run it here (no call into the executor, so dispose()'s
     // wait for posts under way does not concern it), else hand it over.
@@ -57,24 +99,24 @@ bool serial_core::try_enqueue(task_base* t, bool may_run_here) noexcept {
 // way, and a post that starts after dispose() discards here instead: after dispose()
 // returns, no library thread calls into the underlying executor again.
 void serial_core::hand_drain(drain_post how) noexcept {
-  posting_.fetch_add(1, std::memory_order_seq_cst);
-  if (disposed_.load(std::memory_order_seq_cst)) {
-    posting_.fetch_sub(1, std::memory_order_release);
+  s_->posting_.fetch_add(1, std::memory_order_seq_cst);
+  if (s_->disposed_.load(std::memory_order_seq_cst)) {
+    s_->posting_.fetch_sub(1, std::memory_order_release);
     drain(); // disposed: discards what is counted, runs no user task, never re-posts
     return;
   }
   post_drain(how);
-  posting_.fetch_sub(1, std::memory_order_release);
+  s_->posting_.fetch_sub(1, std::memory_order_release);
 }
 
 bool serial_core::enqueue_due(scheduled_task_base* t) noexcept {
   // Queued even when disposed: the drain discards what it finds after dispose().
-  queue_.push(t);
-  return pending_.fetch_add(1, std::memory_order_acq_rel) == 0;
+  s_->queue_.push(t);
+  return s_->pending_.fetch_add(1, std::memory_order_acq_rel) == 0;
 }
 
 void serial_core::abandon() noexcept {
-  disposed_.store(true, std::memory_order_seq_cst);
+  s_->disposed_.store(true, std::memory_order_seq_cst);
   drain(); // disposed: discards, runs no user task, never re-posts
 }
 
@@ -88,7 +130,7 @@ void serial_core::post_owed_drain() noexcept {
 task_base* serial_core::pop_one() noexcept {
   // pending_ > 0 promises a node; a producer may still be linking it.
   for (int spins = 0;; ++spins) {
-    if (task_base* t = queue_.pop_locked()) return t;
+    if (task_base* t = s_->queue_.pop_locked()) return t;
     if (spins < 64)
       cpu_relax();
     else
@@ -101,26 +143,26 @@ task_base* serial_core::pop_one() noexcept {
 // gone: that drain runs everything counted without re-posting (there is nowhere to post),
 // typed tasks run detached (once, as the pool's own handed-back tasks), and exceptions
 // are not reported to the pool. Compares pointers only: owner_pool_ may dangle then.
-bool serial_core::handed_back() const noexcept { return owner_pool_ != nullptr && pool_core::current() != owner_pool_; }
+bool serial_core::handed_back() const noexcept { return s_->owner_pool_ != nullptr && pool_core::current() != s_->owner_pool_; }
 
 void serial_core::drain(bool here) noexcept {
   const serial_core* outer = current_drain;
   current_drain = this;
   const bool handed = handed_back();
-  const std::size_t batch = handed ? std::size_t(-1) : opts_.batch;
+  const std::size_t batch = handed ? std::size_t(-1) : s_->opts_.batch;
   std::size_t ran = 0;
   for (;;) {
     // Run the tasks already counted, up to the batch, and settle the count once per
     // run rather than once per task (its line is shared with producers). Never pop
     // more than was counted: a producer pushes before it counts, and an uncounted
     // node taken here would make the count underflow.
-    const std::size_t counted = pending_.load(std::memory_order_acquire);
+    const std::size_t counted = s_->pending_.load(std::memory_order_acquire);
     std::size_t consumed = 0;
     while (ran < batch && consumed < counted) {
-      task_base* t = consumed == 0 ? pop_one() : queue_.pop_locked();
+      task_base* t = consumed == 0 ? pop_one() : s_->queue_.pop_locked();
       if (!t) break;
       ++consumed;
-      if (disposed_.load(std::memory_order_acquire)) {
+      if (s_->disposed_.load(std::memory_order_acquire)) {
         discard(t); // cheap and runs no user task: not counted against the batch
       } else {
         run_one(t, handed);
@@ -131,10 +173,10 @@ void serial_core::drain(bool here) noexcept {
       // Caught up with the producers. Linger a moment before settling: ending the
       // drain now would make the next producer post a new one, usually waking a parked
       // worker (a futex call on the producer's path) for every few tasks.
-      for (int i = 0; i < 64 && pending_.load(std::memory_order_relaxed) == counted; ++i) cpu_relax();
+      for (int i = 0; i < 64 && s_->pending_.load(std::memory_order_relaxed) == counted; ++i) cpu_relax();
     }
     METRONOME_TEST_HOOK(hook_point::serial_before_settle);
-    if (pending_.fetch_sub(consumed, std::memory_order_acq_rel) == consumed) break; // drained
+    if (s_->pending_.fetch_sub(consumed, std::memory_order_acq_rel) == consumed) break; // drained
     if (ran >= batch) {
       current_drain = outer;
       METRONOME_TEST_HOOK(hook_point::serial_before_repost);
@@ -157,7 +199,7 @@ void serial_core::run_one(task_base* t, bool handed) noexcept {
   try {
     t->complete(true);
   } catch (...) {
-    if (handed && !opts_.exception_handler)
+    if (handed && !s_->opts_.exception_handler)
       print_unhandled(std::current_exception(), "serial task"); // not to a pool that may be gone
     else
       report(std::current_exception());
@@ -179,10 +221,10 @@ void serial_core::discard(task_base* t) noexcept {
 
 void serial_core::report(std::exception_ptr e) noexcept {
   if (!e) return;
-  if (opts_.exception_handler) {
-    call_exception_handler(opts_.exception_handler, e, "a serial executor's exception handler");
-  } else if (owner_pool_) {
-    owner_pool_->report(e);
+  if (s_->opts_.exception_handler) {
+    call_exception_handler(s_->opts_.exception_handler, e, "a serial executor's exception handler");
+  } else if (s_->owner_pool_) {
+    s_->owner_pool_->report(e);
   } else {
     print_unhandled(e, "serial task");
   }
@@ -190,26 +232,26 @@ void serial_core::report(std::exception_ptr e) noexcept {
 
 void serial_core::report_dropped(const std::exception_ptr& e) noexcept {
   if (!e) return;
-  if (opts_.exception_handler)
-    call_exception_handler(opts_.exception_handler, e, "a serial executor's exception handler");
-  else if (owner_pool_)
-    engine(owner_pool_)->report_dropped(e);
+  if (s_->opts_.exception_handler)
+    call_exception_handler(s_->opts_.exception_handler, e, "a serial executor's exception handler");
+  else if (s_->owner_pool_)
+    engine(s_->owner_pool_)->report_dropped(e);
 }
 
 void serial_core::track(scheduled_task_base* t) noexcept {
-  std::lock_guard lk(reg_mtx_);
+  std::lock_guard lk(s_->reg_mtx_);
   t->extras().reg_prev = nullptr;
-  t->extras().reg_next = reg_head_;
-  if (reg_head_) reg_head_->extras().reg_prev = t;
-  reg_head_ = t;
+  t->extras().reg_next = s_->reg_head_;
+  if (s_->reg_head_) s_->reg_head_->extras().reg_prev = t;
+  s_->reg_head_ = t;
 }
 
 void serial_core::forget(scheduled_task_base* t) noexcept {
-  std::lock_guard lk(reg_mtx_);
+  std::lock_guard lk(s_->reg_mtx_);
   if (t->extras().reg_prev)
     t->extras().reg_prev->extras().reg_next = t->extras().reg_next;
-  else if (reg_head_ == t)
-    reg_head_ = t->extras().reg_next;
+  else if (s_->reg_head_ == t)
+    s_->reg_head_ = t->extras().reg_next;
   else
     return; // never tracked
   if (t->extras().reg_next) t->extras().reg_next->extras().reg_prev = t->extras().reg_prev;
@@ -217,20 +259,20 @@ void serial_core::forget(scheduled_task_base* t) noexcept {
 }
 
 void serial_core::dispose() noexcept {
-  if (disposed_.exchange(true, std::memory_order_acq_rel)) return;
+  if (s_->disposed_.exchange(true, std::memory_order_acq_rel)) return;
   // Delayed and periodic tasks: cancel them where they wait (the timing pool's heap).
   // Queued ones are discarded by the drain, which runs no user code once disposed.
   std::vector<scheduled_task_base*> live;
   {
-    std::lock_guard lk(reg_mtx_);
-    for (auto* t = reg_head_; t; t = t->extras().reg_next)
+    std::lock_guard lk(s_->reg_mtx_);
+    for (auto* t = s_->reg_head_; t; t = t->extras().reg_next)
       if (t->try_add_ref()) live.push_back(t);
   }
   for (auto* t : live) {
     t->cancel();
     t->release();
   }
-  while (posting_.load(std::memory_order_seq_cst) != 0) std::this_thread::yield();
+  while (s_->posting_.load(std::memory_order_seq_cst) != 0) std::this_thread::yield();
 }
 
 } // namespace metronome::detail

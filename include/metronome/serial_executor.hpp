@@ -38,27 +38,6 @@ concept serial_neutral_property =
     std::is_same_v<P, net::execution::outstanding_work_t::tracked_t> ||
     std::is_same_v<P, net::execution::outstanding_work_t::untracked_t> || is_allocator_property<P>::value;
 
-// The drain handed to the underlying executor. If the executor destroys it unrun (an
-// io_context stopped and destroyed, a terminated pool), the serial executor is
-// abandoned: what it holds is cancelled and later work rejected - otherwise its queued
-// tasks, which keep it alive, would never run nor be freed.
-class drain_job {
-public:
-  explicit drain_job(std::shared_ptr<serial_core> s) noexcept : self_(std::move(s)) {}
-  drain_job(drain_job&& o) noexcept = default;
-  drain_job& operator=(drain_job&&) = delete;
-  ~drain_job() {
-    if (self_) self_->abandon();
-  }
-  void operator()() {
-    std::shared_ptr<serial_core> s = std::move(self_);
-    s->drain();
-  }
-
-private:
-  std::shared_ptr<serial_core> self_;
-};
-
 template <class Executor>
 class serial_state final : public serial_core {
 public:
@@ -68,33 +47,19 @@ public:
 
 private:
   void post_drain(drain_post how) noexcept override {
-    try {
-      drain_job drain{shared_from_this()};
-      if constexpr (std::is_same_v<Executor, scheduled_thread_pool::executor_type>) {
-        pool_core& core = *pool_of(inner_);
-        task_base* op = executor_op<decltype(drain), recycling_allocator<void>>::create(std::move(drain), {});
-        switch (how) {
-        case drain_post::producer:
-        case drain_post::internal:
-          // Internal work: never dropped while the pool runs (the tasks it carries were
-          // accepted; outside work after shutdown is refused before it is queued).
-          core.push_ready(op);
-          break;
-        case drain_post::repost:
-          // Only the drain's own re-post skips the wake-up: its worker takes it next.
-          core.repost_from_worker(op);
-          break;
-        }
-      } else {
-        // Internal work too, as on the pool above: behind a type-erased or wrapped
-        // executor (any_io_executor, a strand) may be a shut-down metronome pool, which
-        // dropped the drain as outside work - a delayed task promoted by the timing pool,
-        // accepted before the shutdown, then never ran and its handle never completed.
+    if constexpr (std::is_same_v<Executor, scheduled_thread_pool::executor_type>) {
+      post_drain_to_pool(*pool_of(inner_), how);
+    } else {
+      try {
+        // Internal work too, as on a pool: behind a type-erased or wrapped executor
+        // (any_io_executor, a strand) may be a shut-down metronome pool, which would
+        // drop the drain as outside work - and with it delayed tasks accepted before the
+        // shutdown, their handles never completed.
         internal_post_scope internal;
-        net::post(inner_, std::move(drain));
+        net::post(inner_, drain_job{shared_from_this()});
+      } catch (...) {
+        report(std::current_exception());
       }
-    } catch (...) {
-      report(std::current_exception());
     }
   }
 

@@ -1,17 +1,15 @@
-// serial_core: the queue drain behind serial_executor.
+// serial_core: the surface of the queue drain behind serial_executor; its state and the
+// drain itself are in src/serial_core.cpp.
 #ifndef METRONOME_DETAIL_SERIAL_CORE_HPP
 #define METRONOME_DETAIL_SERIAL_CORE_HPP
 
-#include <metronome/detail/ready_queue.hpp>
 #include <metronome/detail/scheduled_task.hpp>
 #include <metronome/options.hpp>
 
 #include <atomic>
 #include <cstddef>
 #include <exception>
-#include <functional>
 #include <memory>
-#include <mutex>
 
 namespace metronome::detail {
 
@@ -51,7 +49,7 @@ public:
   // The underlying executor destroyed a drain unrun: discard what is counted (this call
   // holds the one drain) and refuse later work.
   void abandon() noexcept;
-  bool is_disposed() const noexcept { return disposed_.load(std::memory_order_acquire); }
+  bool is_disposed() const noexcept;
   // Over a metronome pool that is shut down, work from outside the pool is refused as the
   // pool refuses it (its drains are internal work and are never refused).
   bool refuses_outside_work() const noexcept;
@@ -70,6 +68,9 @@ public:
 
 protected:
   virtual void post_drain(drain_post how) noexcept = 0;
+  // post_drain's path over a metronome pool: the drain is queued as the pool's own
+  // internal work (its re-post without a wake-up: its worker takes it next).
+  void post_drain_to_pool(pool_core& pool, drain_post how) noexcept;
   // Whether the calling thread runs work of the underlying executor (false when that
   // cannot be told).
   virtual bool inner_running_in_this_thread() const noexcept = 0;
@@ -81,17 +82,33 @@ private:
   bool handed_back() const noexcept;
   static void discard(task_base* t) noexcept;
 
-  uncounted_task_queue queue_; // pending_ is the count
-  // The count alone on its line: producers write it on every push, and the drain reads
-  // the fields below on every task.
-  alignas(64) std::atomic<std::size_t> pending_{0};
-  alignas(64) std::atomic<bool> disposed_{false};
-  std::atomic<int> posting_{0}; // threads inside a post of the drain (see hand_drain)
-  serial_options opts_;
+  // The queue, its count, the disposal flags and the registry of delayed tasks
+  // (src/serial_core.cpp): behind a pointer, so that no user translation unit parses the
+  // engine's queue.
+  struct state;
+  std::unique_ptr<state> s_;
   pool_core& timers_;
-  pool_core* owner_pool_; // the metronome pool underneath, if any (its exception handler)
-  std::mutex reg_mtx_;
-  scheduled_task_base* reg_head_ = nullptr;
+};
+
+// The drain handed to the underlying executor. If the executor destroys it unrun (an
+// io_context stopped and destroyed, a terminated pool), the serial executor is
+// abandoned: what it holds is cancelled and later work rejected - otherwise its queued
+// tasks, which keep it alive, would never run nor be freed.
+class drain_job {
+public:
+  explicit drain_job(std::shared_ptr<serial_core> s) noexcept : self_(std::move(s)) {}
+  drain_job(drain_job&& o) noexcept = default;
+  drain_job& operator=(drain_job&&) = delete;
+  ~drain_job() {
+    if (self_) self_->abandon();
+  }
+  void operator()() {
+    std::shared_ptr<serial_core> s = std::move(self_);
+    s->drain();
+  }
+
+private:
+  std::shared_ptr<serial_core> self_;
 };
 
 } // namespace metronome::detail

@@ -1,4 +1,4 @@
-#include <metronome/detail/ready_queue.hpp>
+#include "ready_queue.hpp"
 #include <metronome/detail/test_hooks.hpp>
 
 #include <boost/test/unit_test.hpp>
