@@ -64,9 +64,10 @@ void pool_engine::close_hosted() noexcept {
     std::unique_lock lk(mtx_);
     state_.advance_to(lifecycle::stop);
     delayed = drain_heap(lk); // its waits join the ready queue, aborted
-    ready_.consumer_lock().lock();
-    while (task_base* t = ready_.pop_locked()) keep(t);
-    ready_.consumer_lock().unlock();
+    {
+      ready_queue::consumer_guard g(ready_);
+      while (task_base* t = ready_.pop(g)) keep(t);
+    }
     state_.set_terminated();
     host_timed_ = no_due;
   }

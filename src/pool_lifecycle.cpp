@@ -193,16 +193,17 @@ pool_engine::taken_tasks pool_engine::shutdown_now() {
     // reported when it exits.)
     if (running_in_this_thread())
       while (this_worker->local_head) take(pop_local(*this_worker));
-    ready_.consumer_lock().lock();
-    for (;;) {
-      if (task_base* t = ready_.pop_locked()) {
-        take(t);
-        continue;
+    {
+      ready_queue::consumer_guard g(ready_);
+      for (;;) {
+        if (task_base* t = ready_.pop(g)) {
+          take(t);
+          continue;
+        }
+        if (ready_.empty()) break;
+        std::this_thread::yield(); // a producer between its exchange and its link
       }
-      if (ready_.empty()) break;
-      std::this_thread::yield(); // a producer between its exchange and its link
     }
-    ready_.consumer_lock().unlock();
     if (waits.count) ready_.push_chain(waits.first, waits.last, waits.count);
     timed_node* delayed = drain_heap(lk); // its waits go the same way
     for (timed_node* n = delayed; n; n = static_cast<timed_node*>(n->next_.load(std::memory_order_relaxed))) ++count;
@@ -509,9 +510,8 @@ void pool_engine::discard_left_in_child() noexcept {
   {
     std::unique_lock lk(mtx_);
     delayed = drain_heap(lk); // its waits join the ready queue, aborted
-    ready_.consumer_lock().lock();
-    while (task_base* t = ready_.pop_locked()) link_front(left, t);
-    ready_.consumer_lock().unlock();
+    ready_queue::consumer_guard g(ready_);
+    while (task_base* t = ready_.pop(g)) link_front(left, t);
   }
   discard_chain(delayed); // typed tasks only: cancelled
   while (left) {

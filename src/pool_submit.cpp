@@ -60,17 +60,18 @@ bool pool_engine::push_ready_chain(task_base* first, task_base* last, std::size_
 // not touched again - its submission, which holds a reference, rejects it by its policy
 // (submit_scheduled).
 void pool_engine::clear_after_termination() noexcept {
-  ready_.consumer_lock().lock();
   task_base* left = nullptr;
-  while (task_base* x = ready_.pop_locked()) {
-    if (x->is_scheduled() && static_cast<scheduled_task_base*>(x)->phase() == scheduled_task_base::pending) {
-      static_cast<scheduled_task_base*>(x)->mark_left_queue(scheduled_task_base::handed_back);
-      continue;
+  {
+    ready_queue::consumer_guard g(ready_);
+    while (task_base* x = ready_.pop(g)) {
+      if (x->is_scheduled() && static_cast<scheduled_task_base*>(x)->phase() == scheduled_task_base::pending) {
+        static_cast<scheduled_task_base*>(x)->mark_left_queue(scheduled_task_base::handed_back);
+        continue;
+      }
+      x->next_.store(left, std::memory_order_relaxed);
+      left = x;
     }
-    x->next_.store(left, std::memory_order_relaxed);
-    left = x;
   }
-  ready_.consumer_lock().unlock();
   while (left) {
     task_base* x = left;
     left = x->next_.load(std::memory_order_relaxed);
@@ -159,20 +160,22 @@ bool pool_engine::discard_oldest_user_task() noexcept {
   auto is_user_task = [](task_base* n) {
     return n->is_scheduled() && static_cast<scheduled_task_base*>(n)->phase() == scheduled_task_base::pending;
   };
-  ready_.consumer_lock().lock();
-  task_base* prev = nullptr;
-  auto* victim = static_cast<scheduled_task_base*>(ready_.find_locked(is_user_task, prev));
+  scheduled_task_base* victim = nullptr;
   bool unlinked = false;
   std::uint32_t old = 0;
   bool cancelled_in_place = false;
-  if (victim) {
-    unlinked = ready_.unlink_locked(prev, victim);
-    if (!unlinked && victim->begin_cancel(old)) {
-      victim->add_ref(); // keeps it alive once a worker pops and releases it
-      cancelled_in_place = true;
+  {
+    ready_queue::consumer_guard g(ready_);
+    task_base* prev = nullptr;
+    victim = static_cast<scheduled_task_base*>(ready_.find(is_user_task, prev, g));
+    if (victim) {
+      unlinked = ready_.unlink(prev, victim, g);
+      if (!unlinked && victim->begin_cancel(old)) {
+        victim->add_ref(); // keeps it alive once a worker pops and releases it
+        cancelled_in_place = true;
+      }
     }
   }
-  ready_.consumer_lock().unlock();
   // Notifications outside the consumer lock.
   if (unlinked) {
     victim->finish_cancelled(); // false if a handle's cancel() won first: cancelled either way

@@ -6,6 +6,7 @@
 #include <metronome/detail/test_hooks.hpp>
 
 #include <atomic>
+#include <cassert>
 #include <cstdint>
 #include <thread>
 
@@ -83,7 +84,7 @@ public:
   task_base* try_pop() noexcept {
     if (!maybe_nonempty()) return nullptr;
     if (!lock_.try_lock()) return nullptr;
-    task_base* t = pop_locked();
+    task_base* t = pop_head();
     lock_.unlock();
     return t;
   }
@@ -96,7 +97,7 @@ public:
     for (;;) {
       if (empty()) return nullptr;
       lock_.lock();
-      task_base* t = pop_locked();
+      task_base* t = pop_head();
       lock_.unlock();
       if (t) return t;
       std::this_thread::yield();
@@ -119,10 +120,35 @@ public:
     void unlock() noexcept { locked_.store(false, std::memory_order_release); }
   };
 
+  // Holds the consumer lock for a scope. The functions that need the lock held take one
+  // as proof (debug builds check it is this queue's).
+  class consumer_guard {
+  public:
+    explicit consumer_guard(basic_task_queue& q) noexcept : q_(q) { q_.lock_.lock(); }
+    ~consumer_guard() { q_.lock_.unlock(); }
+    consumer_guard(const consumer_guard&) = delete;
+    consumer_guard& operator=(const consumer_guard&) = delete;
+
+  private:
+    friend basic_task_queue;
+    basic_task_queue& q_;
+  };
+
+  // The lock itself, for the fork hooks alone: they hold it across fork() (taken in one
+  // call, let go in another).
   spin_lock& consumer_lock() noexcept { return lock_; }
 
-  // Caller holds consumer_lock().
-  task_base* pop_locked() noexcept {
+  // Pops the oldest node; nullptr when empty or busy (a producer linking).
+  task_base* pop([[maybe_unused]] const consumer_guard& g) noexcept {
+    assert(&g.q_ == this);
+    return pop_head();
+  }
+  // The same for the queue's only consumer (a serial executor's drain: one drain at a
+  // time), which needs no lock.
+  task_base* pop_sole_consumer() noexcept { return pop_head(); }
+
+private:
+  task_base* pop_head() noexcept {
     task_base* head = head_.load(std::memory_order_relaxed);
     task_base* next = head->next_.load(std::memory_order_acquire);
     if (head == &stub_) {
@@ -146,12 +172,13 @@ public:
     return nullptr; // busy: a producer is linking behind the stub
   }
 
-  // Caller holds consumer_lock(): the oldest queued node for which pred returns true,
-  // or nullptr; the node stays queued. Nodes cannot be popped while the lock is held,
+public:
+  // The oldest queued node for which pred returns true, or nullptr; the node stays queued. Nodes cannot be popped while the lock is held,
   // and producers only ever store the last node's link (read here with acquire).
   // `prev` receives the node before it (nullptr when it is the head).
   template <class Pred>
-  task_base* find_locked(Pred&& pred, task_base*& prev) noexcept {
+  task_base* find(Pred&& pred, task_base*& prev, [[maybe_unused]] const consumer_guard& g) noexcept {
+    assert(&g.q_ == this);
     prev = nullptr;
     for (task_base* n = head_.load(std::memory_order_relaxed); n; n = n->next_.load(std::memory_order_acquire)) {
       if (n != &stub_ && pred(n)) return n;
@@ -160,11 +187,11 @@ public:
     return nullptr;
   }
 
-  // Caller holds consumer_lock(): takes `n` (found by find_locked with `prev`) out of the
-  // middle of the queue. Refuses (false) when n is the last node, whose link a producer
+  // Takes `n` (found by find() with `prev`) out of the middle of the queue. Refuses (false) when n is the last node, whose link a producer
   // may be about to store; any other node's link and its predecessor's are written once,
   // already, so unlinking touches nothing a producer writes.
-  bool unlink_locked(task_base* prev, task_base* n) noexcept {
+  bool unlink(task_base* prev, task_base* n, [[maybe_unused]] const consumer_guard& g) noexcept {
+    assert(&g.q_ == this);
     task_base* next = n->next_.load(std::memory_order_acquire);
     if (!next) return false;
     if (prev)
@@ -175,7 +202,8 @@ public:
     return true;
   }
 
-  // fork(), in the child: the caller holds consumer_lock() and no other thread exists. A
+  // fork(), in the child: the caller holds consumer_lock() (the fork hooks took it) and
+  // no other thread exists. A
   // producer of the parent stopped between its exchange and its link left the chain
   // broken for good: pop saw `busy` at the break for ever, so nothing before it was taken
   // either. The queue is cut after the last node reachable from head_ (tail_ points

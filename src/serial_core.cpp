@@ -64,7 +64,7 @@ void serial_core::post_drain_to_pool(pool_core& pool, drain_post how) noexcept {
 
 serial_core::~serial_core() {
   // Tasks a dropped drain never reached (the underlying executor shut down).
-  while (task_base* t = s_->queue_.pop_locked()) discard(t);
+  while (task_base* t = s_->queue_.pop_sole_consumer()) discard(t);
 }
 
 bool serial_core::running_in_this_thread() const noexcept { return current_drain == this; }
@@ -130,7 +130,7 @@ void serial_core::post_owed_drain() noexcept {
 task_base* serial_core::pop_one() noexcept {
   // pending_ > 0 promises a node; a producer may still be linking it.
   for (int spins = 0;; ++spins) {
-    if (task_base* t = s_->queue_.pop_locked()) return t;
+    if (task_base* t = s_->queue_.pop_sole_consumer()) return t;
     if (spins < 64)
       cpu_relax();
     else
@@ -159,7 +159,7 @@ void serial_core::drain(bool here) noexcept {
     const std::size_t counted = s_->pending_.load(std::memory_order_acquire);
     std::size_t consumed = 0;
     while (ran < batch && consumed < counted) {
-      task_base* t = consumed == 0 ? pop_one() : s_->queue_.pop_locked();
+      task_base* t = consumed == 0 ? pop_one() : s_->queue_.pop_sole_consumer();
       if (!t) break;
       ++consumed;
       if (s_->disposed_.load(std::memory_order_acquire)) {

@@ -44,18 +44,19 @@ BOOST_AUTO_TEST_CASE(unlink_takes_a_node_out_of_the_middle_but_never_the_last) {
     items.push_back(std::make_unique<item>(0, i));
     q.push(items.back().get());
   }
-  q.consumer_lock().lock();
   task_base* prev = nullptr;
-  auto seq_is = [](int s) { return [s](task_base* n) { return static_cast<item*>(n)->seq == s; }; };
-  task_base* n = q.find_locked(seq_is(2), prev);
-  BOOST_REQUIRE(n == items[2].get());
-  BOOST_TEST(q.unlink_locked(prev, n));
-  n = q.find_locked(seq_is(0), prev); // the head
-  BOOST_TEST(q.unlink_locked(prev, n));
-  n = q.find_locked(seq_is(4), prev); // the last: a producer may be linking behind it
-  BOOST_TEST(!q.unlink_locked(prev, n));
-  BOOST_TEST(q.find_locked(seq_is(2), prev) == nullptr);
-  q.consumer_lock().unlock();
+  {
+    ready_queue::consumer_guard g(q);
+    auto seq_is = [](int s) { return [s](task_base* n) { return static_cast<item*>(n)->seq == s; }; };
+    task_base* n = q.find(seq_is(2), prev, g);
+    BOOST_REQUIRE(n == items[2].get());
+    BOOST_TEST(q.unlink(prev, n, g));
+    n = q.find(seq_is(0), prev, g); // the head
+    BOOST_TEST(q.unlink(prev, n, g));
+    n = q.find(seq_is(4), prev, g); // the last: a producer may be linking behind it
+    BOOST_TEST(!q.unlink(prev, n, g));
+    BOOST_TEST(q.find(seq_is(2), prev, g) == nullptr);
+  }
   BOOST_TEST(q.size() == 3u);
   std::vector<int> rest;
   while (task_base* t = q.pop_wait()) rest.push_back(static_cast<item*>(t)->seq);
@@ -161,8 +162,8 @@ BOOST_AUTO_TEST_CASE(many_producers_many_consumers_lose_nothing) {
 // without the lock, as a serial drain does.
 BOOST_AUTO_TEST_CASE(the_uncounted_queue_keeps_per_producer_order_for_one_consumer) {
   uncounted_task_queue q;
-  two_producers_lose_nothing(q, 1, [](uncounted_task_queue& uq) { return uq.pop_locked(); });
-  BOOST_TEST(q.pop_locked() == nullptr);
+  two_producers_lose_nothing(q, 1, [](uncounted_task_queue& uq) { return uq.pop_sole_consumer(); });
+  BOOST_TEST(q.pop_sole_consumer() == nullptr);
   BOOST_TEST(!q.maybe_nonempty());
 }
 
