@@ -736,4 +736,47 @@ BOOST_AUTO_TEST_CASE(destroying_a_pool_while_another_thread_is_inside_post_is_ca
 }
 #endif
 
+// A bound task (bind_executor) handed from a worker to its executor: the worker is held
+// after it took the task, before its dispatch; a cancel() meanwhile wins, and the task
+// never runs, neither here nor on the executor.
+BOOST_AUTO_TEST_CASE(a_bound_task_cancelled_after_its_hand_over_never_runs) {
+  scheduled_thread_pool pool(1);
+  arm_workers(pool);
+  metronome::net::io_context io;
+  std::atomic<bool> ran{false};
+  hook_stop stop(hook_point::bound_before_dispatch);
+  auto h = pool.submit(metronome::net::bind_executor(io, [&] { ran = true; }));
+  BOOST_REQUIRE(stop.arrived()); // taken by the worker, still pending
+  BOOST_CHECK(h.cancel());
+  stop.release();
+  BOOST_CHECK(poll_until([&] { return pool.stats().completed >= 2; }, 10s)); // the hand-over is done
+  io.poll();
+  BOOST_CHECK(!ran.load());
+  BOOST_CHECK(h.is_cancelled());
+}
+
+// A periodic run on its bound executor (an io_context's thread) has ended; the thread is
+// held before it looks its pool up to reschedule, while another thread destroys the pool.
+// The destructor does not wait for the task away on the io_context; the run then finds
+// the pool gone (through its anchor: ASan would see a freed pool) and ends the task
+// cancelled.
+BOOST_AUTO_TEST_CASE(a_periodic_run_ending_on_its_executor_as_the_pool_is_destroyed_ends_cancelled) {
+  auto pool = std::make_unique<scheduled_thread_pool>(1);
+  metronome::net::io_context io;
+  auto guard = metronome::net::make_work_guard(io);
+  std::thread runner([&] { io.run(); });
+  std::atomic<int> runs{0};
+  hook_stop stop(hook_point::bound_before_reschedule, true);
+  auto h = pool->schedule_at_fixed_rate(metronome::net::bind_executor(io, [&] { ++runs; }), 0ms, 1h);
+  BOOST_REQUIRE(stop.arrived()); // the first run is over; not rescheduled yet
+  pool.reset();
+  BOOST_CHECK(!h.is_done());
+  stop.release();
+  BOOST_CHECK(poll_until([&] { return h.is_done(); }, 10s));
+  BOOST_CHECK(h.is_cancelled());
+  BOOST_CHECK_EQUAL(runs.load(), 1);
+  guard.reset();
+  runner.join();
+}
+
 BOOST_AUTO_TEST_SUITE_END()

@@ -46,6 +46,8 @@ enum class hook_point {
   wheel_destroy_after_tick_look, // a wheel's destructor looked at its tick (under the mutex) and let go of both; not retired yet
   wait_before_lock,            // a timed wait (async_delay, a wheel's tick) passed the termination check; pool mutex not taken
   completion_before_wake,      // a completion ended elsewhere is in its pool's ready queue, in transit; nobody woken yet
+  bound_before_dispatch,       // a worker took a bound task (still pending) and is about to dispatch it to its executor
+  bound_before_reschedule,     // a bound periodic task's run ended on its executor; its pool not yet looked up
 };
 
 using hook_function = void (*)(hook_point);
