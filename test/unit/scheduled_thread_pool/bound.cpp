@@ -72,10 +72,16 @@ BOOST_AUTO_TEST_CASE(a_task_bound_to_a_strand_runs_on_that_strand_when_due) {
   BOOST_CHECK(at.get());
 }
 
-BOOST_AUTO_TEST_CASE(a_task_bound_to_the_pool_s_own_executor_runs_inline_on_the_worker) {
+// A strand over the pool itself: the worker's dispatch runs the free strand right there.
+BOOST_AUTO_TEST_CASE(a_task_bound_to_a_strand_over_the_pool_runs_on_that_strand_on_a_worker) {
   manual_clock clock;
   scheduled_thread_pool pool(on_clock(clock));
-  auto h = pool.schedule(net::bind_executor(pool.get_executor(), [&] { return pool.get_executor().running_in_this_thread(); }),
+  auto strand = net::make_strand(pool.get_executor());
+  auto h = pool.schedule(net::bind_executor(strand,
+                                            [&] {
+                                              return strand.running_in_this_thread() &&
+                                                     pool.get_executor().running_in_this_thread();
+                                            }),
                          5ms);
   clock.advance(5ms);
   BOOST_CHECK(h.get());
