@@ -21,6 +21,7 @@
 #include <chrono>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -777,6 +778,34 @@ BOOST_AUTO_TEST_CASE(a_periodic_run_ending_on_its_executor_as_the_pool_is_destro
   BOOST_CHECK_EQUAL(runs.load(), 1);
   guard.reset();
   runner.join();
+}
+
+// The worker's dispatch of a bound task to a strand of an io_context has returned, but
+// the worker still holds its copies of the strand; the task ran on the io_context's
+// thread meanwhile. Its handle must not say done before the worker has let go of them:
+// then the io_context (and the strand's service) may be destroyed (ASan would see the
+// worker's copy of the strand freeing into a destroyed service).
+BOOST_AUTO_TEST_CASE(a_bound_task_s_handle_is_not_done_before_its_dispatcher_lets_go_of_the_executor) {
+  scheduled_thread_pool pool(1);
+  arm_workers(pool);
+  auto io = std::make_unique<metronome::net::io_context>();
+  auto guard = std::make_unique<metronome::net::executor_work_guard<metronome::net::io_context::executor_type>>(
+      io->get_executor());
+  std::thread runner([&] { io->run(); });
+  std::optional strand = metronome::net::make_strand(*io);
+  std::atomic<int> ran{0};
+  hook_stop stop(hook_point::bound_dispatch_returned);
+  auto h = pool.submit(metronome::net::bind_executor(*strand, [&] { ++ran; }));
+  BOOST_REQUIRE(stop.arrived()); // the worker is inside its dispatch's tail
+  BOOST_CHECK(poll_until([&] { return ran.load() == 1; }, 10s));
+  BOOST_CHECK(!poll_until([&] { return h.is_done(); }, 100ms));
+  stop.release();
+  h.get();
+  strand.reset(); // let go of every strand copy of ours, then of the io_context
+  guard.reset();
+  runner.join();
+  io.reset();
+  BOOST_CHECK_EQUAL(ran.load(), 1);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

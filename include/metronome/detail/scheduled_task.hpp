@@ -5,6 +5,7 @@
 #include <metronome/detail/node_cache.hpp>
 #include <metronome/detail/pool_anchor.hpp>
 #include <metronome/detail/task.hpp>
+#include <metronome/detail/test_hooks.hpp>
 
 #include <atomic>
 #include <chrono>
@@ -175,6 +176,18 @@ public:
   pool_anchor* anchor() const noexcept { return anchor_; }
   std::uint32_t generation() const noexcept { return generation_; }
 
+  // A thread inside a dispatch of this bound task to its executor (hand_off), linked per
+  // thread. Between enter_dispatch() and leave_dispatch() it holds a reference and counts
+  // in dispatchers_: the task does not end (finish, cancel) until every other thread has
+  // left its dispatch, so that once a handle says done, no pool thread still touches the
+  // executor (its context may then be destroyed: a strand's, an io_context's).
+  struct dispatch_frame {
+    const scheduled_task_base* task;
+    dispatch_frame* prev;
+  };
+  void enter_dispatch(dispatch_frame& f) noexcept;
+  void leave_dispatch(dispatch_frame& f) noexcept;
+
   task_sink* sink() const noexcept { return extras_ ? extras_->sink.get() : nullptr; }
   // Only for node types made with extras (periodic, serial executor).
   task_extras& extras() noexcept { return *extras_; }
@@ -188,11 +201,15 @@ protected:
 private:
   void notify_terminal(std::uint32_t old_state, bool by_runner) noexcept;
   static void complete_thunk(task_base* t, unsigned action);
+  // Before a terminal transition of a bound task: waits until no other thread is inside
+  // a dispatch of it (a thread that dispatches it runs it inline: it does not wait).
+  void wait_for_dispatchers() const noexcept;
 
   pool_anchor* anchor_;
   std::uint32_t generation_; // the pool's anchor generation (see pool_anchor.hpp)
   mutable std::atomic<std::uint32_t> state_{pending};
   std::atomic<std::uint32_t> refs_{1};
+  std::atomic<std::uint32_t> dispatchers_{0}; // bound tasks: see enter_dispatch()
   std::atomic<completion_hook*> hooks_{nullptr};
 };
 
@@ -299,16 +316,23 @@ public:
 
   std::exception_ptr hand_off(bool detached) noexcept override {
     if constexpr (Bound) {
-      bound_run job(this, detached);
-      // A copy: run inline, the task may be freed before dispatch returns. None: a
-      // cancel() destroyed the callable, and the job drops the task.
-      auto ex = bound_ex_.copy();
-      if (!ex) return nullptr;
-      try {
-        net::dispatch(*ex, std::move(job));
-      } catch (...) {
-        return std::current_exception(); // the bound_run holding the task cancelled it
-      }
+      typename scheduled_task_base::dispatch_frame frame{};
+      this->enter_dispatch(frame);
+      std::exception_ptr failed;
+      {
+        bound_run job(this, detached);
+        // None: a cancel() destroyed the callable, and the job drops the task.
+        if (auto ex = bound_ex_.copy()) {
+          try {
+            net::dispatch(*ex, std::move(job));
+            METRONOME_TEST_HOOK(hook_point::bound_dispatch_returned);
+          } catch (...) {
+            failed = std::current_exception(); // the bound_run holding the task cancelled it
+          }
+        }
+      } // every copy of the executor this thread made is gone
+      this->leave_dispatch(frame);
+      return failed;
     }
     return nullptr;
   }

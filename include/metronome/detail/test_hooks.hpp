@@ -48,6 +48,7 @@ enum class hook_point {
   completion_before_wake,      // a completion ended elsewhere is in its pool's ready queue, in transit; nobody woken yet
   bound_before_dispatch,       // a worker took a bound task (still pending) and is about to dispatch it to its executor
   bound_before_reschedule,     // a bound periodic task's run ended on its executor; its pool not yet looked up
+  bound_dispatch_returned,     // a dispatch of a bound task returned; the dispatcher's copies of the executor still held
 };
 
 using hook_function = void (*)(hook_point);

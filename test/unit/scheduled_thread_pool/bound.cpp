@@ -5,6 +5,7 @@
 #include <metronome/manual_clock.hpp>
 #include <metronome/serial_executor.hpp>
 
+#include "common/exception_log.hpp"
 #include "common/manual_pool.hpp"
 #include "common/poll_until.hpp"
 
@@ -65,6 +66,8 @@ BOOST_AUTO_TEST_CASE(a_task_bound_to_a_strand_runs_on_that_strand_when_due) {
     return rio.io.get_executor().running_in_this_thread();
   }));
   BOOST_CHECK(now.get());
+  auto erased = pool.submit(net::bind_executor(net::any_io_executor(strand), [&] { return strand.running_in_this_thread(); }));
+  BOOST_CHECK(erased.get());
   clock.advance(10ms);
   BOOST_CHECK(h.get());
   BOOST_CHECK(!at.is_done());
@@ -228,6 +231,30 @@ BOOST_AUTO_TEST_CASE(a_fixed_delay_task_on_an_io_context_counts_its_delay_from_t
   BOOST_REQUIRE_EQUAL(times.size(), 2u);
   BOOST_CHECK(times[0] == 10ms);
   BOOST_CHECK(times[1] == 23ms);
+}
+
+// A periodic run that throws on its executor: reported to the pool's handler, and with
+// on_exception::stop the task ends with the exception (its handle rethrows it).
+BOOST_AUTO_TEST_CASE(a_periodic_task_throwing_on_its_executor_is_reported_and_stops) {
+  manual_clock clock;
+  metronome::test::exception_log log;
+  auto o = on_clock(clock);
+  o.exception_handler = log.handler();
+  scheduled_thread_pool pool(o);
+  running_io rio;
+  std::atomic<int> runs{0};
+  auto h = pool.schedule_at_fixed_rate(net::bind_executor(rio.io,
+                                                          [&] {
+                                                            ++runs;
+                                                            throw std::runtime_error("on io");
+                                                          }),
+                                       10ms, 10ms);
+  clock.advance(10ms);
+  BOOST_CHECK_THROW(h.get(), std::runtime_error);
+  clock.advance(10ms);
+  BOOST_CHECK_EQUAL(runs.load(), 1);
+  BOOST_REQUIRE_EQUAL(log.messages().size(), 1u);
+  BOOST_CHECK_EQUAL(log.messages()[0], "on io");
 }
 
 // The io_context is destroyed with the hand-over queued in it: the task ends cancelled
