@@ -2,6 +2,7 @@
 // due work (leader-follower waiting is in park(), pool_core.cpp), periodic runs, cancel,
 // async_delay waits.
 #include <metronome/detail/periodic.hpp>
+#include <metronome/detail/report.hpp>
 #include "pool_engine.hpp"
 #include <metronome/detail/test_hooks.hpp>
 #include <metronome/errors.hpp>
@@ -405,6 +406,10 @@ bool pool_engine::withdraw_wait(pool_anchor* anchor, std::uint32_t generation, w
 // ---------------------------------------------------------------- running scheduled tasks
 
 void pool_engine::run_scheduled(scheduled_task_base* t) noexcept {
+  if (t->bound_) {
+    hand_off_bound(t);
+    return;
+  }
   if (!t->try_start()) { // cancelled while queued
     t->release();
     return;
@@ -474,6 +479,14 @@ void pool_engine::record_lateness_here(clock::time_point due) noexcept {
 }
 
 void pool_engine::run_detached(scheduled_task_base* t) noexcept {
+  if (t->bound_) {
+    if (std::exception_ptr e = t->hand_off(true)) print_unhandled(e, "handing a task to its executor");
+    return;
+  }
+  run_once(t);
+}
+
+void pool_engine::run_once(scheduled_task_base* t) noexcept {
   if (!t->try_start()) {
     t->release();
     return;
@@ -483,6 +496,111 @@ void pool_engine::run_detached(scheduled_task_base* t) noexcept {
   t->finish();
   t->release();
 }
+
+// ---------------------------------------------------------------- tasks bound to an executor
+
+// A bound task (a callable with an associated executor of its own, bind_executor) waits
+// in this pool like any task; when a worker takes it, the worker dispatches it to that
+// executor (hand_off_bound) and the whole run happens there (run_bound).
+//
+// Invariant: exactly one bound_run owns the pool's reference on a handed-over task, and
+// the task stays pending until try_start() on the bound executor: a cancel() in between
+// wins (true) and the run never happens; a bound_run destroyed unrun (the executor's
+// context destroyed or shut down) ends the task cancelled (drop_bound). The pool does not
+// wait for a handed-over task (its executor may never run again), so every later touch
+// of the pool goes through the anchor (enter_live: the pool if it exists and has not
+// terminated, held in transit until cancel_delivered()). A periodic task away on its
+// executor counts as tracked work of the pool (join() without shutdown() keeps waiting,
+// as for a periodic task in the heap) until its run has rescheduled it, or it ended.
+// Tested by `a_periodic_run_ending_on_its_executor_as_the_pool_is_destroyed_ends_cancelled`
+// (hook bound_before_reschedule) and `a_bound_task_cancelled_after_its_hand_over_never_runs`
+// (hook bound_before_dispatch), test/handover/pool.cpp.
+void pool_engine::hand_off_bound(scheduled_task_base* t) noexcept {
+  if (t->phase() != scheduled_task_base::pending) { // cancelled while queued
+    t->release();
+    return;
+  }
+  // The pool's part of its lateness: up to the hand-over (its wait on the bound executor
+  // is that executor's, as for an async_delay handler bound elsewhere).
+  record_start(t, now());
+  if (t->is_periodic()) work_started();
+  METRONOME_TEST_HOOK(hook_point::bound_before_dispatch);
+  if (std::exception_ptr e = t->hand_off(false)) report(e); // failed before anything ran: the pool is here
+}
+
+pool_engine* pool_engine::enter_live(const scheduled_task_base* t) noexcept {
+  pool_anchor* a = t->anchor();
+  std::lock_guard lk(a->mtx);
+  pool_engine* core = engine(a->core.load(std::memory_order_relaxed));
+  if (!core || a->generation != t->generation() || core->state_.terminated()) return nullptr;
+  ++core->in_transit_;
+  return core;
+}
+
+void pool_engine::run_bound(scheduled_task_base* t, bool detached) noexcept {
+  if (detached || t->kind_ == task_kind::one_shot) {
+    run_once(t); // needs nothing of the pool
+    return;
+  }
+  if (!t->try_start()) { // cancelled after the hand-over
+    drop_bound(t, false);
+    return;
+  }
+  clock::time_point started = clock::now();
+  if (pool_engine* p = enter_live(t)) {
+    started = p->now(); // the pool's clock (a manual one)
+    p->cancel_delivered();
+  }
+  const bool ok = t->invoke();
+  METRONOME_TEST_HOOK(hook_point::bound_before_reschedule);
+  if (pool_engine* p = enter_live(t)) {
+    p->end_bound_run(t, ok, started);
+    return;
+  }
+  // The pool is gone or terminated: this run was the last (its destructor cancels
+  // periodic tasks it still holds). A run that threw ends with its exception.
+  if (!ok) {
+    print_unhandled(t->error(), "periodic task");
+    t->destroy_callable();
+    t->finish();
+    t->release();
+    return;
+  }
+  t->finish_cancelled(true);
+  t->release();
+}
+
+// In transit (enter_live): as run_scheduled after a run, then lets go of the tracked
+// work and of the transit.
+void pool_engine::end_bound_run(scheduled_task_base* t, bool ok, clock::time_point started) noexcept {
+  bool again = true;
+  if (!ok) {
+    report(t->error());
+    if (t->extras().periodic.on_error == on_exception::stop) {
+      end_periodic(t, nullptr);
+      again = false;
+    } else {
+      t->set_error(nullptr);
+    }
+  }
+  if (again) reschedule(t, started);
+  work_finished();
+  cancel_delivered();
+}
+
+void pool_engine::drop_bound(scheduled_task_base* t, bool detached) noexcept {
+  t->finish_cancelled(); // false when a cancel() came first: cancelled either way
+  if (!detached && t->is_periodic()) {
+    if (pool_engine* p = enter_live(t)) {
+      p->work_finished();
+      p->cancel_delivered();
+    }
+  }
+  t->release();
+}
+
+void run_bound_task(scheduled_task_base* t, bool detached) noexcept { pool_engine::run_bound(t, detached); }
+void drop_bound_task(scheduled_task_base* t, bool detached) noexcept { pool_engine::drop_bound(t, detached); }
 
 // A periodic task that will not run again completes (done, with its error if any).
 void pool_engine::end_periodic(scheduled_task_base* t, std::exception_ptr e) noexcept {

@@ -180,8 +180,12 @@ public:
   // `delay` from now and returns true.
   bool on_reset(const held_lock& lk, scheduled_task_base* t, clock::duration delay) noexcept;
 
-  // Runs a scheduled task once on the calling thread (caller_runs, pending_task).
+  // Runs a scheduled task once on the calling thread (caller_runs, pending_task); a bound
+  // one is handed to its executor instead, to run there once.
   static void run_detached(scheduled_task_base* t) noexcept;
+  // A bound task's run on its executor, and its hand-over destroyed unrun (pool_delay.cpp).
+  static void run_bound(scheduled_task_base* t, bool detached) noexcept;
+  static void drop_bound(scheduled_task_base* t, bool detached) noexcept;
   // Runs a scheduled task here and then completes, reports or reschedules it, as a
   // worker does (serial executors drain their tasks through this).
   void run_scheduled(scheduled_task_base* t) noexcept;
@@ -315,6 +319,13 @@ private:
   void record_post_wait(worker& w, const op_node* t) noexcept;
   void record_wait_start(const wait_node* n) noexcept;
   void reschedule(scheduled_task_base* t, clock::time_point started) noexcept;
+  // Bound tasks (pool_delay.cpp): the worker's hand-over; the pool a run on the bound
+  // executor reaches through the anchor (in transit until cancel_delivered(), or null when
+  // gone or terminated); the end of a periodic run there.
+  void hand_off_bound(scheduled_task_base* t) noexcept;
+  static pool_engine* enter_live(const scheduled_task_base* t) noexcept;
+  void end_bound_run(scheduled_task_base* t, bool ok, clock::time_point started) noexcept;
+  static void run_once(scheduled_task_base* t) noexcept;
   void end_periodic(scheduled_task_base* t, std::exception_ptr e) noexcept;
   void wake_one() noexcept;
   void wake_some(const held_lock& lk, std::size_t n) noexcept;

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <functional>
 #include <mutex>
+#include <thread>
 
 namespace metronome::detail {
 
@@ -84,7 +85,38 @@ bool scheduled_task_base::try_start() noexcept {
   return false;
 }
 
+namespace {
+thread_local scheduled_task_base::dispatch_frame* dispatch_frames = nullptr;
+} // namespace
+
+void scheduled_task_base::enter_dispatch(dispatch_frame& f) noexcept {
+  add_ref();
+  dispatchers_.fetch_add(1, std::memory_order_acq_rel);
+  f.task = this;
+  f.prev = dispatch_frames;
+  dispatch_frames = &f;
+}
+
+void scheduled_task_base::leave_dispatch(dispatch_frame& f) noexcept {
+  dispatch_frames = f.prev;
+  dispatchers_.fetch_sub(1, std::memory_order_acq_rel);
+  release();
+}
+
+// The dispatching thread's tail (Asio's dispatch or post still holds copies of the
+// executor after the run may have begun elsewhere) is short and takes no lock the ending
+// thread holds: a spin with yields.
+void scheduled_task_base::wait_for_dispatchers() const noexcept {
+  if (!bound_) return;
+  while (dispatchers_.load(std::memory_order_acquire) != 0) {
+    for (const dispatch_frame* f = dispatch_frames; f; f = f->prev)
+      if (f->task == this) return; // this thread dispatches it: an inline run ending
+    std::this_thread::yield();
+  }
+}
+
 void scheduled_task_base::finish() noexcept {
+  wait_for_dispatchers();
   std::uint32_t old = state_.load(std::memory_order_relaxed);
   while (!state_.compare_exchange_weak(old, (old & has_waiters) | done, std::memory_order_acq_rel)) {
   }
@@ -92,6 +124,7 @@ void scheduled_task_base::finish() noexcept {
 }
 
 bool scheduled_task_base::finish_cancelled(bool by_runner) noexcept {
+  wait_for_dispatchers();
   std::uint32_t old = state_.load(std::memory_order_acquire);
   for (;;) {
     if ((old & phase_mask) >= done) return false;
@@ -103,6 +136,7 @@ bool scheduled_task_base::finish_cancelled(bool by_runner) noexcept {
 }
 
 bool scheduled_task_base::begin_cancel(std::uint32_t& old) noexcept {
+  wait_for_dispatchers();
   old = state_.load(std::memory_order_acquire);
   while ((old & phase_mask) == pending)
     if (state_.compare_exchange_weak(old, (old & has_waiters) | cancelled, std::memory_order_acq_rel)) return true;
@@ -118,6 +152,7 @@ bool scheduled_task_base::try_rearm() noexcept {
 }
 
 bool scheduled_task_base::cancel() noexcept {
+  wait_for_dispatchers();
   std::uint32_t s = state_.load(std::memory_order_acquire);
   for (;;) {
     const std::uint32_t phase = s & phase_mask;

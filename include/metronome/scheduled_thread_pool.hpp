@@ -22,7 +22,8 @@ namespace metronome {
 /**
  * Move-only and invocable once: calling it runs the task on the calling thread
  * (completing its handle, if it has one; a periodic task runs once and its handle
- * completes). Destroying it unrun cancels the task's handle (executor-path work is
+ * completes) - a task whose callable is bound to an executor of its own is dispatched
+ * there and runs there, once. Destroying it unrun cancels the task's handle (executor-path work is
  * simply destroyed).
  */
 class pending_task {
@@ -59,6 +60,19 @@ private:
  * (leader-follower: at most one timed wait). See README.md for the rules on order,
  * periodic runs, cancellation, rejection and shutdown.
  *
+ * @par Bound callables
+ * A callable with an associated executor of its own (`net::bind_executor(strand, f)`: a
+ * strand, an `io_context`'s executor, a serial_executor, any executor) runs there, as
+ * Asio runs a bound handler. The task waits in this pool; when due, a worker dispatches
+ * it to that executor (inline when the worker may run it there) and the whole run
+ * happens there; a periodic task is rescheduled here once that run has ended, so runs
+ * never overlap. The handle stays cancellable until the run starts there. An executor
+ * that destroys the task unrun (its context destroyed or shut down) ends it cancelled.
+ * No outstanding work is held on that executor while the task waits here; once handed
+ * over it is that executor's queued work. The pool does not wait for a task handed over
+ * (after shutdown or destruction, a periodic one ends cancelled after its run there).
+ * A callable with no executor of its own runs on the pool, at no extra cost.
+ *
  * @par Thread Safety
  * All members are safe to call concurrently from any thread.
  */
@@ -93,15 +107,27 @@ public:
   /**
    * @returns a handle to `f`'s result.
    * @throws std::invalid_argument if `f` is empty; rejected_execution per policy.
+   * @par Bound callables
+   * `f` bound to an executor (`bind_executor`) is handed there by the worker and runs
+   * there (see the class comment).
    */
   template <class F>
   auto submit(F&& f);
 
   /// Runs `f` after `delay` (<= 0: now; too large: saturates, never wraps).
+  /**
+   * @par Bound callables
+   * `f` bound to an executor (`bind_executor`) runs on that executor when due; cancel()
+   * wins until it starts there (see the class comment).
+   */
   template <class F, class Rep, class Period>
   auto schedule(F&& f, std::chrono::duration<Rep, Period> delay);
 
   /// Runs `f` at `when` (in the past: now).
+  /**
+   * @par Bound callables
+   * As schedule().
+   */
   template <class F, class Duration>
   auto schedule_at(F&& f, std::chrono::time_point<clock, Duration> when);
 
@@ -109,6 +135,9 @@ public:
   /**
    * Next due = previous due + period; runs never overlap; missed ticks follow
    * `options.missed`. @throws std::invalid_argument if `period` <= 0 or `f` is empty.
+   * @par Bound callables
+   * `f` bound to an executor (`bind_executor`) runs on that executor; the next run is
+   * scheduled here when the run there has ended, still on the grid.
    */
   template <class F, class Rep1, class Period1, class Rep2, class Period2>
   scheduled_future<void> schedule_at_fixed_rate(F&& f, std::chrono::duration<Rep1, Period1> initial_delay,
@@ -116,7 +145,12 @@ public:
                                                 periodic_options options = {});
 
   /// Runs `f` after `initial_delay`, then `delay` after the end of each run.
-  /** @throws std::invalid_argument if `delay` <= 0 or `f` is empty. */
+  /**
+   * @throws std::invalid_argument if `delay` <= 0 or `f` is empty.
+   * @par Bound callables
+   * `f` bound to an executor (`bind_executor`) runs on that executor; `delay` counts
+   * from the end of the run there.
+   */
   template <class F, class Rep1, class Period1, class Rep2, class Period2>
   scheduled_future<void> schedule_with_fixed_delay(F&& f, std::chrono::duration<Rep1, Period1> initial_delay,
                                                    std::chrono::duration<Rep2, Period2> delay,

@@ -21,6 +21,7 @@
 #include <chrono>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -735,5 +736,76 @@ BOOST_AUTO_TEST_CASE(destroying_a_pool_while_another_thread_is_inside_post_is_ca
   }));
 }
 #endif
+
+// A bound task (bind_executor) handed from a worker to its executor: the worker is held
+// after it took the task, before its dispatch; a cancel() meanwhile wins, and the task
+// never runs, neither here nor on the executor.
+BOOST_AUTO_TEST_CASE(a_bound_task_cancelled_after_its_hand_over_never_runs) {
+  scheduled_thread_pool pool(1);
+  arm_workers(pool);
+  metronome::net::io_context io;
+  std::atomic<bool> ran{false};
+  hook_stop stop(hook_point::bound_before_dispatch);
+  auto h = pool.submit(metronome::net::bind_executor(io, [&] { ran = true; }));
+  BOOST_REQUIRE(stop.arrived()); // taken by the worker, still pending
+  BOOST_CHECK(h.cancel());
+  stop.release();
+  BOOST_CHECK(poll_until([&] { return pool.stats().completed >= 2; }, 10s)); // the hand-over is done
+  io.poll();
+  BOOST_CHECK(!ran.load());
+  BOOST_CHECK(h.is_cancelled());
+}
+
+// A periodic run on its bound executor (an io_context's thread) has ended; the thread is
+// held before it looks its pool up to reschedule, while another thread destroys the pool.
+// The destructor does not wait for the task away on the io_context; the run then finds
+// the pool gone (through its anchor: ASan would see a freed pool) and ends the task
+// cancelled.
+BOOST_AUTO_TEST_CASE(a_periodic_run_ending_on_its_executor_as_the_pool_is_destroyed_ends_cancelled) {
+  auto pool = std::make_unique<scheduled_thread_pool>(1);
+  metronome::net::io_context io;
+  auto guard = metronome::net::make_work_guard(io);
+  std::thread runner([&] { io.run(); });
+  std::atomic<int> runs{0};
+  hook_stop stop(hook_point::bound_before_reschedule, true);
+  auto h = pool->schedule_at_fixed_rate(metronome::net::bind_executor(io, [&] { ++runs; }), 0ms, 1h);
+  BOOST_REQUIRE(stop.arrived()); // the first run is over; not rescheduled yet
+  pool.reset();
+  BOOST_CHECK(!h.is_done());
+  stop.release();
+  BOOST_CHECK(poll_until([&] { return h.is_done(); }, 10s));
+  BOOST_CHECK(h.is_cancelled());
+  BOOST_CHECK_EQUAL(runs.load(), 1);
+  guard.reset();
+  runner.join();
+}
+
+// The worker's dispatch of a bound task to a strand of an io_context has returned, but
+// the worker still holds its copies of the strand; the task ran on the io_context's
+// thread meanwhile. Its handle must not say done before the worker has let go of them:
+// then the io_context (and the strand's service) may be destroyed (ASan would see the
+// worker's copy of the strand freeing into a destroyed service).
+BOOST_AUTO_TEST_CASE(a_bound_task_s_handle_is_not_done_before_its_dispatcher_lets_go_of_the_executor) {
+  scheduled_thread_pool pool(1);
+  arm_workers(pool);
+  auto io = std::make_unique<metronome::net::io_context>();
+  auto guard = std::make_unique<metronome::net::executor_work_guard<metronome::net::io_context::executor_type>>(
+      io->get_executor());
+  std::thread runner([&] { io->run(); });
+  std::optional strand = metronome::net::make_strand(*io);
+  std::atomic<int> ran{0};
+  hook_stop stop(hook_point::bound_dispatch_returned);
+  auto h = pool.submit(metronome::net::bind_executor(*strand, [&] { ++ran; }));
+  BOOST_REQUIRE(stop.arrived()); // the worker is inside its dispatch's tail
+  BOOST_CHECK(poll_until([&] { return ran.load() == 1; }, 10s));
+  BOOST_CHECK(!poll_until([&] { return h.is_done(); }, 100ms));
+  stop.release();
+  h.get();
+  strand.reset(); // let go of every strand copy of ours, then of the io_context
+  guard.reset();
+  runner.join();
+  io.reset();
+  BOOST_CHECK_EQUAL(ran.load(), 1);
+}
 
 BOOST_AUTO_TEST_SUITE_END()

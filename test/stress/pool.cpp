@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <thread>
 #include <vector>
@@ -542,5 +543,83 @@ BOOST_AUTO_TEST_CASE(plain_callback_waits_ended_by_cancel_race_the_pool_s_ending
 BOOST_AUTO_TEST_CASE(producers_race_shutdown) { pool_lifecycle_stress(ending::shutdown); }
 BOOST_AUTO_TEST_CASE(producers_race_shutdown_now) { pool_lifecycle_stress(ending::shutdown_now); }
 BOOST_AUTO_TEST_CASE(handles_race_the_destructor) { pool_lifecycle_stress(ending::destructor); }
+
+// Tasks bound to a strand of an io_context (bind_executor), one-shot and periodic, while
+// two threads cancel at random; then the io_context is stopped with hand-overs still
+// queued in it, the pool shut down at once, and the io_context destroyed. Every one-shot
+// ran once on its strand or ended cancelled (never both, never neither), every periodic
+// task ended cancelled, and every callable was destroyed exactly once.
+BOOST_AUTO_TEST_CASE(bound_tasks_race_cancels_and_their_executor_s_destruction) {
+  budget b(std::chrono::milliseconds(scaled(2000, 3000)), 3, scaled(2000, 100));
+  findings f;
+  long ran_total = 0, cancelled_total = 0, queued_at_destruction = 0;
+  while (b.next()) {
+    std::mt19937_64 rng(run_seed ^ (static_cast<std::uint64_t>(b.rounds()) * 0x9e3779b97f4a7c15ULL));
+    constexpr std::size_t n = 200;
+    std::vector<slot> slots(n);
+    std::atomic<int> off_strand{0};
+    std::vector<scheduled_future<void>> handles;
+    handles.reserve(n);
+    scheduled_thread_pool pool(2);
+    auto io = std::make_unique<net::io_context>();
+    std::optional guard = net::make_work_guard(*io);
+    std::optional strand = net::make_strand(*io);
+    std::vector<std::thread> io_threads;
+    for (int t = 0; t < 2; ++t) io_threads.emplace_back([&io] { io->run(); });
+    for (std::size_t i = 0; i < n; ++i) {
+      auto fn = net::bind_executor(*strand, [s = &slots[i], &strand, &off_strand, token = life(&slots[i])] {
+        if (!strand->running_in_this_thread()) off_strand.fetch_add(1);
+        s->runs.fetch_add(1);
+      });
+      const auto d = std::chrono::microseconds(rng() % 3000);
+      if (i % 8 == 0)
+        handles.push_back(pool.schedule_at_fixed_rate(std::move(fn), d, 300us));
+      else
+        handles.push_back(pool.schedule(std::move(fn), d));
+    }
+    metronome::test::gate go;
+    std::vector<std::thread> cancellers;
+    for (std::size_t c = 0; c < 2; ++c)
+      cancellers.emplace_back([&handles, &go, c, seed = rng()] {
+        std::vector<std::size_t> mine;
+        for (std::size_t i = c; i < n; i += 4) mine.push_back(i); // half of them
+        std::shuffle(mine.begin(), mine.end(), std::mt19937_64(seed));
+        go.wait();
+        for (std::size_t i : mine) handles[i].cancel();
+      });
+    go.open();
+    const auto spin_until = std::chrono::steady_clock::now() + std::chrono::microseconds(rng() % 2500);
+    while (std::chrono::steady_clock::now() < spin_until) std::this_thread::yield();
+    guard.reset();
+    io->stop(); // hand-overs made from now on stay queued in it
+    for (auto& t : io_threads) t.join();
+    for (auto& t : cancellers) t.join();
+    pool.shutdown_now(); // what is still in the pool: returned, and dropped here (cancelled)
+    pool.join();         // no worker hands anything over any more
+    strand.reset();
+    std::size_t not_done = 0;
+    for (auto& h : handles) not_done += h.is_done() ? 0 : 1;
+    queued_at_destruction += static_cast<long>(not_done);
+    io.reset(); // destroys the hand-overs still queued: those tasks end cancelled
+    errors errs;
+    if (off_strand.load() != 0) errs.add(fmt("%d runs off their strand", off_strand.load()));
+    for (std::size_t i = 0; i < n; ++i) {
+      const int runs = slots[i].runs.load(), destroyed = slots[i].destroyed.load();
+      const bool periodic = i % 8 == 0, done = handles[i].is_done(), cancelled = handles[i].is_cancelled();
+      if (!done || destroyed != 1 || (periodic && !cancelled) || (!periodic && (runs > 1 || (runs == 1) == cancelled))) {
+        errs.add(fmt("task %zu (periodic %d): ran %d times, done %d, cancelled %d, callable destroyed %d times", i,
+                     int(periodic), runs, int(done), int(cancelled), destroyed));
+        break;
+      }
+      ran_total += runs;
+      cancelled_total += cancelled ? 1 : 0;
+    }
+    f.take(errs, fmt("round %d", b.rounds()));
+  }
+  BOOST_TEST(f.bad_rounds() == 0);
+  BOOST_TEST_MESSAGE("bound tasks: " << b.rounds() << " rounds, " << ran_total << " runs, " << cancelled_total
+                                     << " cancelled, " << queued_at_destruction << " still queued in the io_context");
+  f.report("bound tasks against cancels and their executor's destruction", b.rounds());
+}
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -5,6 +5,7 @@
 #include <metronome/detail/node_cache.hpp>
 #include <metronome/detail/pool_anchor.hpp>
 #include <metronome/detail/task.hpp>
+#include <metronome/detail/test_hooks.hpp>
 
 #include <atomic>
 #include <chrono>
@@ -15,6 +16,7 @@
 #include <new>
 #include <optional>
 #include <stdexcept>
+#include <thread>
 #include <type_traits>
 #include <utility>
 
@@ -163,6 +165,28 @@ public:
 
   virtual bool invoke() noexcept = 0; // false if the callable threw (error stored)
   virtual void destroy_callable() noexcept = 0;
+  // A bound task (bound_): dispatches a bound_run owning the caller's reference to the
+  // callable's associated executor (inline when that executor lets the calling thread run
+  // it). `detached`: a run outside the pool (pending_task, caller_runs) - once, as
+  // run_detached. Returns the exception of a failed dispatch (the task then ended
+  // cancelled), else null. Unbound tasks never get here.
+  virtual std::exception_ptr hand_off(bool /*detached*/) noexcept { return nullptr; }
+
+  // Where a bound task's run on its executor finds its pool (src/pool_delay.cpp).
+  pool_anchor* anchor() const noexcept { return anchor_; }
+  std::uint32_t generation() const noexcept { return generation_; }
+
+  // A thread inside a dispatch of this bound task to its executor (hand_off), linked per
+  // thread. Between enter_dispatch() and leave_dispatch() it holds a reference and counts
+  // in dispatchers_: the task does not end (finish, cancel) until every other thread has
+  // left its dispatch, so that once a handle says done, no pool thread still touches the
+  // executor (its context may then be destroyed: a strand's, an io_context's).
+  struct dispatch_frame {
+    const scheduled_task_base* task;
+    dispatch_frame* prev;
+  };
+  void enter_dispatch(dispatch_frame& f) noexcept;
+  void leave_dispatch(dispatch_frame& f) noexcept;
 
   task_sink* sink() const noexcept { return extras_ ? extras_->sink.get() : nullptr; }
   // Only for node types made with extras (periodic, serial executor).
@@ -177,12 +201,88 @@ protected:
 private:
   void notify_terminal(std::uint32_t old_state, bool by_runner) noexcept;
   static void complete_thunk(task_base* t, unsigned action);
+  // Before a terminal transition of a bound task: waits until no other thread is inside
+  // a dispatch of it (a thread that dispatches it runs it inline: it does not wait).
+  void wait_for_dispatchers() const noexcept;
 
   pool_anchor* anchor_;
   std::uint32_t generation_; // the pool's anchor generation (see pool_anchor.hpp)
   mutable std::atomic<std::uint32_t> state_{pending};
   std::atomic<std::uint32_t> refs_{1};
+  std::atomic<std::uint32_t> dispatchers_{0}; // bound tasks: see enter_dispatch()
   std::atomic<completion_hook*> hooks_{nullptr};
+};
+
+// The two ends of a bound task's hand-over to its executor (src/pool_delay.cpp): its run
+// there, and the hand-over destroyed unrun (the task ends cancelled). See the invariant
+// above pool_engine::run_bound.
+void run_bound_task(scheduled_task_base* t, bool detached) noexcept;
+void drop_bound_task(scheduled_task_base* t, bool detached) noexcept;
+
+// The function object a bound task is dispatched as: it owns the pool's reference on the
+// task until it runs or is destroyed unrun, so an executor that destroys it (its
+// io_context destroyed, a terminated pool) ends the task cancelled instead of losing it.
+class bound_run {
+public:
+  bound_run(scheduled_task_base* t, bool detached) noexcept : t_(t), detached_(detached) {}
+  bound_run(bound_run&& o) noexcept : t_(std::exchange(o.t_, nullptr)), detached_(o.detached_) {}
+  bound_run& operator=(bound_run&&) = delete;
+  ~bound_run() {
+    if (t_) drop_bound_task(t_, detached_);
+  }
+  void operator()() { run_bound_task(std::exchange(t_, nullptr), detached_); }
+
+private:
+  scheduled_task_base* t_;
+  bool detached_;
+};
+
+// Whether a callable has an associated executor of its own (bind_executor), as
+// wheel_timer::schedule tells.
+template <class F>
+inline constexpr bool has_own_executor = !std::is_same_v<net::associated_executor_t<F>, net::system_executor>;
+
+// The executor a bound task is handed to, kept without outstanding work: the task holds
+// none on it while it waits in the pool (the callable's own copy is the user's choice).
+template <class E>
+auto without_outstanding_work(const E& ex) {
+  if constexpr (net::can_prefer<const E&, net::execution::outstanding_work_t::untracked_t>::value)
+    return net::prefer(ex, net::execution::outstanding_work.untracked);
+  else
+    return ex;
+}
+
+template <class F, bool Bound>
+struct bound_executor_of {
+  explicit bound_executor_of(const F& /*f*/) noexcept {}
+};
+// A copy of the callable's executor, destroyed with the callable (an executor, a strand's,
+// must not outlive its context: neither may a handle's node hold one). The hand-over reads
+// it while a cancel() may be destroying the callable: a spin lock of the node's own
+// (bound tasks only) orders the two. Executors copy without throwing.
+template <class F>
+struct bound_executor_of<F, true> {
+  using executor = decltype(without_outstanding_work(net::get_associated_executor(std::declval<const F&>())));
+  explicit bound_executor_of(const F& f) : ex(without_outstanding_work(net::get_associated_executor(f))) {}
+
+  std::optional<executor> copy() noexcept {
+    lock();
+    std::optional<executor> out = ex;
+    busy.store(false, std::memory_order_release);
+    return out;
+  }
+  void reset() noexcept {
+    lock();
+    ex.reset();
+    busy.store(false, std::memory_order_release);
+  }
+
+private:
+  void lock() noexcept {
+    while (busy.exchange(true, std::memory_order_acquire)) std::this_thread::yield();
+  }
+  std::atomic<bool> busy{false};
+  std::optional<executor> ex;
 };
 
 template <class R>
@@ -200,14 +300,41 @@ public:
 
 struct no_extras {};
 
-template <class R, class F, bool Extras>
+// Bound: the callable has an executor of its own (has_own_executor), copied out at
+// construction (bound_executor_of).
+template <class R, class F, bool Extras, bool Bound = false>
 class scheduled_task final : public scheduled_result<R> {
 public:
   template <class G>
-  scheduled_task(pool_core* pool, G&& g) : scheduled_result<R>(pool) {
+  scheduled_task(pool_core* pool, G&& g)
+      : scheduled_result<R>(pool), bound_ex_(static_cast<const std::remove_reference_t<G>&>(g)) {
     ::new (static_cast<void*>(&storage_)) F(std::forward<G>(g));
     this->callable_alive_ = true;
+    this->bound_ = Bound;
     if constexpr (Extras) this->extras_ = &extras_storage_;
+  }
+
+  std::exception_ptr hand_off(bool detached) noexcept override {
+    if constexpr (Bound) {
+      typename scheduled_task_base::dispatch_frame frame{};
+      this->enter_dispatch(frame);
+      std::exception_ptr failed;
+      {
+        bound_run job(this, detached);
+        // None: a cancel() destroyed the callable, and the job drops the task.
+        if (auto ex = bound_ex_.copy()) {
+          try {
+            net::dispatch(*ex, std::move(job));
+            METRONOME_TEST_HOOK(hook_point::bound_dispatch_returned);
+          } catch (...) {
+            failed = std::current_exception(); // the bound_run holding the task cancelled it
+          }
+        }
+      } // every copy of the executor this thread made is gone
+      this->leave_dispatch(frame);
+      return failed;
+    }
+    return nullptr;
   }
 
   bool invoke() noexcept override {
@@ -229,6 +356,7 @@ public:
     if (this->callable_alive_) {
       this->callable_alive_ = false;
       std::launder(reinterpret_cast<F*>(&storage_))->~F();
+      if constexpr (Bound) bound_ex_.reset();
     }
   }
 
@@ -237,14 +365,16 @@ private:
 
   alignas(F) unsigned char storage_[sizeof(F)];
   [[no_unique_address]] std::conditional_t<Extras, task_extras, no_extras> extras_storage_;
+  [[no_unique_address]] bound_executor_of<F, Bound> bound_ex_;
 };
 
-// Extras: the node carries task_extras (periodic tasks, serial executors' tasks).
-template <class R, bool Extras, class F>
+// Extras: the node carries task_extras (periodic tasks, serial executors' tasks). Bound:
+// the task runs on its callable's associated executor (the pool's typed API).
+template <class R, bool Extras, bool Bound = false, class F>
 scheduled_task_base* make_scheduled_task(pool_core* pool, F&& f, task_kind kind) {
   static_assert(std::is_invocable_v<std::decay_t<F>&>, "metronome: the task must be callable with no arguments");
   if (is_empty_callable(f)) throw std::invalid_argument("metronome: empty function");
-  auto* t = new scheduled_task<R, std::decay_t<F>, Extras>(pool, std::forward<F>(f));
+  auto* t = new scheduled_task<R, std::decay_t<F>, Extras, Bound>(pool, std::forward<F>(f));
   t->kind_ = kind;
   return t;
 }

@@ -85,6 +85,9 @@ struct timed_node : task_base {
   // This run waited for a due time (it went through the delay heap, or is a periodic
   // run): its start counts as lateness in the pool's stats, else as queue wait.
   bool timed_ = false;
+  // A typed-API task whose callable has an associated executor of its own
+  // (bind_executor): when due, a worker hands it there (scheduled_task_base::hand_off).
+  bool bound_ = false;
   heap_index_t heap_index_ = not_in_heap;
   // Written under the pool mutex; read by handles (delay()) without it. The FIFO
   // sequence number of equal due times lives in the heap entry only.
@@ -142,6 +145,10 @@ template <class F>
 inline constexpr bool is_asio_binder0 = false;
 template <class H>
 inline constexpr bool is_asio_binder0<net::detail::binder0<H>> = true;
+template <class F>
+inline constexpr bool is_executor_binder = false;
+template <class T, class E>
+inline constexpr bool is_executor_binder<net::executor_binder<T, E>> = true;
 
 // True when a callable is observably empty (null pointer, empty std::function…), also
 // inside the wrapper asio::post/dispatch/defer put around a handler on its way to
@@ -150,6 +157,8 @@ template <class F>
 bool is_empty_callable(const F& f) noexcept {
   if constexpr (is_asio_binder0<F>) {
     return is_empty_callable(f.handler_);
+  } else if constexpr (is_executor_binder<F>) {
+    return is_empty_callable(f.get());
   } else if constexpr (std::is_pointer_v<F> || std::is_member_pointer_v<F>) {
     return f == nullptr;
   } else if constexpr (requires { static_cast<bool>(f == nullptr); }) {

@@ -9,10 +9,13 @@
 
 namespace metronome {
 
-// One-shot tasks carry no extras (those are for periodic and serial-executor tasks).
+// One-shot tasks carry no extras (those are for periodic and serial-executor tasks). A
+// callable bound to an executor of its own is a bound task (a node type of its own: an
+// unbound callable's node is the same as without this).
 template <class R, class F>
 detail::scheduled_task_base* scheduled_thread_pool::make_one_shot(F&& f) {
-  return detail::make_scheduled_task<R, false>(core_.get(), std::forward<F>(f), detail::task_kind::one_shot);
+  return detail::make_scheduled_task<R, false, detail::has_own_executor<std::decay_t<F>>>(
+      core_.get(), std::forward<F>(f), detail::task_kind::one_shot);
 }
 
 template <class R>
@@ -58,7 +61,8 @@ scheduled_future<void> scheduled_thread_pool::periodic(F&& f, std::chrono::durat
                                                        periodic_options options) {
   const clock::duration p = detail::checked_period(period);
   detail::check_jitter(options);
-  auto* t = detail::make_scheduled_task<void, true>(core_.get(), std::forward<F>(f), detail::task_kind::periodic);
+  auto* t = detail::make_scheduled_task<void, true, detail::has_own_executor<std::decay_t<F>>>(
+      core_.get(), std::forward<F>(f), detail::task_kind::periodic);
   t->extras().period = p;
   t->extras().fixed_delay = fixed_delay;
   t->extras().periodic = options;
