@@ -136,10 +136,12 @@ bool scheduled_task_base::finish_cancelled(bool by_runner) noexcept {
 }
 
 bool scheduled_task_base::begin_cancel(std::uint32_t& old) noexcept {
-  wait_for_dispatchers();
   old = state_.load(std::memory_order_acquire);
   while ((old & phase_mask) == pending)
-    if (state_.compare_exchange_weak(old, (old & has_waiters) | cancelled, std::memory_order_acq_rel)) return true;
+    if (state_.compare_exchange_weak(old, (old & has_waiters) | cancelled, std::memory_order_acq_rel)) {
+      wait_for_dispatchers(); // short: a dispatch that did not start it returns at once
+      return true;
+    }
   return false;
 }
 
@@ -152,12 +154,16 @@ bool scheduled_task_base::try_rearm() noexcept {
 }
 
 bool scheduled_task_base::cancel() noexcept {
-  wait_for_dispatchers();
   std::uint32_t s = state_.load(std::memory_order_acquire);
   for (;;) {
     const std::uint32_t phase = s & phase_mask;
     if (phase == pending) {
       if (state_.compare_exchange_weak(s, (s & has_waiters) | cancelled, std::memory_order_acq_rel)) {
+        // A bound task: a worker may still be inside the dispatch that handed it over
+        // (holding copies of its executor); its completions wait until it has left. Only
+        // after the winning exchange: a dispatch that did not start the task returns at
+        // once, while a cancel() of a periodic run in progress must not wait for the run.
+        wait_for_dispatchers();
         // We own the callable now: no worker can start it. Take it out of the delay
         // queue at once if the pool still exists (the anchor tells: see pool_anchor.hpp).
         bool removed = false;
