@@ -3,11 +3,7 @@
 #ifndef METRONOME_SERIAL_EXECUTOR_HPP
 #define METRONOME_SERIAL_EXECUTOR_HPP
 
-#include <metronome/detail/executor_op.hpp>
-#include <metronome/detail/node_cache.hpp>
 #include <metronome/detail/pool_of.hpp>
-#include <metronome/detail/internal_post.hpp>
-#include <metronome/detail/serial_core.hpp>
 #include <metronome/detail/timing_of.hpp>
 #include <metronome/errors.hpp>
 #include <metronome/scheduled_future.hpp>
@@ -17,7 +13,6 @@
 
 #include <concepts>
 #include <memory>
-#include <stdexcept>
 #include <type_traits>
 #include <utility>
 
@@ -39,39 +34,7 @@ concept serial_neutral_property =
     std::is_same_v<P, net::execution::outstanding_work_t::untracked_t> || is_allocator_property<P>::value;
 
 template <class Executor>
-class serial_state final : public serial_core {
-public:
-  serial_state(const Executor& ex, serial_options opts, pool_core& timers, pool_core* owner)
-      : serial_core(std::move(opts), timers, owner), inner_(ex) {}
-  const Executor& inner() const noexcept { return inner_; }
-
-private:
-  void post_drain(drain_post how) noexcept override {
-    if constexpr (std::is_same_v<Executor, scheduled_thread_pool::executor_type>) {
-      post_drain_to_pool(*pool_of(inner_), how);
-    } else {
-      try {
-        // Internal work too, as on a pool: behind a type-erased or wrapped executor
-        // (any_io_executor, a strand) may be a shut-down metronome pool, which would
-        // drop the drain as outside work - and with it delayed tasks accepted before the
-        // shutdown, their handles never completed.
-        internal_post_scope internal;
-        net::post(inner_, drain_job{shared_from_this()});
-      } catch (...) {
-        report(std::current_exception());
-      }
-    }
-  }
-
-  bool inner_running_in_this_thread() const noexcept override {
-    if constexpr (requires { { inner_.running_in_this_thread() } -> std::convertible_to<bool>; })
-      return inner_.running_in_this_thread();
-    else
-      return false;
-  }
-
-  Executor inner_;
-};
+class serial_state;
 
 } // namespace detail
 
@@ -112,11 +75,7 @@ public:
   using inner_executor_type = Executor;
 
   /// A serial executor over `ex`. @throws std::invalid_argument if `opts.batch` is 0.
-  explicit serial_executor(const Executor& ex, serial_options opts = {}) {
-    detail::pool_core* owner = detail::pool_of(ex);
-    detail::pool_core& timers = owner ? *owner : detail::pool_core_of(ex);
-    state_ = std::make_shared<detail::serial_state<Executor>>(ex, std::move(opts), timers, owner);
-  }
+  explicit serial_executor(const Executor& ex, serial_options opts = {});
 
   /// The executor the drains run on.
   const Executor& get_inner_executor() const noexcept { return state_->inner(); }
@@ -128,19 +87,11 @@ public:
 
   /// Queues `f`; @returns its handle. @throws rejected_execution after dispose().
   template <class F>
-  auto submit(F&& f) const {
-    using R = std::invoke_result_t<std::decay_t<F>&>;
-    auto* t = new_task<R>(std::forward<F>(f), detail::task_kind::one_shot);
-    return start<R>(t, clock::time_point::min()); // due now: behind serial tasks already due
-  }
+  auto submit(F&& f) const;
 
   /// Runs `f` on this serial executor after `delay`. @throws rejected_execution after dispose().
   template <class F, class Rep, class Period>
-  auto schedule(F&& f, std::chrono::duration<Rep, Period> delay) const {
-    using R = std::invoke_result_t<std::decay_t<F>&>;
-    auto* t = new_task<R>(std::forward<F>(f), detail::task_kind::one_shot);
-    return start<R>(t, detail::saturating_add(state_->timers().now(), delay));
-  }
+  auto schedule(F&& f, std::chrono::duration<Rep, Period> delay) const;
 
   /// Runs `f` on this serial executor at a fixed rate; see scheduled_thread_pool.
   template <class F, class Rep1, class Period1, class Rep2, class Period2>
@@ -178,18 +129,10 @@ public:
   // asio::post() applies three of them in a row to a temporary, and every copy of a
   // serial_executor is an atomic increment and decrement of its shared state.
   /// The standard executor requirements (Asio's execution properties, `execute`): see the group.
-  serial_executor require(net::execution::blocking_t::never_t) const& noexcept {
-    return with_blocking_never(serial_executor(*this), true);
-  }
-  serial_executor require(net::execution::blocking_t::never_t) && noexcept {
-    return with_blocking_never(std::move(*this), true);
-  }
-  serial_executor require(net::execution::blocking_t::possibly_t) const& noexcept {
-    return with_blocking_never(serial_executor(*this), false);
-  }
-  serial_executor require(net::execution::blocking_t::possibly_t) && noexcept {
-    return with_blocking_never(std::move(*this), false);
-  }
+  serial_executor require(net::execution::blocking_t::never_t) const& noexcept;
+  serial_executor require(net::execution::blocking_t::never_t) && noexcept;
+  serial_executor require(net::execution::blocking_t::possibly_t) const& noexcept;
+  serial_executor require(net::execution::blocking_t::possibly_t) && noexcept;
   // Preferences that change nothing here: fork or continuation, tracked or untracked
   // work, an allocator (a serial executor's nodes come from its underlying executor's).
   template <class Property>
@@ -206,10 +149,7 @@ public:
   decltype(auto) query(net::execution::context_t) const noexcept {
     return net::query(state_->inner(), net::execution::context);
   }
-  net::execution::blocking_t query(net::execution::blocking_t) const noexcept {
-    return blocking_never_ ? net::execution::blocking_t(net::execution::blocking.never)
-                           : net::execution::blocking_t(net::execution::blocking.possibly);
-  }
+  net::execution::blocking_t query(net::execution::blocking_t) const noexcept;
   static constexpr net::execution::relationship_t query(net::execution::relationship_t) noexcept {
     return net::execution::relationship.fork;
   }
@@ -220,14 +160,7 @@ public:
   static constexpr std::allocator<void> query(net::execution::allocator_t<void>) noexcept { return {}; }
 
   template <class Function>
-  void execute(Function&& f) const {
-    if (!blocking_never_ && state_->running_in_this_thread()) {
-      std::decay_t<Function> tmp(std::forward<Function>(f));
-      std::move(tmp)();
-      return;
-    }
-    enqueue_op(std::forward<Function>(f), !blocking_never_);
-  }
+  void execute(Function&& f) const;
 
   ///@}
 
@@ -247,14 +180,7 @@ public:
   void on_work_finished() const noexcept {}
   /// Runs `f` inline when called on this executor's own thread, else queues it.
   template <class Function, class Allocator>
-  void dispatch(Function&& f, const Allocator&) const {
-    if (state_->running_in_this_thread()) {
-      std::decay_t<Function> tmp(std::forward<Function>(f));
-      std::move(tmp)();
-      return;
-    }
-    enqueue_op(std::forward<Function>(f), true);
-  }
+  void dispatch(Function&& f, const Allocator&) const;
   /// Queues `f`.
   template <class Function, class Allocator>
   void post(Function&& f, const Allocator&) const {
@@ -269,104 +195,29 @@ public:
 
 private:
   template <class R, class F>
-  detail::scheduled_task_base* new_task(F&& f, detail::task_kind kind) const {
-    if (state_->is_disposed()) throw rejected_execution("metronome: serial_executor is disposed");
-    if (state_->refuses_outside_work()) {
-      state_->note_rejected();
-      throw rejected_execution("metronome: the pool under this serial_executor is shut down");
-    }
-    auto* t = detail::make_scheduled_task<R, true>(&state_->timers(), std::forward<F>(f), kind);
-    t->extras().sink = state_;
-    return t;
-  }
+  detail::scheduled_task_base* new_task(F&& f, detail::task_kind kind) const;
 
   // The handle's reference; the node's own reference (refs_ = 1) stays with the queues.
-  static detail::scheduled_task_base* adopt(detail::scheduled_task_base* t) noexcept {
-    t->add_ref();
-    return t;
-  }
+  static detail::scheduled_task_base* adopt(detail::scheduled_task_base* t) noexcept;
 
-  void reject(detail::scheduled_task_base* t) const {
-    t->finish_cancelled();
-    t->release();
-    throw rejected_execution("metronome: serial_executor is disposed");
-  }
+  void reject(detail::scheduled_task_base* t) const;
 
   template <class R>
-  scheduled_future<R> start(detail::scheduled_task_base* t, clock::time_point due) const {
-    scheduled_future<R> h(adopt(t));
-    const clock::time_point now = state_->timers().now();
-    if (due <= now) {
-      state_->timers().promote_due_before(now); // behind serial tasks already due
-      t->set_due(now);
-      if (!state_->try_enqueue(t)) reject(t);
-      return h;
-    }
-    state_->track(t);
-    if (state_->is_disposed()) { // raced with dispose(): it may not have seen us
-      reject(t);
-    }
-    state_->timers().submit_scheduled(t, due, now);
-    return h;
-  }
+  scheduled_future<R> start(detail::scheduled_task_base* t, clock::time_point due) const;
 
   template <class F, class Rep1, class Period1, class Rep2, class Period2>
   scheduled_future<void> periodic(F&& f, std::chrono::duration<Rep1, Period1> initial,
                                   std::chrono::duration<Rep2, Period2> period, bool fixed_delay,
-                                  periodic_options options) const {
-    const clock::duration p = detail::checked_period(period);
-    detail::check_jitter(options);
-    auto* t = new_task<void>(std::forward<F>(f), detail::task_kind::periodic);
-    t->extras().period = p;
-    t->extras().fixed_delay = fixed_delay;
-    t->extras().periodic = options;
-    scheduled_future<void> h(adopt(t));
-    state_->track(t);
-    if (state_->is_disposed()) reject(t);
-    const clock::time_point now = state_->timers().now();
-    const clock::time_point due = detail::saturating_add(now, initial);
-    if (due <= now) {
-      state_->timers().promote_due_before(now);
-      t->set_due(now);
-      if (!state_->try_enqueue(t)) reject(t);
-      return h;
-    }
-    state_->timers().submit_scheduled(t, due, now);
-    return h;
-  }
+                                  periodic_options options) const;
 
   // may_run_here: blocking.possibly (see serial_core::try_enqueue).
   template <class Function>
-  void enqueue_op(Function&& f, bool may_run_here = false) const {
-    using F = std::decay_t<Function>;
-    if (detail::is_empty_callable(f)) {
-      state_->report(std::make_exception_ptr(std::invalid_argument("metronome: empty function")));
-      return;
-    }
-    // As the pool underneath refuses outside work after shutdown - but not the library's
-    // completion of work already accepted (a handle's async_wait ended by cancel() or
-    // shutdown() on another thread), which the pool and a strand over it take.
-    if (!detail::internal_post_scope::active() && state_->refuses_outside_work()) {
-      state_->note_rejected();
-      state_->report_dropped(std::make_exception_ptr(
-          rejected_execution("metronome: work dropped: the pool under this serial_executor is shut down")));
-      return;
-    }
-    detail::task_base* op =
-        detail::executor_op<F, detail::recycling_allocator<void>>::create(std::forward<Function>(f), {});
-    if (!state_->try_enqueue(op, may_run_here)) {
-      op->complete(false);
-      state_->report(std::make_exception_ptr(rejected_execution("metronome: serial_executor is disposed")));
-    }
-  }
+  void enqueue_op(Function&& f, bool may_run_here = false) const;
 
   template <class>
   friend class scheduled_future;
 
-  static serial_executor with_blocking_never(serial_executor&& s, bool never) noexcept {
-    s.blocking_never_ = never;
-    return std::move(s);
-  }
+  static serial_executor with_blocking_never(serial_executor&& s, bool never) noexcept;
 
   std::shared_ptr<detail::serial_state<Executor>> state_;
   bool blocking_never_ = false;
@@ -386,5 +237,7 @@ auto make_serial_executor(ExecutionContext& ctx, serial_options opts = {}) {
 }
 
 } // namespace metronome
+
+#include <metronome/impl/serial_executor.hpp>
 
 #endif

@@ -1,0 +1,232 @@
+// Template bodies of serial_executor (its shared state, submission, execute and dispatch).
+#ifndef METRONOME_IMPL_SERIAL_EXECUTOR_HPP
+#define METRONOME_IMPL_SERIAL_EXECUTOR_HPP
+
+#include <metronome/detail/executor_op.hpp>
+#include <metronome/detail/internal_post.hpp>
+#include <metronome/detail/node_cache.hpp>
+#include <metronome/detail/serial_core.hpp>
+
+#include <metronome/detail/asio.hpp>
+
+#include <concepts>
+#include <exception>
+#include <memory>
+#include <stdexcept>
+#include <type_traits>
+#include <utility>
+
+namespace metronome {
+
+namespace detail {
+
+template <class Executor>
+class serial_state final : public serial_core {
+public:
+  serial_state(const Executor& ex, serial_options opts, pool_core& timers, pool_core* owner)
+      : serial_core(std::move(opts), timers, owner), inner_(ex) {}
+  const Executor& inner() const noexcept { return inner_; }
+
+private:
+  void post_drain(drain_post how) noexcept override {
+    if constexpr (std::is_same_v<Executor, scheduled_thread_pool::executor_type>) {
+      post_drain_to_pool(*pool_of(inner_), how);
+    } else {
+      try {
+        // Internal work too, as on a pool: behind a type-erased or wrapped executor
+        // (any_io_executor, a strand) may be a shut-down metronome pool, which would
+        // drop the drain as outside work - and with it delayed tasks accepted before the
+        // shutdown, their handles never completed.
+        internal_post_scope internal;
+        net::post(inner_, drain_job{shared_from_this()});
+      } catch (...) {
+        report(std::current_exception());
+      }
+    }
+  }
+
+  bool inner_running_in_this_thread() const noexcept override {
+    if constexpr (requires { { inner_.running_in_this_thread() } -> std::convertible_to<bool>; })
+      return inner_.running_in_this_thread();
+    else
+      return false;
+  }
+
+  Executor inner_;
+};
+
+} // namespace detail
+
+template <class Executor>
+serial_executor<Executor>::serial_executor(const Executor& ex, serial_options opts) {
+  detail::pool_core* owner = detail::pool_of(ex);
+  detail::pool_core& timers = owner ? *owner : detail::pool_core_of(ex);
+  state_ = std::make_shared<detail::serial_state<Executor>>(ex, std::move(opts), timers, owner);
+}
+
+template <class Executor>
+template <class F>
+auto serial_executor<Executor>::submit(F&& f) const {
+  using R = std::invoke_result_t<std::decay_t<F>&>;
+  auto* t = new_task<R>(std::forward<F>(f), detail::task_kind::one_shot);
+  return start<R>(t, clock::time_point::min()); // due now: behind serial tasks already due
+}
+
+template <class Executor>
+template <class F, class Rep, class Period>
+auto serial_executor<Executor>::schedule(F&& f, std::chrono::duration<Rep, Period> delay) const {
+  using R = std::invoke_result_t<std::decay_t<F>&>;
+  auto* t = new_task<R>(std::forward<F>(f), detail::task_kind::one_shot);
+  return start<R>(t, detail::saturating_add(state_->timers().now(), delay));
+}
+
+template <class Executor>
+serial_executor<Executor> serial_executor<Executor>::require(net::execution::blocking_t::never_t) const& noexcept {
+  return with_blocking_never(serial_executor(*this), true);
+}
+template <class Executor>
+serial_executor<Executor> serial_executor<Executor>::require(net::execution::blocking_t::never_t) && noexcept {
+  return with_blocking_never(std::move(*this), true);
+}
+template <class Executor>
+serial_executor<Executor> serial_executor<Executor>::require(net::execution::blocking_t::possibly_t) const& noexcept {
+  return with_blocking_never(serial_executor(*this), false);
+}
+template <class Executor>
+serial_executor<Executor> serial_executor<Executor>::require(net::execution::blocking_t::possibly_t) && noexcept {
+  return with_blocking_never(std::move(*this), false);
+}
+
+template <class Executor>
+net::execution::blocking_t serial_executor<Executor>::query(net::execution::blocking_t) const noexcept {
+  return blocking_never_ ? net::execution::blocking_t(net::execution::blocking.never)
+                         : net::execution::blocking_t(net::execution::blocking.possibly);
+}
+
+template <class Executor>
+template <class Function>
+void serial_executor<Executor>::execute(Function&& f) const {
+  if (!blocking_never_ && state_->running_in_this_thread()) {
+    std::decay_t<Function> tmp(std::forward<Function>(f));
+    std::move(tmp)();
+    return;
+  }
+  enqueue_op(std::forward<Function>(f), !blocking_never_);
+}
+
+template <class Executor>
+template <class Function, class Allocator>
+void serial_executor<Executor>::dispatch(Function&& f, const Allocator&) const {
+  if (state_->running_in_this_thread()) {
+    std::decay_t<Function> tmp(std::forward<Function>(f));
+    std::move(tmp)();
+    return;
+  }
+  enqueue_op(std::forward<Function>(f), true);
+}
+
+template <class Executor>
+template <class R, class F>
+detail::scheduled_task_base* serial_executor<Executor>::new_task(F&& f, detail::task_kind kind) const {
+  if (state_->is_disposed()) throw rejected_execution("metronome: serial_executor is disposed");
+  if (state_->refuses_outside_work()) {
+    state_->note_rejected();
+    throw rejected_execution("metronome: the pool under this serial_executor is shut down");
+  }
+  auto* t = detail::make_scheduled_task<R, true>(&state_->timers(), std::forward<F>(f), kind);
+  t->extras().sink = state_;
+  return t;
+}
+
+template <class Executor>
+detail::scheduled_task_base* serial_executor<Executor>::adopt(detail::scheduled_task_base* t) noexcept {
+  t->add_ref();
+  return t;
+}
+
+template <class Executor>
+void serial_executor<Executor>::reject(detail::scheduled_task_base* t) const {
+  t->finish_cancelled();
+  t->release();
+  throw rejected_execution("metronome: serial_executor is disposed");
+}
+
+template <class Executor>
+template <class R>
+scheduled_future<R> serial_executor<Executor>::start(detail::scheduled_task_base* t, clock::time_point due) const {
+  scheduled_future<R> h(adopt(t));
+  const clock::time_point now = state_->timers().now();
+  if (due <= now) {
+    state_->timers().promote_due_before(now); // behind serial tasks already due
+    t->set_due(now);
+    if (!state_->try_enqueue(t)) reject(t);
+    return h;
+  }
+  state_->track(t);
+  if (state_->is_disposed()) { // raced with dispose(): it may not have seen us
+    reject(t);
+  }
+  state_->timers().submit_scheduled(t, due, now);
+  return h;
+}
+
+template <class Executor>
+template <class F, class Rep1, class Period1, class Rep2, class Period2>
+scheduled_future<void> serial_executor<Executor>::periodic(F&& f, std::chrono::duration<Rep1, Period1> initial,
+                                                           std::chrono::duration<Rep2, Period2> period,
+                                                           bool fixed_delay, periodic_options options) const {
+  const clock::duration p = detail::checked_period(period);
+  detail::check_jitter(options);
+  auto* t = new_task<void>(std::forward<F>(f), detail::task_kind::periodic);
+  t->extras().period = p;
+  t->extras().fixed_delay = fixed_delay;
+  t->extras().periodic = options;
+  scheduled_future<void> h(adopt(t));
+  state_->track(t);
+  if (state_->is_disposed()) reject(t);
+  const clock::time_point now = state_->timers().now();
+  const clock::time_point due = detail::saturating_add(now, initial);
+  if (due <= now) {
+    state_->timers().promote_due_before(now);
+    t->set_due(now);
+    if (!state_->try_enqueue(t)) reject(t);
+    return h;
+  }
+  state_->timers().submit_scheduled(t, due, now);
+  return h;
+}
+
+template <class Executor>
+template <class Function>
+void serial_executor<Executor>::enqueue_op(Function&& f, bool may_run_here) const {
+  using F = std::decay_t<Function>;
+  if (detail::is_empty_callable(f)) {
+    state_->report(std::make_exception_ptr(std::invalid_argument("metronome: empty function")));
+    return;
+  }
+  // As the pool underneath refuses outside work after shutdown - but not the library's
+  // completion of work already accepted (a handle's async_wait ended by cancel() or
+  // shutdown() on another thread), which the pool and a strand over it take.
+  if (!detail::internal_post_scope::active() && state_->refuses_outside_work()) {
+    state_->note_rejected();
+    state_->report_dropped(std::make_exception_ptr(
+        rejected_execution("metronome: work dropped: the pool under this serial_executor is shut down")));
+    return;
+  }
+  detail::task_base* op =
+      detail::executor_op<F, detail::recycling_allocator<void>>::create(std::forward<Function>(f), {});
+  if (!state_->try_enqueue(op, may_run_here)) {
+    op->complete(false);
+    state_->report(std::make_exception_ptr(rejected_execution("metronome: serial_executor is disposed")));
+  }
+}
+
+template <class Executor>
+serial_executor<Executor> serial_executor<Executor>::with_blocking_never(serial_executor&& s, bool never) noexcept {
+  s.blocking_never_ = never;
+  return std::move(s);
+}
+
+} // namespace metronome
+
+#endif
