@@ -133,13 +133,13 @@ private:
 
 template <class Executor>
 template <class CompletionToken>
-auto basic_interval<Executor>::async_tick(CompletionToken&& token) {
+inline auto basic_interval<Executor>::async_tick(CompletionToken&& token) {
   return net::async_initiate<CompletionToken, void(error_code, clock::time_point)>(
       detail::initiate_tick<Executor>(state_, ex_), token);
 }
 
 template <class Executor>
-void basic_interval<Executor>::reset_at(clock::time_point start) {
+inline void basic_interval<Executor>::reset_at(clock::time_point start) {
   detail::interval_state& s = *state_;
   s.next = start;
   s.ended = false;
@@ -154,7 +154,7 @@ void basic_interval<Executor>::reset_at(clock::time_point start) {
 
 template <class Executor>
 template <class Rep, class Ratio>
-void basic_interval<Executor>::init(clock::time_point start, std::chrono::duration<Rep, Ratio> period,
+inline void basic_interval<Executor>::init(clock::time_point start, std::chrono::duration<Rep, Ratio> period,
                                     missed_tick missed) {
   // A period beyond what the clock can count saturates (as the pool's periodic calls do);
   // one below its resolution (under a nanosecond) is zero.

@@ -58,7 +58,7 @@ private:
 } // namespace detail
 
 template <class Executor>
-serial_executor<Executor>::serial_executor(const Executor& ex, serial_options opts) {
+inline serial_executor<Executor>::serial_executor(const Executor& ex, serial_options opts) {
   detail::pool_core* owner = detail::pool_of(ex);
   detail::pool_core& timers = owner ? *owner : detail::pool_core_of(ex);
   state_ = std::make_shared<detail::serial_state<Executor>>(ex, std::move(opts), timers, owner);
@@ -66,7 +66,7 @@ serial_executor<Executor>::serial_executor(const Executor& ex, serial_options op
 
 template <class Executor>
 template <class F>
-auto serial_executor<Executor>::submit(F&& f) const {
+inline auto serial_executor<Executor>::submit(F&& f) const {
   using R = std::invoke_result_t<std::decay_t<F>&>;
   auto* t = new_task<R>(std::forward<F>(f), detail::task_kind::one_shot);
   return start<R>(t, clock::time_point::min()); // due now: behind serial tasks already due
@@ -74,38 +74,38 @@ auto serial_executor<Executor>::submit(F&& f) const {
 
 template <class Executor>
 template <class F, class Rep, class Period>
-auto serial_executor<Executor>::schedule(F&& f, std::chrono::duration<Rep, Period> delay) const {
+inline auto serial_executor<Executor>::schedule(F&& f, std::chrono::duration<Rep, Period> delay) const {
   using R = std::invoke_result_t<std::decay_t<F>&>;
   auto* t = new_task<R>(std::forward<F>(f), detail::task_kind::one_shot);
   return start<R>(t, detail::saturating_add(state_->timers().now(), delay));
 }
 
 template <class Executor>
-serial_executor<Executor> serial_executor<Executor>::require(net::execution::blocking_t::never_t) const& noexcept {
+inline serial_executor<Executor> serial_executor<Executor>::require(net::execution::blocking_t::never_t) const& noexcept {
   return with_blocking_never(serial_executor(*this), true);
 }
 template <class Executor>
-serial_executor<Executor> serial_executor<Executor>::require(net::execution::blocking_t::never_t) && noexcept {
+inline serial_executor<Executor> serial_executor<Executor>::require(net::execution::blocking_t::never_t) && noexcept {
   return with_blocking_never(std::move(*this), true);
 }
 template <class Executor>
-serial_executor<Executor> serial_executor<Executor>::require(net::execution::blocking_t::possibly_t) const& noexcept {
+inline serial_executor<Executor> serial_executor<Executor>::require(net::execution::blocking_t::possibly_t) const& noexcept {
   return with_blocking_never(serial_executor(*this), false);
 }
 template <class Executor>
-serial_executor<Executor> serial_executor<Executor>::require(net::execution::blocking_t::possibly_t) && noexcept {
+inline serial_executor<Executor> serial_executor<Executor>::require(net::execution::blocking_t::possibly_t) && noexcept {
   return with_blocking_never(std::move(*this), false);
 }
 
 template <class Executor>
-net::execution::blocking_t serial_executor<Executor>::query(net::execution::blocking_t) const noexcept {
+inline net::execution::blocking_t serial_executor<Executor>::query(net::execution::blocking_t) const noexcept {
   return blocking_never_ ? net::execution::blocking_t(net::execution::blocking.never)
                          : net::execution::blocking_t(net::execution::blocking.possibly);
 }
 
 template <class Executor>
 template <class Function>
-void serial_executor<Executor>::execute(Function&& f) const {
+inline void serial_executor<Executor>::execute(Function&& f) const {
   if (!blocking_never_ && state_->running_in_this_thread()) {
     std::decay_t<Function> tmp(std::forward<Function>(f));
     std::move(tmp)();
@@ -116,7 +116,7 @@ void serial_executor<Executor>::execute(Function&& f) const {
 
 template <class Executor>
 template <class Function, class Allocator>
-void serial_executor<Executor>::dispatch(Function&& f, const Allocator&) const {
+inline void serial_executor<Executor>::dispatch(Function&& f, const Allocator&) const {
   if (state_->running_in_this_thread()) {
     std::decay_t<Function> tmp(std::forward<Function>(f));
     std::move(tmp)();
@@ -127,7 +127,7 @@ void serial_executor<Executor>::dispatch(Function&& f, const Allocator&) const {
 
 template <class Executor>
 template <class R, class F>
-detail::scheduled_task_base* serial_executor<Executor>::new_task(F&& f, detail::task_kind kind) const {
+inline detail::scheduled_task_base* serial_executor<Executor>::new_task(F&& f, detail::task_kind kind) const {
   if (state_->is_disposed()) throw rejected_execution("metronome: serial_executor is disposed");
   if (state_->refuses_outside_work()) {
     state_->note_rejected();
@@ -139,13 +139,13 @@ detail::scheduled_task_base* serial_executor<Executor>::new_task(F&& f, detail::
 }
 
 template <class Executor>
-detail::scheduled_task_base* serial_executor<Executor>::adopt(detail::scheduled_task_base* t) noexcept {
+inline detail::scheduled_task_base* serial_executor<Executor>::adopt(detail::scheduled_task_base* t) noexcept {
   t->add_ref();
   return t;
 }
 
 template <class Executor>
-void serial_executor<Executor>::reject(detail::scheduled_task_base* t) const {
+inline void serial_executor<Executor>::reject(detail::scheduled_task_base* t) const {
   t->finish_cancelled();
   t->release();
   throw rejected_execution("metronome: serial_executor is disposed");
@@ -153,7 +153,7 @@ void serial_executor<Executor>::reject(detail::scheduled_task_base* t) const {
 
 template <class Executor>
 template <class R>
-scheduled_future<R> serial_executor<Executor>::start(detail::scheduled_task_base* t, clock::time_point due) const {
+inline scheduled_future<R> serial_executor<Executor>::start(detail::scheduled_task_base* t, clock::time_point due) const {
   scheduled_future<R> h(adopt(t));
   const clock::time_point now = state_->timers().now();
   if (due <= now) {
@@ -172,7 +172,7 @@ scheduled_future<R> serial_executor<Executor>::start(detail::scheduled_task_base
 
 template <class Executor>
 template <class F, class Rep1, class Period1, class Rep2, class Period2>
-scheduled_future<void> serial_executor<Executor>::periodic(F&& f, std::chrono::duration<Rep1, Period1> initial,
+inline scheduled_future<void> serial_executor<Executor>::periodic(F&& f, std::chrono::duration<Rep1, Period1> initial,
                                                            std::chrono::duration<Rep2, Period2> period,
                                                            bool fixed_delay, periodic_options options) const {
   const clock::duration p = detail::checked_period(period);
@@ -198,7 +198,7 @@ scheduled_future<void> serial_executor<Executor>::periodic(F&& f, std::chrono::d
 
 template <class Executor>
 template <class Function>
-void serial_executor<Executor>::enqueue_op(Function&& f, bool may_run_here) const {
+inline void serial_executor<Executor>::enqueue_op(Function&& f, bool may_run_here) const {
   using F = std::decay_t<Function>;
   if (detail::is_empty_callable(f)) {
     state_->report(std::make_exception_ptr(std::invalid_argument("metronome: empty function")));
@@ -222,7 +222,7 @@ void serial_executor<Executor>::enqueue_op(Function&& f, bool may_run_here) cons
 }
 
 template <class Executor>
-serial_executor<Executor> serial_executor<Executor>::with_blocking_never(serial_executor&& s, bool never) noexcept {
+inline serial_executor<Executor> serial_executor<Executor>::with_blocking_never(serial_executor&& s, bool never) noexcept {
   s.blocking_never_ = never;
   return std::move(s);
 }

@@ -154,7 +154,7 @@ private:
 } // namespace detail
 
 template <class F, class Rep, class Period>
-wheel_timer::timeout wheel_timer::schedule(F&& f, std::chrono::duration<Rep, Period> delay) {
+inline wheel_timer::timeout wheel_timer::schedule(F&& f, std::chrono::duration<Rep, Period> delay) {
   using D = std::decay_t<F>;
   static_assert(std::is_invocable_v<D&>, "metronome: the timeout must be callable with no arguments");
   if (detail::is_empty_callable(f)) throw std::invalid_argument("metronome: empty function");
@@ -172,7 +172,7 @@ wheel_timer::timeout wheel_timer::schedule(F&& f, std::chrono::duration<Rep, Per
 }
 
 template <class D, class Rep, class Period>
-wheel_timer::timeout wheel_timer::schedule_callable(D&& fn, std::chrono::duration<Rep, Period> delay) {
+inline wheel_timer::timeout wheel_timer::schedule_callable(D&& fn, std::chrono::duration<Rep, Period> delay) {
   auto* e = detail::wheel_task<std::decay_t<D>>::create(std::move(fn)); // the wheel's reference and the handle's
   timeout handle(e);
   core_->insert(e, detail::saturating_duration(delay)); // refused: cancelled, the handle lets go
@@ -180,7 +180,7 @@ wheel_timer::timeout wheel_timer::schedule_callable(D&& fn, std::chrono::duratio
 }
 
 template <class Rep, class Period, class CompletionToken>
-auto wheel_timer::async_wait(std::chrono::duration<Rep, Period> delay, CompletionToken&& token) {
+inline auto wheel_timer::async_wait(std::chrono::duration<Rep, Period> delay, CompletionToken&& token) {
   return net::async_initiate<CompletionToken, void(error_code)>(
       [core = core_.get()](auto handler, clock::duration d) {
         using H = std::decay_t<decltype(handler)>;
