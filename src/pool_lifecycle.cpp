@@ -270,10 +270,18 @@ void pool_engine::close() noexcept {
       ending_.closing = true;
       promote_due(lk, now(), owed);
       gone = drain_heap(lk);
+      // In transit until discard_chain() has ended them: the tasks' handles queue their
+      // waits' completions on this pool (post_completion), which must not terminate
+      // first (they would run here, inside the destructor). Tested by
+      // `a_destructor_held_before_ending_its_delayed_tasks_keeps_the_pool_for_their_waits`
+      // (hook close_before_discard, test/handover/pool.cpp).
+      if (gone) ++in_transit_;
       wake_all(lk);
     }
     post_owed_drains(owed);
+    METRONOME_TEST_HOOK(hook_point::close_before_discard);
     discard_chain(gone);
+    if (gone) cancel_delivered();
   }
   if (running_in_this_thread()) {
     // Destroyed from one of our own tasks: help run what is ready, this thread's

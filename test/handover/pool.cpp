@@ -603,6 +603,34 @@ BOOST_AUTO_TEST_CASE(a_completion_queued_on_a_pool_being_destroyed_runs_on_its_w
   BOOST_CHECK(on_pool.load());
 }
 
+// The pool's destructor took its delayed tasks out of the heap and is held before it
+// ends them (their handles' plain-callback waits then queue their completions on the
+// pool). The workers, woken to terminate, must wait for it (in transit): the pool does
+// not terminate meanwhile, and the completion runs on a worker, not inside the destructor.
+BOOST_AUTO_TEST_CASE(a_destructor_held_before_ending_its_delayed_tasks_keeps_the_pool_for_their_waits) {
+  auto pool = std::make_unique<scheduled_thread_pool>(1);
+  scheduled_thread_pool* raw = pool.get();
+  auto h = pool->schedule([] {}, 1h);
+  std::atomic<int> calls{0};
+  std::atomic<bool> on_pool{false};
+  h.async_wait([&](std::exception_ptr) {
+    on_pool = raw->get_executor().running_in_this_thread();
+    calls.fetch_add(1);
+  });
+  hook_stop stop(hook_point::close_before_discard);
+  std::thread destroyer([&] {
+    hook_stop::arm_this_thread();
+    pool.reset();
+  });
+  BOOST_REQUIRE(stop.arrived()); // the heap is empty, the workers woken
+  BOOST_CHECK(!raw->await_termination(200ms));
+  stop.release();
+  destroyer.join();
+  BOOST_CHECK_EQUAL(calls.load(), 1);
+  BOOST_CHECK(on_pool.load());
+  BOOST_CHECK(h.is_cancelled());
+}
+
 // A handle's list of async_waits, between a task's ending and a cancellation. Whoever
 // takes a wait out of the list completes it, once: the thread ending the task (with the
 // task's result) or the cancellation (operation_aborted); the other finds it gone.

@@ -47,6 +47,7 @@ enum class hook_point {
   wait_before_lock,            // a timed wait (async_delay, a wheel's tick) passed the termination check; pool mutex not taken
   completion_before_wake,      // a completion ended elsewhere is in its pool's ready queue, in transit; nobody woken yet
   wheel_lateness_between_reads, // a wheel timeout about to run read its wheel's tick, not yet its start time
+  close_before_discard,        // the pool's destructor took its delayed tasks out (in transit), mutex released; not ended yet
   bound_before_dispatch,       // a worker took a bound task (still pending) and is about to dispatch it to its executor
   bound_before_reschedule,     // a bound periodic task's run ended on its executor; its pool not yet looked up
   bound_dispatch_returned,     // a dispatch of a bound task returned; the dispatcher's copies of the executor still held

@@ -363,9 +363,15 @@ BOOST_AUTO_TEST_CASE(a_wait_ended_by_shutdown_now_or_the_pool_destructor_never_r
   ended_elsewhere by_shutdown, by_destructor;
   {
     manual_pool mp;
+    // A worker busy meanwhile: the pool still has a thread when the returned task is
+    // dropped (with none left, the rule is the calling thread).
+    metronome::test::gate release;
+    metronome::test::counter started;
+    BOOST_REQUIRE(metronome::test::occupy_worker(mp.pool, release, started));
     auto f = mp.pool.schedule([] {}, 1h);
     f.async_wait(by_shutdown.handler());
-    by_shutdown.end_with([&] { mp.pool.shutdown_now(); });
+    by_shutdown.end_with([&] { mp.pool.shutdown_now(); }); // the returned task dropped
+    release.open();
   }
   by_shutdown.check();
   auto mp = std::make_unique<manual_pool>();
