@@ -87,7 +87,7 @@ bool serial_core::try_enqueue(task_base* t, bool may_run_here) noexcept {
     // wait for posts under way does not concern it), else hand it over.
     if (may_run_here && inner_running_in_this_thread()) {
       internal_post_scope user(false); // the tasks' own posts are theirs, not the caller's completion
-      drain(true);
+      drain();
     } else
       hand_drain(drain_post::producer);
   }
@@ -145,7 +145,7 @@ task_base* serial_core::pop_one() noexcept {
 // are not reported to the pool. Compares pointers only: owner_pool_ may dangle then.
 bool serial_core::handed_back() const noexcept { return s_->owner_pool_ != nullptr && pool_core::current() != s_->owner_pool_; }
 
-void serial_core::drain(bool here) noexcept {
+void serial_core::drain() noexcept {
   const serial_core* outer = current_drain;
   current_drain = this;
   const bool handed = handed_back();
@@ -168,12 +168,6 @@ void serial_core::drain(bool here) noexcept {
         run_one(t, handed);
         ++ran;
       }
-    }
-    if (consumed == counted && ran < batch && !here) {
-      // Caught up with the producers. Linger a moment before settling: ending the
-      // drain now would make the next producer post a new one, usually waking a parked
-      // worker (a futex call on the producer's path) for every few tasks.
-      for (int i = 0; i < 64 && s_->pending_.load(std::memory_order_relaxed) == counted; ++i) cpu_relax();
     }
     METRONOME_TEST_HOOK(hook_point::serial_before_settle);
     if (s_->pending_.fetch_sub(consumed, std::memory_order_acq_rel) == consumed) break; // drained

@@ -33,9 +33,7 @@ public:
   // in the underlying executor's context, the drain runs right here instead of being
   // posted - as an Asio strand's dispatch runs a free strand inline.
   bool try_enqueue(task_base* t, bool may_run_here = false) noexcept;
-  // `here`: run inline by the producer that owed it (no linger before settling: the next
-  // producer runs its own drain as cheaply).
-  void drain(bool here = false) noexcept;
+  void drain() noexcept;
 
   // How a drain is handed to the underlying executor.
   enum class drain_post {
