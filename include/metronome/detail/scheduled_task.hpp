@@ -237,8 +237,8 @@ private:
   bool detached_;
 };
 
-// Whether a callable has an associated executor of its own (bind_executor), as
-// wheel_timer::schedule tells.
+// Whether a callable has an associated executor of its own (bind_executor): the one
+// test behind a bound task, a bound wheel timeout and a handle's wait hook.
 template <class F>
 inline constexpr bool has_own_executor = !std::is_same_v<net::associated_executor_t<F>, net::system_executor>;
 

@@ -46,9 +46,7 @@ class wait_hook final : public completion_hook,
                         public handler_op<wait_hook<R, Handler>, Handler, net::system_executor> {
   using handler_base = handler_op<wait_hook, Handler, net::system_executor>;
   friend handler_base;
-  static constexpr bool has_own_executor =
-      !std::is_same_v<net::associated_executor_t<Handler, net::system_executor>,
-                      net::system_executor>;
+  static constexpr bool has_own_executor = detail::has_own_executor<Handler>;
 
 public:
   wait_hook(Handler&& h, scheduled_task_base* task)

@@ -158,7 +158,7 @@ inline wheel_timer::timeout wheel_timer::schedule(F&& f, std::chrono::duration<R
   using D = std::decay_t<F>;
   static_assert(std::is_invocable_v<D&>, "metronome: the timeout must be callable with no arguments");
   if (detail::is_empty_callable(f)) throw std::invalid_argument("metronome: empty function");
-  if constexpr (!std::is_same_v<net::associated_executor_t<D>, net::system_executor>) {
+  if constexpr (detail::has_own_executor<D>) {
     // Its own executor: the timeout hands it there when due.
     return schedule_callable(
         [fn = D(std::forward<F>(f))]() mutable {
