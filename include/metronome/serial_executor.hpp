@@ -56,8 +56,9 @@ class serial_state;
  * (`asio::post`), it queues.
  *
  * Delayed work (`schedule`, `schedule_at_fixed_rate`, `schedule_with_fixed_delay`)
- * waits in the delay queue of the metronome pool underneath (or of a shared default
- * timing pool for other executors) and joins this executor's queue when due.
+ * waits in the delay queue of the metronome pool underneath (or of the underlying
+ * context's timing service, run by its threads) and joins this executor's queue when
+ * due; a callable bound to another executor (`bind_executor`) is handed there in its turn.
  *
  * `dispose()` cancels everything this executor still holds — queued and delayed
  * tasks, periodic tasks (a run in progress completes) — and rejects later work,

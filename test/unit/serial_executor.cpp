@@ -19,6 +19,7 @@
 #include <future>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <type_traits>
 #include <utility>
@@ -632,6 +633,133 @@ BOOST_AUTO_TEST_CASE(delayed_serial_tasks_falling_due_together_run_in_due_order_
       for (int i = r; i < 30; i += 3) expected.push_back(i);
     BOOST_CHECK_EQUAL_COLLECTIONS(order.begin(), order.end(), expected.begin(), expected.end());
   }
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+// The schedule family with a callable bound to an executor of its own (bind_executor):
+// the task takes its turn in the serial executor's order, is handed to that executor
+// there, and runs there - as on the pool (docs/semantics.md, "Callables bound to an
+// executor").
+namespace {
+
+// An io_context run by one thread of its own until the fixture ends.
+struct io_thread {
+  net::io_context io;
+  std::optional<net::executor_work_guard<net::io_context::executor_type>> guard{io.get_executor()};
+  std::thread thread{[this] { io.run(); }};
+  ~io_thread() {
+    guard.reset();
+    thread.join();
+  }
+  bool here() const { return std::this_thread::get_id() == thread.get_id(); }
+};
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(serial_bound_suite)
+
+BOOST_AUTO_TEST_CASE(a_serial_executor_s_bound_task_runs_on_its_executor_when_due) {
+  manual_clock clock;
+  scheduled_thread_pool pool(on_clock(clock));
+  auto serial = make_serial_executor(pool);
+  io_thread rio;
+  auto strand = net::make_strand(rio.io);
+  auto later = serial.schedule(net::bind_executor(strand,
+                                                  [&] {
+                                                    return strand.running_in_this_thread() && rio.here() &&
+                                                           !serial.running_in_this_thread();
+                                                  }),
+                               10ms);
+  auto now = serial.submit(net::bind_executor(rio.io, [&] { return rio.here(); }));
+  BOOST_CHECK(now.get());
+  BOOST_CHECK(!later.is_done());
+  clock.advance(10ms);
+  BOOST_CHECK(later.get());
+  // Unbound, the same call runs in the serial executor, as before.
+  auto plain = serial.schedule([&] { return serial.running_in_this_thread(); }, 5ms);
+  clock.advance(5ms);
+  BOOST_CHECK(plain.get());
+}
+
+// Over an io_context (the context's own timing): the hand-over comes from the drain on
+// the io_context's thread, the run is on the bound strand of another io_context.
+BOOST_AUTO_TEST_CASE(a_bound_task_of_a_serial_executor_over_an_io_context_runs_on_its_executor) {
+  io_thread host;
+  auto serial = make_serial_executor(host.io.get_executor());
+  io_thread other;
+  auto strand = net::make_strand(other.io);
+  auto h = serial.schedule(net::bind_executor(strand, [&] { return strand.running_in_this_thread() && other.here(); }),
+                           1ms);
+  BOOST_CHECK(h.get());
+  serial.dispose();
+}
+
+// Fixed rate on a strand of a two-thread io_context: never overlapping, on the strand,
+// on the grid; the next run is scheduled when the run there has ended.
+BOOST_AUTO_TEST_CASE(a_serial_executor_s_bound_periodic_task_keeps_its_grid_on_a_strand) {
+  manual_clock clock;
+  scheduled_thread_pool pool(on_clock(clock, 2));
+  auto serial = make_serial_executor(pool);
+  net::io_context io;
+  auto guard = net::make_work_guard(io);
+  std::thread t1([&] { io.run(); });
+  std::thread t2([&] { io.run(); });
+  auto strand = net::make_strand(io);
+  const auto start = clock.now();
+  std::mutex m;
+  std::vector<std::chrono::milliseconds> times;
+  std::atomic<int> inside{0}, runs{0};
+  std::atomic<bool> overlapped{false}, off_strand{false};
+  auto h = serial.schedule_at_fixed_rate(net::bind_executor(strand,
+                                                            [&] {
+                                                              if (inside.fetch_add(1) != 0) overlapped = true;
+                                                              if (!strand.running_in_this_thread()) off_strand = true;
+                                                              {
+                                                                std::lock_guard lk(m);
+                                                                times.push_back(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                                    clock.now() - start));
+                                                              }
+                                                              inside.fetch_sub(1);
+                                                              ++runs;
+                                                            }),
+                                         10ms, 10ms);
+  for (int i = 1; i <= 3; ++i) {
+    clock.advance(10ms);
+    BOOST_REQUIRE(poll_until([&] { return runs.load() == i; }, 10s));
+  }
+  BOOST_CHECK(h.cancel());
+  h.wait();
+  clock.advance(50ms);
+  guard.reset();
+  t1.join();
+  t2.join();
+  BOOST_CHECK_EQUAL(runs.load(), 3);
+  BOOST_CHECK(!overlapped.load());
+  BOOST_CHECK(!off_strand.load());
+  std::lock_guard lk(m);
+  BOOST_REQUIRE_EQUAL(times.size(), 3u);
+  BOOST_CHECK(times[0] == 10ms && times[1] == 20ms && times[2] == 30ms);
+}
+
+// Handed to an io_context nobody runs: dispose() then cancels it like any delayed task
+// of the executor, and the run never happens when the io_context runs.
+BOOST_AUTO_TEST_CASE(dispose_cancels_a_bound_task_handed_over_and_not_started) {
+  manual_clock clock;
+  scheduled_thread_pool pool(on_clock(clock));
+  auto serial = make_serial_executor(pool);
+  net::io_context io;
+  std::atomic<bool> ran{false};
+  auto h = serial.schedule(net::bind_executor(io, [&] { ran = true; }), 10ms);
+  auto marker = serial.schedule([] {}, 10ms); // after it in the executor's order
+  clock.advance(10ms);
+  marker.wait(); // the drain has taken both: the bound one is handed over
+  BOOST_CHECK(!h.is_done());
+  serial.dispose();
+  BOOST_CHECK(h.is_cancelled());
+  BOOST_CHECK_EQUAL(io.poll(), 1u); // the hand-over runs and finds the task cancelled
+  BOOST_CHECK(!ran.load());
+  BOOST_CHECK_THROW(h.get(), metronome::cancelled_error);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

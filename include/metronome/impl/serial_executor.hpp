@@ -133,7 +133,10 @@ inline detail::scheduled_task_base* serial_executor<Executor>::new_task(F&& f, d
     state_->note_rejected();
     throw rejected_execution("metronome: the pool under this serial_executor is shut down");
   }
-  auto* t = detail::make_scheduled_task<R, true>(&state_->timers(), std::forward<F>(f), kind);
+  // A callable bound to an executor of its own (bind_executor) is handed there when its
+  // turn comes in this executor's order, and runs there (a bound task, as on the pool).
+  auto* t = detail::make_scheduled_task<R, true, detail::has_own_executor<std::decay_t<F>>>(&state_->timers(),
+                                                                                          std::forward<F>(f), kind);
   t->extras().sink = state_;
   return t;
 }
