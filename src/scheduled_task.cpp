@@ -158,12 +158,9 @@ bool scheduled_task_base::cancel() noexcept {
   for (;;) {
     const std::uint32_t phase = s & phase_mask;
     if (phase == pending) {
-      if (state_.compare_exchange_weak(s, (s & has_waiters) | cancelled, std::memory_order_acq_rel)) {
-        // A bound task: a worker may still be inside the dispatch that handed it over
-        // (holding copies of its executor); its completions wait until it has left. Only
-        // after the winning exchange: a dispatch that did not start the task returns at
-        // once, while a cancel() of a periodic run in progress must not wait for the run.
-        wait_for_dispatchers();
+      // A bound task is cancelled settling: see below.
+      if (state_.compare_exchange_weak(s, (s & has_waiters) | cancelled | (bound_ ? settling : 0),
+                                       std::memory_order_acq_rel)) {
         // We own the callable now: no worker can start it. Take it out of the delay
         // queue at once if the pool still exists (the anchor tells: see pool_anchor.hpp).
         bool removed = false;
@@ -175,7 +172,24 @@ bool scheduled_task_base::cancel() noexcept {
         if (removed) release(); // the queue's reference; ours (the caller's handle) remains
         METRONOME_TEST_HOOK(hook_point::handle_before_completions);
         destroy_callable();
-        notify_terminal(s, false); // waits complete elsewhere, never inside cancel()
+        std::uint32_t before_end = s;
+        if (bound_) {
+          // Invariant: once cancel() returned true, or a handle says done, no thread is
+          // inside a dispatch of this task (holding copies of its executor, whose context
+          // may be destroyed then). A worker that took it before the exchange may be in
+          // its dispatch, or enter it only now: the callable's executor copy is gone
+          // (destroy_callable, under the copy's lock), so one that enters from here on
+          // dispatches nothing, and one that copied it first counts in dispatchers_ by
+          // now. Waited for only after the winning exchange: a dispatch that did not
+          // start the task returns at once, while a cancel() of a periodic run in
+          // progress must not wait for the run. Until then the task is settling: the
+          // pool sees it cancelled, its handles do not see it done. Tested by
+          // `a_cancel_does_not_return_while_a_worker_that_entered_the_dispatch_after_it_holds_the_executor`,
+          // `a_bound_task_cancelled_while_its_dispatcher_holds_the_executor_is_not_done_before_it_lets_go`.
+          wait_for_dispatchers();
+          before_end = state_.fetch_and(~settling, std::memory_order_acq_rel); // waiters that came meanwhile
+        }
+        notify_terminal(before_end, false); // waits complete elsewhere, never inside cancel()
         // The pool exists: a removal keeps it from terminating until this (in transit).
         if (removed) engine(pool())->cancel_delivered();
         return true;
@@ -251,7 +265,7 @@ void scheduled_task_base::wait() const {
   auto& st = stripe_for(this);
   std::unique_lock lk(st.mtx);
   std::uint32_t s = state_.fetch_or(has_waiters, std::memory_order_acq_rel);
-  while ((s & phase_mask) < done) {
+  while (!ended(s)) {
     st.cv.wait(lk);
     s = state_.load(std::memory_order_acquire);
   }
@@ -262,7 +276,7 @@ bool scheduled_task_base::wait_until(clock::time_point deadline) const {
   auto& st = stripe_for(this);
   std::unique_lock lk(st.mtx);
   std::uint32_t s = state_.fetch_or(has_waiters, std::memory_order_acq_rel);
-  while ((s & phase_mask) < done) {
+  while (!ended(s)) {
     if (st.cv.wait_until(lk, deadline) == std::cv_status::timeout) return is_terminal();
     s = state_.load(std::memory_order_acquire);
   }

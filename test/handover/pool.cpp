@@ -836,4 +836,68 @@ BOOST_AUTO_TEST_CASE(a_bound_task_s_handle_is_not_done_before_its_dispatcher_let
   BOOST_CHECK_EQUAL(ran.load(), 1);
 }
 
+// A worker took a bound task (still pending) and is held before its dispatch; a cancel()
+// wins the task and is held right after its exchange, when it has looked for dispatchers
+// and found none. The worker then goes on: it enters its dispatch, copies the executor
+// (the callable is not destroyed yet) and hands the task to the io_context, and is held
+// in its dispatch's tail. The cancel() must not return before that worker has let go of
+// the executor: once it returned true, the handle is done and the io_context may be
+// destroyed (the worker's dispatch would then touch a destroyed context).
+BOOST_AUTO_TEST_CASE(a_cancel_does_not_return_while_a_worker_that_entered_the_dispatch_after_it_holds_the_executor) {
+  scheduled_thread_pool pool(1);
+  arm_workers(pool);
+  metronome::net::io_context io; // not run: the hand-over stays queued in it
+  std::atomic<bool> ran{false}, returned{false}, won{false};
+  metronome::test::hook_stops stops{{hook_point::bound_before_dispatch, false},
+                                    {hook_point::handle_before_anchor, false},
+                                    {hook_point::bound_dispatch_returned, false}};
+  auto h = pool.submit(metronome::net::bind_executor(io, [&] { ran = true; }));
+  BOOST_REQUIRE(stops.arrived(hook_point::bound_before_dispatch)); // taken, still pending
+  std::thread canceller([&] {
+    hook_stop::arm_this_thread();
+    won = h.cancel();
+    returned = true;
+  });
+  BOOST_REQUIRE(stops.arrived(hook_point::handle_before_anchor)); // the exchange won
+  stops.release(hook_point::bound_before_dispatch);
+  BOOST_REQUIRE(stops.arrived(hook_point::bound_dispatch_returned)); // handed over, copies held
+  stops.release(hook_point::handle_before_anchor);
+  BOOST_CHECK(!poll_until([&] { return returned.load(); }, 200ms));
+  BOOST_CHECK(!h.is_done());
+  stops.release(hook_point::bound_dispatch_returned);
+  canceller.join();
+  BOOST_CHECK(won.load());
+  BOOST_CHECK(h.is_cancelled());
+  BOOST_CHECK_EQUAL(io.poll(), 1u); // the hand-over runs and finds the task cancelled
+  BOOST_CHECK(!ran.load());
+}
+
+// A worker is inside its dispatch of a bound task (held in the dispatch's tail, the task
+// queued on an io_context nobody runs: still pending). A cancel() on another thread wins
+// and waits for that worker to leave. Meanwhile the handle must not say done to a third
+// thread (is_done(), wait_for()): a thread that sees it done may destroy the io_context
+// while the worker still holds copies of its executor.
+BOOST_AUTO_TEST_CASE(a_bound_task_cancelled_while_its_dispatcher_holds_the_executor_is_not_done_before_it_lets_go) {
+  scheduled_thread_pool pool(1);
+  arm_workers(pool);
+  metronome::net::io_context io;
+  std::atomic<bool> ran{false}, returned{false}, won{false};
+  hook_stop stop(hook_point::bound_dispatch_returned);
+  auto h = pool.submit(metronome::net::bind_executor(io, [&] { ran = true; }));
+  BOOST_REQUIRE(stop.arrived());
+  std::thread canceller([&] {
+    won = h.cancel();
+    returned = true;
+  });
+  BOOST_CHECK(!poll_until([&] { return returned.load() || h.is_done() || h.is_cancelled(); }, 200ms));
+  BOOST_CHECK(h.wait_for(50ms) == std::future_status::timeout);
+  stop.release();
+  canceller.join();
+  BOOST_CHECK(won.load());
+  BOOST_CHECK(h.is_done() && h.is_cancelled());
+  BOOST_CHECK(h.wait_for(0ms) == std::future_status::ready);
+  BOOST_CHECK_EQUAL(io.poll(), 1u);
+  BOOST_CHECK(!ran.load());
+}
+
 BOOST_AUTO_TEST_SUITE_END()
