@@ -196,6 +196,9 @@ public:
   };
   void enter_dispatch(dispatch_frame& f) noexcept;
   void leave_dispatch(dispatch_frame& f) noexcept;
+  // Before letting go of a bound task that a handle's cancel() ended: waits until that
+  // cancel() has settled (see cancel(), src/scheduled_task.cpp).
+  void wait_for_settled_cancel() const noexcept;
 
   task_sink* sink() const noexcept { return extras_ ? extras_->sink.get() : nullptr; }
   // Only for node types made with extras (periodic, serial executor).
