@@ -488,6 +488,7 @@ void pool_engine::run_detached(scheduled_task_base* t) noexcept {
 
 void pool_engine::run_once(scheduled_task_base* t) noexcept {
   if (!t->try_start()) {
+    t->wait_for_settled_cancel(); // a bound one's run on its executor, whose context may go next
     t->release();
     return;
   }
@@ -517,6 +518,7 @@ void pool_engine::run_once(scheduled_task_base* t) noexcept {
 // (hook bound_before_dispatch), test/handover/pool.cpp.
 void pool_engine::hand_off_bound(scheduled_task_base* t) noexcept {
   if (t->phase() != scheduled_task_base::pending) { // cancelled while queued
+    t->wait_for_settled_cancel(); // before the pool may terminate and destroy its strands' service
     t->release();
     return;
   }

@@ -87,6 +87,8 @@ bool scheduled_task_base::try_start() noexcept {
 
 namespace {
 thread_local scheduled_task_base::dispatch_frame* dispatch_frames = nullptr;
+// The bound tasks whose callable a cancel() on this thread is destroying (settling).
+thread_local scheduled_task_base::dispatch_frame* settling_frames = nullptr;
 } // namespace
 
 void scheduled_task_base::enter_dispatch(dispatch_frame& f) noexcept {
@@ -115,6 +117,30 @@ void scheduled_task_base::wait_for_dispatchers() const noexcept {
   }
 }
 
+// Invariant: a thread that lets go of a bound task a handle's cancel() won (a worker that
+// finds it cancelled, the pool's destructor, a bound_run destroyed by its executor's
+// context, a pending_task) waits until that cancel() has settled - destroyed the callable
+// and its copies of the executor - unless it is itself inside a dispatch of the task,
+// which that cancel() waits for. Once the pool or the executor has let go of the task,
+// the executor's context may go (the pool's strand service in its destructor, an
+// io_context destroying the hand-over), and a strand copy destroyed after its service
+// locks a destroyed mutex. Tested by
+// `the_pool_s_destructor_waits_for_a_cancel_destroying_a_bound_task_s_callable_queued_on_its_strand`,
+// `a_worker_that_finds_a_bound_task_cancelled_waits_for_the_cancel_to_destroy_its_callable`.
+void scheduled_task_base::wait_for_settled_cancel() const noexcept {
+  if (!bound_) return;
+  while ((state_.load(std::memory_order_acquire) & settling) != 0) {
+    for (const dispatch_frame* f = dispatch_frames; f; f = f->prev)
+      if (f->task == this) return;
+    // This thread's own cancel(): destroying the callable dropped the last copy of a
+    // strand whose queue held this task's hand-over (a strand left locked by a dropped
+    // invoker, kept by the copies of the tasks queued in it), and destroys it here.
+    for (const dispatch_frame* f = settling_frames; f; f = f->prev)
+      if (f->task == this) return;
+    std::this_thread::yield();
+  }
+}
+
 void scheduled_task_base::finish() noexcept {
   wait_for_dispatchers();
   std::uint32_t old = state_.load(std::memory_order_relaxed);
@@ -127,7 +153,10 @@ bool scheduled_task_base::finish_cancelled(bool by_runner) noexcept {
   wait_for_dispatchers();
   std::uint32_t old = state_.load(std::memory_order_acquire);
   for (;;) {
-    if ((old & phase_mask) >= done) return false;
+    if ((old & phase_mask) >= done) {
+      wait_for_settled_cancel();
+      return false;
+    }
     if (state_.compare_exchange_weak(old, (old & has_waiters) | cancelled, std::memory_order_acq_rel)) break;
   }
   destroy_callable();
@@ -158,12 +187,9 @@ bool scheduled_task_base::cancel() noexcept {
   for (;;) {
     const std::uint32_t phase = s & phase_mask;
     if (phase == pending) {
-      if (state_.compare_exchange_weak(s, (s & has_waiters) | cancelled, std::memory_order_acq_rel)) {
-        // A bound task: a worker may still be inside the dispatch that handed it over
-        // (holding copies of its executor); its completions wait until it has left. Only
-        // after the winning exchange: a dispatch that did not start the task returns at
-        // once, while a cancel() of a periodic run in progress must not wait for the run.
-        wait_for_dispatchers();
+      // A bound task is cancelled settling: see below.
+      if (state_.compare_exchange_weak(s, (s & has_waiters) | cancelled | (bound_ ? settling : 0),
+                                       std::memory_order_acq_rel)) {
         // We own the callable now: no worker can start it. Take it out of the delay
         // queue at once if the pool still exists (the anchor tells: see pool_anchor.hpp).
         bool removed = false;
@@ -174,8 +200,30 @@ bool scheduled_task_base::cancel() noexcept {
         }
         if (removed) release(); // the queue's reference; ours (the caller's handle) remains
         METRONOME_TEST_HOOK(hook_point::handle_before_completions);
-        destroy_callable();
-        notify_terminal(s, false); // waits complete elsewhere, never inside cancel()
+        std::uint32_t before_end = s;
+        if (!bound_) {
+          destroy_callable();
+        } else {
+          dispatch_frame settle{this, settling_frames};
+          settling_frames = &settle;
+          destroy_callable();
+          settling_frames = settle.prev;
+          // Invariant: once cancel() returned true, or a handle says done, no thread is
+          // inside a dispatch of this task (holding copies of its executor, whose context
+          // may be destroyed then). A worker that took it before the exchange may be in
+          // its dispatch, or enter it only now: the callable's executor copy is gone
+          // (destroy_callable, under the copy's lock), so one that enters from here on
+          // dispatches nothing, and one that copied it first counts in dispatchers_ by
+          // now. Waited for only after the winning exchange: a dispatch that did not
+          // start the task returns at once, while a cancel() of a periodic run in
+          // progress must not wait for the run. Until then the task is settling: the
+          // pool sees it cancelled, its handles do not see it done. Tested by
+          // `a_cancel_does_not_return_while_a_worker_that_entered_the_dispatch_after_it_holds_the_executor`,
+          // `a_bound_task_cancelled_while_its_dispatcher_holds_the_executor_is_not_done_before_it_lets_go`.
+          wait_for_dispatchers();
+          before_end = state_.fetch_and(~settling, std::memory_order_acq_rel); // waiters that came meanwhile
+        }
+        notify_terminal(before_end, false); // waits complete elsewhere, never inside cancel()
         // The pool exists: a removal keeps it from terminating until this (in transit).
         if (removed) engine(pool())->cancel_delivered();
         return true;
@@ -251,7 +299,7 @@ void scheduled_task_base::wait() const {
   auto& st = stripe_for(this);
   std::unique_lock lk(st.mtx);
   std::uint32_t s = state_.fetch_or(has_waiters, std::memory_order_acq_rel);
-  while ((s & phase_mask) < done) {
+  while (!ended(s)) {
     st.cv.wait(lk);
     s = state_.load(std::memory_order_acquire);
   }
@@ -262,7 +310,7 @@ bool scheduled_task_base::wait_until(clock::time_point deadline) const {
   auto& st = stripe_for(this);
   std::unique_lock lk(st.mtx);
   std::uint32_t s = state_.fetch_or(has_waiters, std::memory_order_acq_rel);
-  while ((s & phase_mask) < done) {
+  while (!ended(s)) {
     if (st.cv.wait_until(lk, deadline) == std::cv_status::timeout) return is_terminal();
     s = state_.load(std::memory_order_acquire);
   }

@@ -81,7 +81,7 @@ public:
   }
 
   /// Whether the task ended by cancellation (including discard by a rejection policy).
-  bool is_cancelled() const noexcept { return task_ && task_->phase() == detail::scheduled_task_base::cancelled; }
+  bool is_cancelled() const noexcept { return task_ && task_->is_cancelled(); }
 
   /// Whether the task has ended: returned, threw, or was cancelled.
   bool is_done() const noexcept { return task_ && task_->is_terminal(); }

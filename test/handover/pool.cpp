@@ -836,4 +836,148 @@ BOOST_AUTO_TEST_CASE(a_bound_task_s_handle_is_not_done_before_its_dispatcher_let
   BOOST_CHECK_EQUAL(ran.load(), 1);
 }
 
+// A worker took a bound task (still pending) and is held before its dispatch; a cancel()
+// wins the task and is held right after its exchange, when it has looked for dispatchers
+// and found none. The worker then goes on: it enters its dispatch, copies the executor
+// (the callable is not destroyed yet) and hands the task to the io_context, and is held
+// in its dispatch's tail. The cancel() must not return before that worker has let go of
+// the executor: once it returned true, the handle is done and the io_context may be
+// destroyed (the worker's dispatch would then touch a destroyed context).
+BOOST_AUTO_TEST_CASE(a_cancel_does_not_return_while_a_worker_that_entered_the_dispatch_after_it_holds_the_executor) {
+  scheduled_thread_pool pool(1);
+  arm_workers(pool);
+  metronome::net::io_context io; // not run: the hand-over stays queued in it
+  std::atomic<bool> ran{false}, returned{false}, won{false};
+  metronome::test::hook_stops stops{{hook_point::bound_before_dispatch, false},
+                                    {hook_point::handle_before_anchor, false},
+                                    {hook_point::bound_dispatch_returned, false}};
+  auto h = pool.submit(metronome::net::bind_executor(io, [&] { ran = true; }));
+  BOOST_REQUIRE(stops.arrived(hook_point::bound_before_dispatch)); // taken, still pending
+  std::thread canceller([&] {
+    hook_stop::arm_this_thread();
+    won = h.cancel();
+    returned = true;
+  });
+  BOOST_REQUIRE(stops.arrived(hook_point::handle_before_anchor)); // the exchange won
+  stops.release(hook_point::bound_before_dispatch);
+  BOOST_REQUIRE(stops.arrived(hook_point::bound_dispatch_returned)); // handed over, copies held
+  stops.release(hook_point::handle_before_anchor);
+  BOOST_CHECK(!poll_until([&] { return returned.load(); }, 200ms));
+  BOOST_CHECK(!h.is_done());
+  stops.release(hook_point::bound_dispatch_returned);
+  canceller.join();
+  BOOST_CHECK(won.load());
+  BOOST_CHECK(h.is_cancelled());
+  BOOST_CHECK_EQUAL(io.poll(), 1u); // the hand-over runs and finds the task cancelled
+  BOOST_CHECK(!ran.load());
+}
+
+// A worker is inside its dispatch of a bound task (held in the dispatch's tail, the task
+// queued on an io_context nobody runs: still pending). A cancel() on another thread wins
+// and waits for that worker to leave. Meanwhile the handle must not say done to a third
+// thread (is_done(), wait_for()): a thread that sees it done may destroy the io_context
+// while the worker still holds copies of its executor.
+BOOST_AUTO_TEST_CASE(a_bound_task_cancelled_while_its_dispatcher_holds_the_executor_is_not_done_before_it_lets_go) {
+  scheduled_thread_pool pool(1);
+  arm_workers(pool);
+  metronome::net::io_context io;
+  std::atomic<bool> ran{false}, returned{false}, won{false};
+  hook_stop stop(hook_point::bound_dispatch_returned);
+  auto h = pool.submit(metronome::net::bind_executor(io, [&] { ran = true; }));
+  BOOST_REQUIRE(stop.arrived());
+  std::thread canceller([&] {
+    won = h.cancel();
+    returned = true;
+  });
+  BOOST_CHECK(!poll_until([&] { return returned.load() || h.is_done() || h.is_cancelled(); }, 200ms));
+  BOOST_CHECK(h.wait_for(50ms) == std::future_status::timeout);
+  stop.release();
+  canceller.join();
+  BOOST_CHECK(won.load());
+  BOOST_CHECK(h.is_done() && h.is_cancelled());
+  BOOST_CHECK(h.wait_for(0ms) == std::future_status::ready);
+  BOOST_CHECK_EQUAL(io.poll(), 1u);
+  BOOST_CHECK(!ran.load());
+}
+
+// A bound task handed to a strand over the pool and queued behind a handler that holds
+// the strand; shutdown_now() drops the strand's next invoker, so the hand-over stays in
+// the strand until the pool's destructor shuts its strand service down. A cancel() wins
+// the task and is held before it destroys the callable (whose executor copies are the
+// strand's last). The destructor's shutdown of the strand service destroys the hand-over
+// (drop_bound): it must wait for that cancel() to finish, else the service is destroyed
+// first and the cancel()'s strand copies lock its destroyed mutex.
+BOOST_AUTO_TEST_CASE(the_pool_s_destructor_waits_for_a_cancel_destroying_a_bound_task_s_callable_queued_on_its_strand) {
+  auto pool = std::make_unique<scheduled_thread_pool>(2);
+  std::optional strand = metronome::net::make_strand(pool->get_executor());
+  gate busy;
+  counter in_strand;
+  metronome::net::post(*strand, [&] {
+    in_strand.add();
+    busy.wait();
+  });
+  BOOST_REQUIRE(in_strand.wait_for_at_least(1));
+  std::atomic<bool> ran{false}, won{false}, destroyed{false};
+  auto h = pool->submit(metronome::net::bind_executor(*strand, [&] { ran = true; }));
+  BOOST_REQUIRE(poll_until([&] { return pool->stats().completed >= 1; }, 10s)); // queued in the strand
+  BOOST_CHECK(pool->shutdown_now().empty());
+  busy.open(); // the strand's invoker ends; its re-post is dropped: the strand stays locked
+  hook_stop stop(hook_point::handle_before_anchor);
+  std::thread canceller([&] {
+    hook_stop::arm_this_thread();
+    won = h.cancel();
+  });
+  BOOST_REQUIRE(stop.arrived()); // the cancel() won; the callable is not destroyed yet
+  strand.reset();
+  std::thread destroyer([&] {
+    pool.reset();
+    destroyed = true;
+  });
+  BOOST_CHECK(!poll_until([&] { return destroyed.load(); }, 200ms));
+  stop.release();
+  canceller.join();
+  destroyer.join();
+  BOOST_CHECK(won.load());
+  BOOST_CHECK(h.is_cancelled());
+  BOOST_CHECK(!ran.load());
+}
+
+// A bound task (to a strand over the pool) waits in the ready queue behind a task that
+// holds the pool's only worker; a cancel() wins it and is held before it destroys the
+// callable. The pool's destructor then runs what is ready: the worker finds the task
+// cancelled and must wait for that cancel() to finish before it lets go - else the pool
+// terminates and destroys its strand service first.
+BOOST_AUTO_TEST_CASE(a_worker_that_finds_a_bound_task_cancelled_waits_for_the_cancel_to_destroy_its_callable) {
+  auto pool = std::make_unique<scheduled_thread_pool>(1);
+  std::optional strand = metronome::net::make_strand(pool->get_executor());
+  gate busy;
+  counter started;
+  pool->submit([&] {
+    started.add();
+    busy.wait();
+  });
+  BOOST_REQUIRE(started.wait_for_at_least(1));
+  std::atomic<bool> ran{false}, won{false}, destroyed{false};
+  auto h = pool->submit(metronome::net::bind_executor(*strand, [&] { ran = true; }));
+  hook_stop stop(hook_point::handle_before_anchor);
+  std::thread canceller([&] {
+    hook_stop::arm_this_thread();
+    won = h.cancel();
+  });
+  BOOST_REQUIRE(stop.arrived());
+  strand.reset();
+  std::thread destroyer([&] {
+    pool.reset();
+    destroyed = true;
+  });
+  busy.open();
+  BOOST_CHECK(!poll_until([&] { return destroyed.load(); }, 200ms));
+  stop.release();
+  canceller.join();
+  destroyer.join();
+  BOOST_CHECK(won.load());
+  BOOST_CHECK(h.is_cancelled());
+  BOOST_CHECK(!ran.load());
+}
+
 BOOST_AUTO_TEST_SUITE_END()

@@ -21,6 +21,7 @@
 #include <optional>
 #include <random>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -32,8 +33,40 @@ const char* ending_name(ending e) {
   return e == ending::shutdown ? "shutdown" : e == ending::shutdown_now ? "shutdown_now" : "destructor";
 }
 
+// Bound tasks (bind_executor) in the mix: to a strand over the pool (one per producer:
+// its tasks, one-shot and periodic, queue behind each other there, so hand-overs meet a
+// busy strand, its invoker is re-posted - and dropped after shutdown_now() - and the
+// strand's exclusion is checked across tasks), and in rounds with an io_context of the
+// round (run by one or two threads of it) to its executor (two threads: a periodic
+// task's runs could overlap there, only the pool keeps them apart) or to a strand of it,
+// again one per producer.
+using pool_strand = net::strand<scheduled_thread_pool::executor_type>;
+using io_executor = net::io_context::executor_type;
+using io_strand = net::strand<io_executor>;
+enum class bind_to : std::uint8_t { none, pool_strand, io, io_strand };
+
+// How a round with an io_context ends it: run until the pool is gone and it runs out of
+// work (every hand-over runs); stopped at the pool's ending and destroyed after the pool
+// (the hand-overs still queued end cancelled); or stopped and destroyed before the pool,
+// once every handle bound to it is done (no pool thread touches it any more).
+enum class io_end { drain, stop_first, destroy_first };
+const char* io_end_name(io_end e) {
+  return e == io_end::drain ? "drain" : e == io_end::stop_first ? "stop_first" : "destroy_first";
+}
+
+constexpr int on_io_thread = 3; // tl_role of a thread running the round's io_context
+
+// Plain executor-path callables (post, defer, dispatch), per thread: run, destroyed
+// unrun, and of those the drops a rejection report on this thread (or a pending_task
+// dropped here) accounted for. A report with no unclaimed drop before it is another
+// executor-path task dropped: a strand's invoker.
+thread_local int tl_plain_ran = 0;
+thread_local int tl_plain_unrun = 0;
+thread_local int tl_plain_claimed = 0;
+
 struct pop {
   enum kind_t { submit, schedule, rate, fdelay, post, defer, dispatch } kind = submit;
+  bind_to target = bind_to::none;
   slot* s = nullptr;
   slot* child = nullptr;
   scheduled_future<int> h;
@@ -48,6 +81,8 @@ struct pop {
   long long earliest_due_ns = 0;
   bool typed() const { return kind <= fdelay; }
   bool periodic() const { return kind == rate || kind == fdelay; }
+  bool bound() const { return target != bind_to::none; }
+  bool on_io() const { return target == bind_to::io || target == bind_to::io_strand; }
 };
 
 const char* kind_name(pop::kind_t k) {
@@ -55,16 +90,50 @@ const char* kind_name(pop::kind_t k) {
   return n[k];
 }
 
+const char* op_name(const pop& o) {
+  static const char* bound[3][4] = {
+      {"submit bound to a pool strand", "schedule bound to a pool strand", "fixed_rate bound to a pool strand",
+       "fixed_delay bound to a pool strand"},
+      {"submit bound to the io_context", "schedule bound to the io_context", "fixed_rate bound to the io_context",
+       "fixed_delay bound to the io_context"},
+      {"submit bound to an io strand", "schedule bound to an io strand", "fixed_rate bound to an io strand",
+       "fixed_delay bound to an io strand"}};
+  if (!o.bound()) return kind_name(o.kind);
+  return bound[static_cast<int>(o.target) - 1][o.kind];
+}
+
+// What the bound tasks did over a case's rounds (the case's closing message).
+struct bound_tally {
+  long ops = 0, ran = 0, cancelled = 0, rejected = 0, invokers_returned = 0, invokers_dropped_reported = 0;
+  long must_run = 0, test_cancels_won = 0;
+  long io_rounds[3] = {0, 0, 0};
+};
+
 struct pool_round {
   std::uint64_t seed = 0;
   ending end = ending::shutdown;
   int producers = 2;
   int ops_per = 0;
+  int bound_percent = 12; // share of bound submissions among the producers' operations
+  int pending_mode = 0; // shutdown_now's tasks: 0 run or drop each at random, 1 run all, 2 drop all
   metronome::rejection_policy policy = metronome::rejection_policy::abort;
   bool run_delayed = true, continue_periodic = false;
   std::unique_ptr<slot[]> slots;
+  std::unique_ptr<std::atomic<int>[]> task_inside;   // per op: runs of that task under way
+  std::unique_ptr<std::atomic<int>[]> strand_inside; // per producer: its pool strand, its io strand
   std::vector<std::vector<pop>> ops;
   reports rep;
+  std::atomic<int> rejected_other{0}; // rejection reports of no plain callable: strand invokers
+  std::atomic<int> off_executor{0}, task_overlaps{0}, strand_overlaps{0};
+  // The round's io_context (with_io), and the strands, one per producer: each strand goes
+  // before its context (the pool strands before the pool).
+  bool with_io = false;
+  io_end io_ending = io_end::drain;
+  std::unique_ptr<net::io_context> io;
+  std::optional<net::executor_work_guard<io_executor>> io_guard;
+  std::vector<std::thread> io_threads;
+  std::vector<std::optional<pool_strand>> pool_strands;
+  std::vector<std::optional<io_strand>> io_strands;
   std::unique_ptr<scheduled_thread_pool> pool;
   std::atomic<int> ops_done{0}, producers_done{0}, in_phase2{0};
   std::atomic<bool> stop_submitting{false}, stop_all{false};
@@ -88,13 +157,64 @@ auto periodic_body(slot* s, int throw_on) {
   };
 }
 
+// Carried by a plain executor-path callable: counts it, on the thread that destroys it,
+// when it is destroyed without having run.
+class drop_witness {
+public:
+  explicit drop_witness(slot* s) noexcept : s_(s) {}
+  drop_witness(drop_witness&& o) noexcept : s_(std::exchange(o.s_, nullptr)) {}
+  drop_witness(const drop_witness&) = delete;
+  drop_witness& operator=(const drop_witness&) = delete;
+  drop_witness& operator=(drop_witness&&) = delete;
+  ~drop_witness() {
+    if (s_ && s_->runs.load() == 0) ++tl_plain_unrun;
+  }
+
+private:
+  slot* s_;
+};
+
 auto exec_body(slot* s, slot* child, scheduled_thread_pool::executor_type ex) {
-  return [l = life(s), s, child, ex] {
+  return [l = life(s), w = drop_witness(s), s, child, ex] {
     count_run(s);
+    ++tl_plain_ran;
     if (child && tl_role == on_library) {
       // A continuation from a pool thread: accepted even after shutdown().
       child->posted.store(1);
-      net::defer(ex, [l2 = life(child), child] { count_run(child); });
+      net::defer(ex, [l2 = life(child), w2 = drop_witness(child), child] {
+        count_run(child);
+        ++tl_plain_ran;
+      });
+    }
+  };
+}
+
+// A bound task's callable: counts its runs and the runs that were not on its executor,
+// that overlapped another run of the same task, or another callable on its strand.
+// Periodic ones throw at run `throw_on` on a pool thread only (a pool strand's), whose
+// pool is alive then: its handler hears of it.
+template <bool Periodic, class Where>
+auto bound_body(pool_round& r, slot* s, Where where, std::atomic<int>* strand_in, int throw_on) {
+  std::atomic<int>* task_in = &r.task_inside[(s - r.slots.get()) / 2];
+  return [l = life(s), s, where, strand_in, task_in, throw_on, rp = &r] {
+    if (!where.running_in_this_thread()) rp->off_executor.fetch_add(1);
+    if (task_in->fetch_add(1) != 0) rp->task_overlaps.fetch_add(1);
+    if (strand_in && strand_in->fetch_add(1) != 0) rp->strand_overlaps.fetch_add(1);
+    const int n = count_run(s);
+    if ((n & 1) == 1) { // a window for an overlapping run, and a strand busy when the next hand-over comes
+      const long long until = real_ns() + 20000;
+      while (real_ns() < until) {
+      }
+    }
+    if (strand_in) strand_in->fetch_sub(1);
+    task_in->fetch_sub(1);
+    if constexpr (Periodic) {
+      if (throw_on != 0 && n == throw_on && tl_role == on_library) {
+        s->throws.fetch_add(1);
+        throw boom{s};
+      }
+    } else {
+      return 7;
     }
   };
 }
@@ -102,17 +222,62 @@ auto exec_body(slot* s, slot* child, scheduled_thread_pool::executor_type ex) {
 void try_cancel(pool_round& r, pop& o) {
   if (o.h.valid()) {
     if (o.h.cancel()) {
-      if (o.cancel_won) r.errs.add(fmt("%s: cancel() returned true twice", kind_name(o.kind)));
+      if (o.cancel_won) r.errs.add(fmt("%s: cancel() returned true twice", op_name(o)));
       o.cancel_won = true;
       if (!o.h.is_cancelled() || !o.h.is_done())
-        r.errs.add(fmt("%s: cancel() returned true but the handle is not done+cancelled", kind_name(o.kind)));
+        r.errs.add(fmt("%s: cancel() returned true but the handle is not done+cancelled", op_name(o)));
     }
   } else if (o.hp.valid()) {
     if (o.hp.cancel()) {
-      if (o.cancel_won) r.errs.add(fmt("%s: cancel() returned true twice", kind_name(o.kind)));
+      if (o.cancel_won) r.errs.add(fmt("%s: cancel() returned true twice", op_name(o)));
       o.cancel_won = true;
       o.runs_at_cancel = o.s->runs.load();
     }
+  }
+}
+
+// One bound submission of producer p: a one-shot (submit, schedule) or periodic task
+// bound to its pool strand, or to the round's io_context or its io strand.
+template <class Rng>
+void submit_bound(pool_round& r, int p, pop& o, Rng& rng) {
+  const int k = static_cast<int>(rng() % 100);
+  const int t = r.with_io ? static_cast<int>(rng() % 4) : 0;
+  o.target = t < 2 ? bind_to::pool_strand : t == 2 ? bind_to::io : bind_to::io_strand;
+  o.kind = k < 30 ? pop::submit : k < 70 ? pop::schedule : k < 85 ? pop::rate : pop::fdelay;
+  metronome::periodic_options po;
+  std::chrono::microseconds initial{0}, period{0};
+  if (o.kind == pop::schedule) {
+    o.delay = std::chrono::microseconds(rng() % 6 == 0 ? 0 : rng() % 5001);
+    o.earliest_due_ns = real_ns() + std::chrono::nanoseconds(o.delay).count();
+  } else if (o.periodic()) {
+    o.throw_on = rng() % 3 == 0 ? static_cast<int>(1 + rng() % 3) : 0;
+    o.stop_on_error = rng() % 2 == 0;
+    po.missed = static_cast<metronome::missed_tick>(rng() % 3);
+    po.on_error = o.stop_on_error ? metronome::on_exception::stop : metronome::on_exception::continue_;
+    initial = std::chrono::microseconds(rng() % 3001);
+    period = std::chrono::microseconds(500 + rng() % 2500);
+    o.earliest_due_ns = real_ns() + std::chrono::nanoseconds(initial).count();
+  }
+  auto go = [&](auto where, std::atomic<int>* strand_in) {
+    if (!o.periodic()) {
+      auto f = net::bind_executor(where, bound_body<false>(r, o.s, where, strand_in, 0));
+      o.h = o.kind == pop::submit ? r.pool->submit(std::move(f)) : r.pool->schedule(std::move(f), o.delay);
+    } else {
+      auto f = net::bind_executor(where, bound_body<true>(r, o.s, where, strand_in, o.throw_on));
+      o.hp = o.kind == pop::rate ? r.pool->schedule_at_fixed_rate(std::move(f), initial, period, po)
+                                 : r.pool->schedule_with_fixed_delay(std::move(f), initial, period, po);
+    }
+  };
+  switch (o.target) {
+  case bind_to::pool_strand:
+    go(*r.pool_strands[static_cast<std::size_t>(p)], &r.strand_inside[2 * p]);
+    break;
+  case bind_to::io:
+    go(r.io->get_executor(), nullptr);
+    break;
+  default:
+    go(*r.io_strands[static_cast<std::size_t>(p)], &r.strand_inside[2 * p + 1]);
+    break;
   }
 }
 
@@ -125,10 +290,13 @@ void produce(pool_round& r, int p) {
     pop& o = mine.emplace_back(); // reserved: no reallocation
     o.s = &r.slots[(p * r.ops_per + i) * 2];
     o.child = o.s + 1;
+    const bool bound = static_cast<int>(rng() % 100) < r.bound_percent;
     const int k = static_cast<int>(rng() % 100);
     o.after_shutdown = r.pool->is_shutdown();
     try {
-      if (k < 18) {
+      if (bound) {
+        submit_bound(r, p, o, rng);
+      } else if (k < 18) {
         o.kind = pop::submit;
         o.h = r.pool->submit(oneshot_body(o.s));
       } else if (k < 42) {
@@ -163,7 +331,7 @@ void produce(pool_round& r, int p) {
     } catch (const rejected_execution&) {
       o.rejected = true;
     } catch (const std::exception& e) {
-      r.errs.add(fmt("%s: unexpected exception from the call: %s", kind_name(o.kind), e.what()));
+      r.errs.add(fmt("%s: unexpected exception from the call: %s", op_name(o), e.what()));
     }
     if (rng() % 5 == 0) try_cancel(r, mine[rng() % mine.size()]);
     r.ops_done.fetch_add(1);
@@ -182,8 +350,76 @@ void produce(pool_round& r, int p) {
   }
 }
 
+// The round's io_context: stopped (its threads joined), or run until it runs out of work
+// (false: it did not within the watchdog's limit).
+void stop_io(pool_round& r) {
+  if (!r.io) return;
+  r.io_guard.reset();
+  r.io->stop();
+  for (auto& t : r.io_threads) t.join();
+  r.io_threads.clear();
+}
+
+bool drain_io(pool_round& r) {
+  if (!r.io) return true;
+  r.io_guard.reset();
+  if (!finishes_within(20s, [&r] {
+        for (auto& t : r.io_threads) t.join();
+      })) {
+    r.errs.add("io_context::run() did not return within 20 s of the pool's end (work left on the bound executor?)");
+    r.io->stop();
+    return false;
+  }
+  r.io_threads.clear();
+  return true;
+}
+
+// A cancel() by the test thread that returned true (destroy_first): the task's runs then.
+struct test_cancel {
+  const pop* op;
+  int runs_at;
+};
+
+// destroy_first: the io_context is stopped, every handle bound to it cancelled and waited
+// for until done, then the io_context (and its strands) destroyed while the pool may
+// still hold and hand over other tasks. Producers may be cancelling the same handles (in
+// the destructor's case): their fields are theirs, the test's wins go to `won`. False
+// when a handle did not become done (the io_context must then be leaked).
+bool destroy_io_first(pool_round& r, std::vector<test_cancel>& won) {
+  stop_io(r);
+  for (auto& v : r.ops)
+    for (auto& op : v) {
+      if (!op.on_io()) continue;
+      auto cancel_and_wait = [&](auto& h) {
+        if (!h.valid()) return true;
+        const int runs = op.s->runs.load();
+        if (h.cancel()) won.push_back({&op, runs});
+        const auto until = std::chrono::steady_clock::now() + 10s;
+        while (!h.is_done()) {
+          if (std::chrono::steady_clock::now() > until) return false;
+          std::this_thread::yield();
+        }
+        return true;
+      };
+      if (!(op.periodic() ? cancel_and_wait(op.hp) : cancel_and_wait(op.h))) {
+        r.errs.add(fmt("%s: not done 10 s after cancel() with its io_context stopped", op_name(op)));
+        return false;
+      }
+    }
+  r.io_strands.clear();
+  r.io.reset();
+  return true;
+}
+
+// On a watchdog: what the hung library still touches is kept for ever; the io_context's
+// threads are stopped (left running, their thread objects leak with the round).
+void abandon(const std::shared_ptr<pool_round>& rp) {
+  if (rp->io) rp->io->stop();
+  metronome::test::leak(rp);
+}
+
 // Returns false when a watchdog fired (the round's state is then leaked).
-bool run_pool_round(const std::shared_ptr<pool_round>& rp) {
+bool run_pool_round(const std::shared_ptr<pool_round>& rp, bound_tally& tally) {
   pool_round& r = *rp;
   std::mt19937_64 rng(r.seed);
   pool_options o;
@@ -191,94 +427,181 @@ bool run_pool_round(const std::shared_ptr<pool_round>& rp) {
   o.rejection = rng() % 2 == 0 ? metronome::rejection_policy::abort : metronome::rejection_policy::caller_runs;
   o.run_delayed_after_shutdown = r.run_delayed = rng() % 3 != 0;
   o.continue_periodic_after_shutdown = r.continue_periodic = rng() % 3 == 0;
-  o.exception_handler = r.rep.handler();
+  // Rejections of plain executor-path callables go to the counting handler; one that
+  // follows no drop of such a callable on its thread is a strand's invoker, dropped.
+  o.exception_handler = [h = r.rep.handler(), rp = &r](std::exception_ptr e) {
+    if (e) {
+      try {
+        std::rethrow_exception(e);
+      } catch (const rejected_execution&) {
+        if (tl_plain_unrun == tl_plain_claimed) {
+          rp->rejected_other.fetch_add(1);
+          return;
+        }
+        ++tl_plain_claimed;
+      } catch (...) {
+      }
+    }
+    h(e);
+  };
   r.policy = o.rejection;
   r.producers = 2 + static_cast<int>(rng() % 2);
-  r.slots.reset(new slot[static_cast<std::size_t>(r.producers * r.ops_per * 2)]);
+  r.pending_mode = rng() % 2 == 0 ? 0 : static_cast<int>(1 + rng() % 2);
+  r.with_io = rng() % 3 != 0;
+  const int total = r.producers * r.ops_per;
+  r.slots.reset(new slot[static_cast<std::size_t>(total * 2)]);
+  r.task_inside.reset(new std::atomic<int>[static_cast<std::size_t>(total)]());
+  r.strand_inside.reset(new std::atomic<int>[static_cast<std::size_t>(r.producers * 2)]());
   r.ops.resize(r.producers);
   for (auto& v : r.ops) v.reserve(r.ops_per);
+  tl_plain_claimed = tl_plain_unrun; // this thread's count starts afresh
+  if (r.with_io) {
+    r.io_ending = static_cast<io_end>(rng() % 3);
+    ++tally.io_rounds[static_cast<int>(r.io_ending)];
+    r.io = std::make_unique<net::io_context>();
+    r.io_guard.emplace(r.io->get_executor());
+    const int io_threads = 1 + static_cast<int>(rng() % 2);
+    for (int t = 0; t < io_threads; ++t)
+      r.io_threads.emplace_back([&r] {
+        tl_role = on_io_thread;
+        r.io->run();
+      });
+  }
   r.pool = std::make_unique<scheduled_thread_pool>(o);
+  for (int p = 0; p < r.producers; ++p) {
+    r.pool_strands.emplace_back(net::make_strand(r.pool->get_executor()));
+    if (r.with_io) r.io_strands.emplace_back(net::make_strand(*r.io));
+  }
 
   std::vector<std::thread> producers;
   for (int p = 0; p < r.producers; ++p) producers.emplace_back([&r, p] { produce(r, p); });
 
   // The random moment: after a random share of the producers' operations.
-  const int total = r.producers * r.ops_per;
   const int threshold = static_cast<int>(rng() % (total + total / 8 + 1));
   while (r.ops_done.load() < threshold && r.producers_done.load() < r.producers) std::this_thread::yield();
 
   std::vector<metronome::pending_task> pending;
+  std::vector<test_cancel> test_won;
+  const bool stop_io_at_end = r.with_io && r.io_ending == io_end::stop_first;
   switch (r.end) {
   case ending::shutdown:
     r.pool->shutdown();
+    if (stop_io_at_end) stop_io(r);
     break;
   case ending::shutdown_now:
     pending = r.pool->shutdown_now();
+    if (stop_io_at_end) stop_io(r);
     break;
   case ending::destructor:
     r.stop_submitting.store(true);
     while (r.in_phase2.load() < r.producers) std::this_thread::yield();
+    r.pool_strands.clear(); // not to outlive the pool
+    if (stop_io_at_end) stop_io(r);
+    if (r.with_io && r.io_ending == io_end::destroy_first && !destroy_io_first(r, test_won)) {
+      r.stop_all.store(true);
+      for (auto& t : producers) t.join();
+      abandon(rp);
+      return false;
+    }
     if (!finishes_within(20s, [&r] { r.pool.reset(); })) {
       BOOST_ERROR("seed " << r.seed << ": ~scheduled_thread_pool() did not return within 20 s (hang)");
       r.stop_all.store(true);
       for (auto& t : producers) t.join();
-      metronome::test::leak(rp);
+      abandon(rp);
       return false;
     }
     r.stop_all.store(true);
     break;
   }
   for (auto& t : producers) t.join();
+  r.pool_strands.clear();
+  bool with_pool_strands = false;
+  for (auto& v : r.ops)
+    for (auto& op : v) with_pool_strands |= op.target == bind_to::pool_strand;
 
-  // shutdown_now's tasks: run some, drop the others.
+  // shutdown_now's tasks: run or drop them (per the round's mode). An executor-path one
+  // that runs or drops no plain callable is a strand's invoker.
   int ret_oneshot_ran = 0, ret_oneshot_dropped = 0, ret_periodic = 0, ret_exec_ran = 0, ret_exec_dropped = 0;
+  int ret_invokers = 0;
   tl_role = on_test_thread;
   for (auto& pt : pending) {
     const bool typed = pt.has_handle(), periodic = pt.is_periodic();
-    if (rng() % 2 == 0) {
+    const int ran0 = tl_plain_ran, unrun0 = tl_plain_unrun;
+    const bool run = r.pending_mode == 1 || (r.pending_mode == 0 && rng() % 2 == 0);
+    if (run) {
       try {
         pt();
       } catch (const std::exception& e) {
         r.errs.add(fmt("running a pending_task threw: %s", e.what()));
       }
       if (typed && !periodic) ++ret_oneshot_ran;
-      if (!typed) ++ret_exec_ran;
     } else {
       metronome::pending_task drop(std::move(pt));
       if (typed && !periodic) ++ret_oneshot_dropped;
-      if (!typed) ++ret_exec_dropped;
+    }
+    const int ran = tl_plain_ran - ran0, unrun = tl_plain_unrun - unrun0;
+    tl_plain_claimed += unrun;
+    if (!typed) {
+      if (ran + unrun > 1 || (run && unrun != 0) || (!run && ran != 0))
+        r.errs.add(fmt("an executor-path pending_task %s ran %d and dropped %d plain callables",
+                       run ? "run" : "dropped", ran, unrun));
+      else if (ran + unrun == 0)
+        ++ret_invokers;
+      else if (run)
+        ++ret_exec_ran;
+      else
+        ++ret_exec_dropped;
     }
     if (periodic) ++ret_periodic;
   }
   pending.clear();
   tl_role = on_library;
+  tally.invokers_returned += ret_invokers;
+  if (ret_invokers != 0 && !with_pool_strands)
+    r.errs.add(fmt("%d executor-path pending_tasks held no callable of the round, which has no strand", ret_invokers));
 
   metronome::pool_stats st{};
   if (r.end != ending::destructor) {
+    if (r.with_io && r.io_ending == io_end::destroy_first && !destroy_io_first(r, test_won)) {
+      abandon(rp);
+      return false;
+    }
     // Periodic tasks kept by continue_periodic_after_shutdown would keep join() waiting.
     for (auto& v : r.ops)
       for (auto& op : v)
         if (op.periodic()) try_cancel(r, op);
     if (!finishes_within(20s, [&r] { r.pool->join(); })) {
       BOOST_ERROR("seed " << r.seed << " (" << ending_name(r.end) << "): join() did not return within 20 s (hang)");
-      metronome::test::leak(rp);
+      abandon(rp);
       return false;
     }
     st = r.pool->stats();
     if (!finishes_within(20s, [&r] { r.pool.reset(); })) {
       BOOST_ERROR("seed " << r.seed << ": ~scheduled_thread_pool() after join() did not return within 20 s (hang)");
-      metronome::test::leak(rp);
+      abandon(rp);
       return false;
     }
   }
+  // The io_context's end: after the pool, its hand-overs run (drain) or are destroyed
+  // unrun (stop_first: the tasks end cancelled).
+  if (r.io) {
+    if (r.io_ending == io_end::drain && !drain_io(r)) {
+      abandon(rp);
+      return false;
+    }
+    stop_io(r);
+    r.io_strands.clear();
+    r.io.reset();
+  }
 
-  // ---- accounting (the pool is gone: nothing runs any more)
+  // ---- accounting (the pool and the io_context are gone: nothing runs any more)
   int typed_rejections = 0, exec_posted = 0, exec_ran = 0, ran_me_oneshot = 0, ran_me_exec = 0;
+  int bound_maybe_caller_runs = 0, bound_oneshot_accepted = 0;
   for (auto& v : r.ops) {
     for (auto& op : v) {
       slot* s = op.s;
       const int ran = s->total();
-      const char* kn = kind_name(op.kind);
+      const char* kn = op_name(op);
       if (s->destroyed.load() != 1)
         r.errs.add(fmt("%s: callable destroyed %d times (want 1)", kn, s->destroyed.load()));
       if (op.typed()) {
@@ -292,7 +615,21 @@ bool run_pool_round(const std::shared_ptr<pool_round>& rp) {
           if (h.delay() != metronome::clock::duration::zero())
             r.errs.add(fmt("%s: delay() of a finished task is not zero", kn));
         };
-        if (op.rejected || s->on_caller.load() > 0) ++typed_rejections;
+        if (op.bound()) {
+          // A bound task due at once rejected under caller_runs is handed to its executor
+          // and runs there: whether it was rejected does not show.
+          ++tally.ops;
+          tally.ran += ran;
+          if (op.rejected) {
+            ++typed_rejections;
+            ++tally.rejected;
+          } else if (!op.periodic() && op.delay == 0us && r.policy == metronome::rejection_policy::caller_runs) {
+            ++bound_maybe_caller_runs;
+          }
+          if ((op.h.valid() && op.h.is_cancelled()) || (op.hp.valid() && op.hp.is_cancelled())) ++tally.cancelled;
+        } else if (op.rejected || s->on_caller.load() > 0) {
+          ++typed_rejections;
+        }
         if (op.rejected && (op.h.valid() || op.hp.valid()))
           r.errs.add(fmt("%s: threw rejected_execution but produced a handle", kn));
         if (s->on_caller.load() > 0 && r.policy != metronome::rejection_policy::caller_runs)
@@ -320,7 +657,27 @@ bool run_pool_round(const std::shared_ptr<pool_round>& rp) {
                            "abort)",
                            static_cast<long long>(op.delay.count()),
                            (op.earliest_due_ns - s->first_run_ns.load()) / 1000));
-          ran_me_oneshot += s->ran_me.load();
+          if (!op.bound()) ran_me_oneshot += s->ran_me.load();
+          if (op.bound() && !op.rejected) {
+            ++bound_oneshot_accepted;
+            // Accepted, never cancelled by a cancel() that returned true, on an executor
+            // that ran everything handed to it: it must have run - ready work after
+            // shutdown() (delayed work too, with run_delayed_after_shutdown) and in the
+            // destructor, and under shutdown_now() what was returned and then run.
+            const bool executor_ran_all = op.target == bind_to::pool_strand || r.io_ending == io_end::drain;
+            const bool due_at_once = op.delay == 0us;
+            const bool must_run =
+                !op.cancel_won && executor_ran_all &&
+                ((r.end == ending::shutdown && (due_at_once || r.run_delayed)) ||
+                 (r.end == ending::destructor && due_at_once) ||
+                 (r.end == ending::shutdown_now && op.on_io() && r.pending_mode == 1));
+            tally.must_run += must_run ? 1 : 0;
+            if (must_run && ran == 0)
+              r.errs.add(fmt("%s (delay %lld us, after_shutdown=%d, io %s): accepted, not cancelled by a cancel() that "
+                             "returned true, its executor ran everything handed to it, yet it never ran (%s)",
+                             kn, static_cast<long long>(op.delay.count()), op.after_shutdown,
+                             r.with_io ? io_end_name(r.io_ending) : "none", cancelled ? "cancelled" : "not cancelled"));
+          }
         } else {
           check_handle(op.hp);
           if (op.rejected && ran > 0) r.errs.add(fmt("%s: rejected but ran %d times", kn, ran));
@@ -346,7 +703,10 @@ bool run_pool_round(const std::shared_ptr<pool_round>& rp) {
               r.errs.add(fmt("%s: stopped by an exception but get() threw %s", kn, e.what()));
             }
           }
-          if (s->ran_me.load() > 0 && op.hp.valid() && (op.hp.is_cancelled() || !op.hp.is_done()))
+          // Its own pending_task runs it once on the test thread and completes it (a bound
+          // one's hands it to its executor; run there by a strand's invoker returned by
+          // shutdown_now(), a bound periodic run is the last: it ends cancelled).
+          if (!op.bound() && s->ran_me.load() > 0 && op.hp.valid() && (op.hp.is_cancelled() || !op.hp.is_done()))
             r.errs.add(fmt("%s: returned by shutdown_now and run, but its handle is not done", kn));
         }
       } else {
@@ -369,16 +729,30 @@ bool run_pool_round(const std::shared_ptr<pool_round>& rp) {
       }
     }
   }
+  tally.test_cancels_won += static_cast<long>(test_won.size());
+  for (const auto& w : test_won) {
+    const int runs = w.op->s->runs.load();
+    if (w.op->periodic() ? runs > w.runs_at + 1 : runs > 0)
+      r.errs.add(fmt("%s: the test's cancel() returned true at %d runs, it ran %d times", op_name(*w.op), w.runs_at,
+                     runs));
+  }
+  if (r.off_executor.load() != 0) r.errs.add(fmt("%d bound runs off their executor", r.off_executor.load()));
+  if (r.task_overlaps.load() != 0)
+    r.errs.add(fmt("%d runs of a bound task overlapped another run of it", r.task_overlaps.load()));
+  if (r.strand_overlaps.load() != 0)
+    r.errs.add(fmt("%d bound runs overlapped another on their strand", r.strand_overlaps.load()));
   // A producer's cancel() may win against a task already handed out by shutdown_now()
-  // (it then never runs, and invoking its pending_task does nothing).
+  // (it then never runs, and invoking its pending_task does nothing). A bound one's
+  // pending_task hands it to its executor: it does not run on the test thread.
   int oneshot_cancel_wins = 0;
   for (auto& v : r.ops)
     for (auto& op : v)
-      if (op.typed() && !op.periodic() && op.cancel_won) ++oneshot_cancel_wins;
-  if (ran_me_oneshot > ret_oneshot_ran || ret_oneshot_ran - ran_me_oneshot > oneshot_cancel_wins)
-    r.errs.add(fmt("invoked %d typed one-shot pending_tasks, %d one-shot callables ran on the test thread (%d "
-                   "cancel() wins could explain a shortfall)",
-                   ret_oneshot_ran, ran_me_oneshot, oneshot_cancel_wins));
+      if (op.typed() && !op.periodic() && !op.bound() && op.cancel_won) ++oneshot_cancel_wins;
+  if (ran_me_oneshot > ret_oneshot_ran ||
+      ret_oneshot_ran - ran_me_oneshot > oneshot_cancel_wins + bound_oneshot_accepted)
+    r.errs.add(fmt("invoked %d typed one-shot pending_tasks, %d unbound one-shot callables ran on the test thread "
+                   "(%d cancel() wins and %d bound one-shots could explain a shortfall)",
+                   ret_oneshot_ran, ran_me_oneshot, oneshot_cancel_wins, bound_oneshot_accepted));
   if (ran_me_exec != ret_exec_ran)
     r.errs.add(fmt("ran %d executor-path pending_tasks, %d callables report it", ret_exec_ran, ran_me_exec));
   const int exec_dropped = exec_posted - exec_ran;
@@ -389,9 +763,20 @@ bool run_pool_round(const std::shared_ptr<pool_round>& rp) {
                    "(silently lost: %d)",
                    exec_posted, exec_ran, exec_dropped, ret_exec_dropped, r.rep.rejected.load(),
                    exec_dropped - ret_exec_dropped - r.rep.rejected.load()));
-  if (r.end == ending::shutdown && static_cast<int>(st.rejected) != typed_rejections + exec_dropped)
-    r.errs.add(fmt("stats().rejected = %zu, want %d typed + %d executor-path rejections", st.rejected,
-                   typed_rejections, exec_dropped));
+  // A strand's invoker is dropped (and reported) only when posted after shutdown_now():
+  // after shutdown() it is accepted until the pool terminates, then runs on the poster.
+  tally.invokers_dropped_reported += r.rejected_other.load();
+  if (r.rejected_other.load() != 0 && (r.end != ending::shutdown_now || !with_pool_strands))
+    r.errs.add(fmt("%d rejection reports for work other than the round's plain callables (strand invokers "
+                   "dropped?) after %s",
+                   r.rejected_other.load(), ending_name(r.end)));
+  if (r.end == ending::shutdown) {
+    const int want = typed_rejections + exec_dropped + r.rejected_other.load();
+    if (static_cast<int>(st.rejected) < want || static_cast<int>(st.rejected) > want + bound_maybe_caller_runs)
+      r.errs.add(fmt("stats().rejected = %zu, want %d typed + %d executor-path rejections (+ up to %d bound ones "
+                     "under caller_runs)",
+                     st.rejected, typed_rejections, exec_dropped, bound_maybe_caller_runs));
+  }
   if (r.end == ending::destructor && (exec_dropped != 0 || typed_rejections != 0))
     r.errs.add(fmt("destructor: %d executor-path tasks never ran (ready work must run), %d rejections",
                    exec_dropped, typed_rejections));
@@ -405,21 +790,30 @@ bool run_pool_round(const std::shared_ptr<pool_round>& rp) {
 void pool_lifecycle_stress(ending end) {
   budget b(std::chrono::milliseconds(scaled(3500, 5000)), 3, scaled(20000, 2000));
   findings f;
+  bound_tally tally;
   while (b.next()) {
     auto r = std::make_shared<pool_round>();
     r->seed = run_seed + static_cast<std::uint64_t>(b.rounds()) * 1000003u + static_cast<std::uint64_t>(end);
     r->end = end;
     r->ops_per = scaled(300, 80);
-    const bool ok = run_pool_round(r);
-    f.take(r->errs, fmt("seed %llu (%s, policy %s, run_delayed=%d, continue_periodic=%d)",
+    const bool ok = run_pool_round(r, tally);
+    f.take(r->errs, fmt("seed %llu (%s, policy %s, run_delayed=%d, continue_periodic=%d, io %s, pending mode %d)",
                         static_cast<unsigned long long>(r->seed), ending_name(end),
                         r->policy == metronome::rejection_policy::abort ? "abort" : "caller_runs", r->run_delayed,
-                        r->continue_periodic));
+                        r->continue_periodic, r->with_io ? io_end_name(r->io_ending) : "none", r->pending_mode));
     if (!ok) break;
   }
   f.report(ending_name(end), b.rounds());
   BOOST_TEST_MESSAGE(ending_name(end) << ": " << b.rounds() << " rounds (" << f.bad_rounds() << " failed), base seed "
                                       << run_seed);
+  BOOST_TEST_MESSAGE(ending_name(end) << ": bound tasks: " << tally.ops << " submitted, " << tally.ran << " runs, "
+                                      << tally.cancelled << " cancelled, " << tally.rejected << " rejected, "
+                                      << tally.must_run << " that had to run; " << tally.test_cancels_won
+                                      << " cancelled before their io_context's destruction; "
+                                      << tally.invokers_returned << " strand invokers returned by shutdown_now, "
+                                      << tally.invokers_dropped_reported << " dropped and reported; io_context rounds "
+                                      << tally.io_rounds[0] << " drain, " << tally.io_rounds[1] << " stop_first, "
+                                      << tally.io_rounds[2] << " destroy_first");
 }
 
 } // namespace

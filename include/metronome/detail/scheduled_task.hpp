@@ -89,6 +89,10 @@ public:
   // submission rejects it), or taken by shutdown_now() (returned as a pending_task).
   static constexpr std::uint32_t handed_back = 0x20;
   static constexpr std::uint32_t returned = 0x40;
+  // A bound task cancelled by a handle's cancel() that has not finished it yet: cancelled
+  // for the pool (nothing starts it), not yet done for its handles, until no thread is
+  // inside a dispatch of it any more (cancel(), src/scheduled_task.cpp).
+  static constexpr std::uint32_t settling = 0x80;
 
   explicit scheduled_task_base(pool_core* pool) noexcept;
 
@@ -117,7 +121,12 @@ public:
   }
 
   std::uint32_t phase() const noexcept { return state_.load(std::memory_order_acquire) & phase_mask; }
-  bool is_terminal() const noexcept { return phase() >= done; }
+  // What a handle sees: ended (done or cancelled), and not still settling.
+  bool is_terminal() const noexcept { return ended(state_.load(std::memory_order_acquire)); }
+  bool is_cancelled() const noexcept {
+    const std::uint32_t s = state_.load(std::memory_order_acquire);
+    return (s & phase_mask) == cancelled && ended(s);
+  }
   bool is_periodic() const noexcept { return kind_ == task_kind::periodic; }
   void mark_left_queue(std::uint32_t how) noexcept { state_.fetch_or(how, std::memory_order_acq_rel); }
   bool is_handed_back() const noexcept { return (state_.load(std::memory_order_acquire) & handed_back) != 0; }
@@ -187,6 +196,9 @@ public:
   };
   void enter_dispatch(dispatch_frame& f) noexcept;
   void leave_dispatch(dispatch_frame& f) noexcept;
+  // Before letting go of a bound task that a handle's cancel() ended: waits until that
+  // cancel() has settled (see cancel(), src/scheduled_task.cpp).
+  void wait_for_settled_cancel() const noexcept;
 
   task_sink* sink() const noexcept { return extras_ ? extras_->sink.get() : nullptr; }
   // Only for node types made with extras (periodic, serial executor).
@@ -199,6 +211,7 @@ protected:
   std::exception_ptr error_;
 
 private:
+  static bool ended(std::uint32_t s) noexcept { return (s & phase_mask) >= done && (s & settling) == 0; }
   void notify_terminal(std::uint32_t old_state, bool by_runner) noexcept;
   static void complete_thunk(task_base* t, unsigned action);
   // Before a terminal transition of a bound task: waits until no other thread is inside

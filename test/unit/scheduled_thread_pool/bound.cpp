@@ -14,6 +14,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -309,6 +310,39 @@ BOOST_AUTO_TEST_CASE(the_pool_s_destructor_cancels_a_bound_task_not_yet_due) {
   }
   BOOST_CHECK(h.is_cancelled());
   BOOST_CHECK_EQUAL(io.poll(), 0u);
+}
+
+// A strand over the pool left locked by shutdown_now() (its invoker's re-post was
+// dropped) with a bound task's hand-over queued in it: only that task's callable keeps the
+// strand. Cancelling the task destroys the callable, the strand with it, and so the
+// hand-over queued there, on the cancelling thread: cancel() returns, the task ends
+// cancelled, never run.
+BOOST_AUTO_TEST_CASE(cancelling_the_last_task_queued_in_a_strand_left_locked_by_shutdown_now_frees_the_strand) {
+  scheduled_thread_pool pool(2);
+  std::optional strand = net::make_strand(pool.get_executor());
+  std::promise<void> entered, go;
+  std::shared_future<void> go_now = go.get_future().share();
+  net::post(*strand, [&entered, go_now] {
+    entered.set_value();
+    go_now.wait();
+  });
+  entered.get_future().wait();
+  auto held = std::make_shared<int>(0);
+  std::weak_ptr<int> watch = held;
+  std::atomic<bool> ran{false};
+  auto h = pool.submit(net::bind_executor(*strand, [&ran, held] { ran = true; }));
+  held.reset();
+  BOOST_REQUIRE(handed_over(pool, 1)); // queued in the strand, behind the handler holding it
+  BOOST_CHECK(pool.shutdown_now().empty());
+  go.set_value();
+  BOOST_REQUIRE(poll_until([&] { return pool.stats().rejected >= 1; }, 10s)); // the invoker's re-post
+  strand.reset();
+  BOOST_CHECK(!watch.expired());
+  BOOST_CHECK(h.cancel());
+  BOOST_CHECK(h.is_cancelled());
+  BOOST_CHECK(watch.expired());
+  BOOST_CHECK(!ran.load());
+  pool.join();
 }
 
 BOOST_AUTO_TEST_CASE(an_empty_function_inside_a_binder_is_refused) {
