@@ -89,6 +89,12 @@ namespace {
 thread_local scheduled_task_base::dispatch_frame* dispatch_frames = nullptr;
 // The bound tasks whose callable a cancel() on this thread is destroying (settling).
 thread_local scheduled_task_base::dispatch_frame* settling_frames = nullptr;
+
+bool on_frames(const scheduled_task_base::dispatch_frame* list, const scheduled_task_base* t) noexcept {
+  for (; list; list = list->prev)
+    if (list->task == t) return true;
+  return false;
+}
 } // namespace
 
 void scheduled_task_base::enter_dispatch(dispatch_frame& f) noexcept {
@@ -111,8 +117,7 @@ void scheduled_task_base::leave_dispatch(dispatch_frame& f) noexcept {
 void scheduled_task_base::wait_for_dispatchers() const noexcept {
   if (!bound_) return;
   while (dispatchers_.load(std::memory_order_acquire) != 0) {
-    for (const dispatch_frame* f = dispatch_frames; f; f = f->prev)
-      if (f->task == this) return; // this thread dispatches it: an inline run ending
+    if (on_frames(dispatch_frames, this)) return; // this thread dispatches it: an inline run ending
     std::this_thread::yield();
   }
 }
@@ -130,13 +135,11 @@ void scheduled_task_base::wait_for_dispatchers() const noexcept {
 void scheduled_task_base::wait_for_settled_cancel() const noexcept {
   if (!bound_) return;
   while ((state_.load(std::memory_order_acquire) & settling) != 0) {
-    for (const dispatch_frame* f = dispatch_frames; f; f = f->prev)
-      if (f->task == this) return;
-    // This thread's own cancel(): destroying the callable dropped the last copy of a
-    // strand whose queue held this task's hand-over (a strand left locked by a dropped
-    // invoker, kept by the copies of the tasks queued in it), and destroys it here.
-    for (const dispatch_frame* f = settling_frames; f; f = f->prev)
-      if (f->task == this) return;
+    // This thread's own cancel() (settling_frames): destroying the callable dropped the
+    // last copy of a strand whose queue held this task's hand-over (a strand left locked
+    // by a dropped invoker, kept by the copies of the tasks queued in it), and destroys
+    // it here.
+    if (on_frames(dispatch_frames, this) || on_frames(settling_frames, this)) return;
     std::this_thread::yield();
   }
 }
