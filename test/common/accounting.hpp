@@ -47,21 +47,30 @@ struct slot {
   int total() const { return ran.load() + ran_me.load() + on_caller.load(); }
 };
 
-// Carried by each callable: counts its destruction once (moved-from tokens do not).
-class life {
+// A move-only token carried by a callable: calls `OnDestroy{}(slot)` once, when the
+// token that was not moved from is destroyed.
+template <class OnDestroy>
+class slot_token {
 public:
-  explicit life(slot* s) noexcept : s_(s) {}
-  life(life&& o) noexcept : s_(std::exchange(o.s_, nullptr)) {}
-  life(const life&) = delete;
-  life& operator=(const life&) = delete;
-  life& operator=(life&&) = delete;
-  ~life() {
-    if (s_) s_->destroyed.fetch_add(1);
+  explicit slot_token(slot* s) noexcept : s_(s) {}
+  slot_token(slot_token&& o) noexcept : s_(std::exchange(o.s_, nullptr)) {}
+  slot_token(const slot_token&) = delete;
+  slot_token& operator=(const slot_token&) = delete;
+  slot_token& operator=(slot_token&&) = delete;
+  ~slot_token() {
+    if (s_) OnDestroy{}(s_);
   }
 
 private:
   slot* s_;
 };
+
+struct count_destroyed {
+  void operator()(slot* s) const noexcept { s->destroyed.fetch_add(1); }
+};
+
+// Carried by each callable: counts its destruction once.
+using life = slot_token<count_destroyed>;
 
 // Errors found on any thread, reported by the test thread afterwards.
 class errors {

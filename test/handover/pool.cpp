@@ -900,6 +900,36 @@ BOOST_AUTO_TEST_CASE(a_bound_task_cancelled_while_its_dispatcher_holds_the_execu
   BOOST_CHECK(!ran.load());
 }
 
+// Holds a cancel() of the bound task `h` once it has won, before it destroys the
+// callable (whose strand copies are the strand's last once the test's `strand` is
+// dropped); destroys the pool on another thread, then calls `meanwhile`. The destructor
+// must not end until that cancel() is let go; the task ends cancelled, never run.
+template <class Strand, class Meanwhile>
+void destroy_the_pool_while_a_cancel_settles(std::unique_ptr<scheduled_thread_pool>& pool,
+                                             std::optional<Strand>& strand, metronome::scheduled_future<void>& h,
+                                             const std::atomic<bool>& ran, Meanwhile meanwhile) {
+  std::atomic<bool> won{false}, destroyed{false};
+  hook_stop stop(hook_point::handle_before_anchor);
+  std::thread canceller([&] {
+    hook_stop::arm_this_thread();
+    won = h.cancel();
+  });
+  BOOST_REQUIRE(stop.arrived()); // the cancel() won; the callable is not destroyed yet
+  strand.reset();
+  std::thread destroyer([&] {
+    pool.reset();
+    destroyed = true;
+  });
+  meanwhile();
+  BOOST_CHECK(!poll_until([&] { return destroyed.load(); }, 200ms));
+  stop.release();
+  canceller.join();
+  destroyer.join();
+  BOOST_CHECK(won.load());
+  BOOST_CHECK(h.is_cancelled());
+  BOOST_CHECK(!ran.load());
+}
+
 // A bound task handed to a strand over the pool and queued behind a handler that holds
 // the strand; shutdown_now() drops the strand's next invoker, so the hand-over stays in
 // the strand until the pool's destructor shuts its strand service down. A cancel() wins
@@ -917,29 +947,12 @@ BOOST_AUTO_TEST_CASE(the_pool_s_destructor_waits_for_a_cancel_destroying_a_bound
     busy.wait();
   });
   BOOST_REQUIRE(in_strand.wait_for_at_least(1));
-  std::atomic<bool> ran{false}, won{false}, destroyed{false};
+  std::atomic<bool> ran{false};
   auto h = pool->submit(metronome::net::bind_executor(*strand, [&] { ran = true; }));
   BOOST_REQUIRE(poll_until([&] { return pool->stats().completed >= 1; }, 10s)); // queued in the strand
   BOOST_CHECK(pool->shutdown_now().empty());
   busy.open(); // the strand's invoker ends; its re-post is dropped: the strand stays locked
-  hook_stop stop(hook_point::handle_before_anchor);
-  std::thread canceller([&] {
-    hook_stop::arm_this_thread();
-    won = h.cancel();
-  });
-  BOOST_REQUIRE(stop.arrived()); // the cancel() won; the callable is not destroyed yet
-  strand.reset();
-  std::thread destroyer([&] {
-    pool.reset();
-    destroyed = true;
-  });
-  BOOST_CHECK(!poll_until([&] { return destroyed.load(); }, 200ms));
-  stop.release();
-  canceller.join();
-  destroyer.join();
-  BOOST_CHECK(won.load());
-  BOOST_CHECK(h.is_cancelled());
-  BOOST_CHECK(!ran.load());
+  destroy_the_pool_while_a_cancel_settles(pool, strand, h, ran, [] {});
 }
 
 // A bound task (to a strand over the pool) waits in the ready queue behind a task that
@@ -957,27 +970,9 @@ BOOST_AUTO_TEST_CASE(a_worker_that_finds_a_bound_task_cancelled_waits_for_the_ca
     busy.wait();
   });
   BOOST_REQUIRE(started.wait_for_at_least(1));
-  std::atomic<bool> ran{false}, won{false}, destroyed{false};
+  std::atomic<bool> ran{false};
   auto h = pool->submit(metronome::net::bind_executor(*strand, [&] { ran = true; }));
-  hook_stop stop(hook_point::handle_before_anchor);
-  std::thread canceller([&] {
-    hook_stop::arm_this_thread();
-    won = h.cancel();
-  });
-  BOOST_REQUIRE(stop.arrived());
-  strand.reset();
-  std::thread destroyer([&] {
-    pool.reset();
-    destroyed = true;
-  });
-  busy.open();
-  BOOST_CHECK(!poll_until([&] { return destroyed.load(); }, 200ms));
-  stop.release();
-  canceller.join();
-  destroyer.join();
-  BOOST_CHECK(won.load());
-  BOOST_CHECK(h.is_cancelled());
-  BOOST_CHECK(!ran.load());
+  destroy_the_pool_while_a_cancel_settles(pool, strand, h, ran, [&] { busy.open(); });
 }
 
 BOOST_AUTO_TEST_SUITE_END()

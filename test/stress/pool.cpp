@@ -159,20 +159,12 @@ auto periodic_body(slot* s, int throw_on) {
 
 // Carried by a plain executor-path callable: counts it, on the thread that destroys it,
 // when it is destroyed without having run.
-class drop_witness {
-public:
-  explicit drop_witness(slot* s) noexcept : s_(s) {}
-  drop_witness(drop_witness&& o) noexcept : s_(std::exchange(o.s_, nullptr)) {}
-  drop_witness(const drop_witness&) = delete;
-  drop_witness& operator=(const drop_witness&) = delete;
-  drop_witness& operator=(drop_witness&&) = delete;
-  ~drop_witness() {
-    if (s_ && s_->runs.load() == 0) ++tl_plain_unrun;
+struct count_unrun_drop {
+  void operator()(slot* s) const noexcept {
+    if (s->runs.load() == 0) ++tl_plain_unrun;
   }
-
-private:
-  slot* s_;
 };
+using drop_witness = metronome::test::slot_token<count_unrun_drop>;
 
 auto exec_body(slot* s, slot* child, scheduled_thread_pool::executor_type ex) {
   return [l = life(s), w = drop_witness(s), s, child, ex] {

@@ -10,6 +10,7 @@
 #include "common/manual_pool.hpp"
 #include "common/poll_until.hpp"
 #include "common/sanitizers.hpp"
+#include "common/strand_run_log.hpp"
 
 #include <metronome/detail/asio.hpp>
 #include <boost/test/unit_test.hpp>
@@ -701,43 +702,20 @@ BOOST_AUTO_TEST_CASE(a_serial_executor_s_bound_periodic_task_keeps_its_grid_on_a
   manual_clock clock;
   scheduled_thread_pool pool(on_clock(clock, 2));
   auto serial = make_serial_executor(pool);
-  net::io_context io;
-  auto guard = net::make_work_guard(io);
-  std::thread t1([&] { io.run(); });
-  std::thread t2([&] { io.run(); });
-  auto strand = net::make_strand(io);
-  const auto start = clock.now();
-  std::mutex m;
-  std::vector<std::chrono::milliseconds> times;
-  std::atomic<int> inside{0}, runs{0};
-  std::atomic<bool> overlapped{false}, off_strand{false};
-  auto h = serial.schedule_at_fixed_rate(net::bind_executor(strand,
-                                                            [&] {
-                                                              if (inside.fetch_add(1) != 0) overlapped = true;
-                                                              if (!strand.running_in_this_thread()) off_strand = true;
-                                                              {
-                                                                std::lock_guard lk(m);
-                                                                times.push_back(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                                                    clock.now() - start));
-                                                              }
-                                                              inside.fetch_sub(1);
-                                                              ++runs;
-                                                            }),
-                                         10ms, 10ms);
+  metronome::test::strand_run_log on_strand(clock);
+  auto h = serial.schedule_at_fixed_rate(on_strand.task(), 10ms, 10ms);
   for (int i = 1; i <= 3; ++i) {
     clock.advance(10ms);
-    BOOST_REQUIRE(poll_until([&] { return runs.load() == i; }, 10s));
+    BOOST_REQUIRE(poll_until([&] { return on_strand.runs() == i; }, 10s));
   }
   BOOST_CHECK(h.cancel());
   h.wait();
   clock.advance(50ms);
-  guard.reset();
-  t1.join();
-  t2.join();
-  BOOST_CHECK_EQUAL(runs.load(), 3);
-  BOOST_CHECK(!overlapped.load());
-  BOOST_CHECK(!off_strand.load());
-  std::lock_guard lk(m);
+  on_strand.stop();
+  BOOST_CHECK_EQUAL(on_strand.runs(), 3);
+  BOOST_CHECK(!on_strand.overlapped());
+  BOOST_CHECK(!on_strand.off_strand());
+  const auto times = on_strand.times();
   BOOST_REQUIRE_EQUAL(times.size(), 3u);
   BOOST_CHECK(times[0] == 10ms && times[1] == 20ms && times[2] == 30ms);
 }

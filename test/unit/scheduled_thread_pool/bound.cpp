@@ -8,6 +8,7 @@
 #include "common/exception_log.hpp"
 #include "common/manual_pool.hpp"
 #include "common/poll_until.hpp"
+#include "common/strand_run_log.hpp"
 
 #include <metronome/detail/asio.hpp>
 #include <boost/test/unit_test.hpp>
@@ -151,46 +152,20 @@ BOOST_AUTO_TEST_CASE(a_bound_task_holds_no_work_on_its_executor_while_it_waits) 
 BOOST_AUTO_TEST_CASE(a_periodic_task_on_a_strand_never_overlaps_and_keeps_its_grid) {
   manual_clock clock;
   scheduled_thread_pool pool(on_clock(clock, 2));
-  net::io_context io;
-  auto guard = net::make_work_guard(io);
-  std::thread t1([&] { io.run(); });
-  std::thread t2([&] { io.run(); });
-  auto strand = net::make_strand(io);
-  const auto start = clock.now();
-  std::mutex m;
-  std::vector<std::chrono::milliseconds> times;
-  std::atomic<int> inside{0};
-  std::atomic<bool> overlapped{false};
-  std::atomic<bool> off_strand{false};
-  std::atomic<int> runs{0};
-  auto h = pool.schedule_at_fixed_rate(net::bind_executor(strand,
-                                                          [&] {
-                                                            if (inside.fetch_add(1) != 0) overlapped = true;
-                                                            if (!strand.running_in_this_thread()) off_strand = true;
-                                                            std::this_thread::sleep_for(1ms);
-                                                            {
-                                                              std::lock_guard lk(m);
-                                                              times.push_back(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                                                  clock.now() - start));
-                                                            }
-                                                            inside.fetch_sub(1);
-                                                            ++runs;
-                                                          }),
-                                       10ms, 10ms);
+  metronome::test::strand_run_log on_strand(clock);
+  auto h = pool.schedule_at_fixed_rate(on_strand.task(1ms), 10ms, 10ms);
   for (int i = 1; i <= 3; ++i) {
     clock.advance(10ms);
-    BOOST_REQUIRE(poll_until([&] { return runs.load() == i; }, 10s));
+    BOOST_REQUIRE(poll_until([&] { return on_strand.runs() == i; }, 10s));
   }
   clock.advance(50ms); // now 80: 40, 50, 60, 70, 80 are due, one after the other
-  BOOST_REQUIRE(poll_until([&] { return runs.load() == 8; }, 10s));
+  BOOST_REQUIRE(poll_until([&] { return on_strand.runs() == 8; }, 10s));
   BOOST_CHECK(h.cancel());
   h.wait();
-  guard.reset();
-  t1.join();
-  t2.join();
-  BOOST_CHECK(!overlapped.load());
-  BOOST_CHECK(!off_strand.load());
-  std::lock_guard lk(m);
+  on_strand.stop();
+  BOOST_CHECK(!on_strand.overlapped());
+  BOOST_CHECK(!on_strand.off_strand());
+  const auto times = on_strand.times();
   BOOST_REQUIRE_EQUAL(times.size(), 8u);
   BOOST_CHECK(times[0] == 10ms && times[1] == 20ms && times[2] == 30ms);
   for (std::size_t i = 3; i < times.size(); ++i) BOOST_CHECK(times[i] == 80ms);
