@@ -522,6 +522,10 @@ void pool_engine::hand_off_bound(scheduled_task_base* t) noexcept {
     t->release();
     return;
   }
+  // Out of the ready queue, though still pending: a submission that then meets the
+  // pool terminated must not wait for it to leave (submit_scheduled). Tested by
+  // `a_submission_that_meets_the_terminated_pool_after_its_bound_task_was_handed_over_returns`.
+  t->mark_left_queue(scheduled_task_base::handed_over);
   // The pool's part of its lateness: up to the hand-over (its wait on the bound executor
   // is that executor's, as for an async_delay handler bound elsewhere).
   record_start(t, now());

@@ -105,9 +105,16 @@ void scheduled_task_base::enter_dispatch(dispatch_frame& f) noexcept {
   dispatch_frames = &f;
 }
 
+// A dispatch that ran the hand-over inline and found the task cancelled let go of the
+// pool's reference without waiting for that cancel() (exempt: the cancel() waits for
+// this thread to leave). Out of the dispatch, this thread waits for it here, before it
+// returns to its pool, which could otherwise terminate and destroy its strand service
+// while the cancel() still destroys the strand's last copy. Tested by
+// `a_worker_that_ran_a_cancelled_bound_task_inline_waits_for_the_cancel_once_out_of_its_dispatch`.
 void scheduled_task_base::leave_dispatch(dispatch_frame& f) noexcept {
   dispatch_frames = f.prev;
   dispatchers_.fetch_sub(1, std::memory_order_acq_rel);
+  wait_for_settled_cancel();
   release();
 }
 

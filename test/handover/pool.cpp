@@ -227,6 +227,45 @@ BOOST_AUTO_TEST_CASE(a_typed_submission_whose_task_shutdown_now_returned_is_not_
   BOOST_CHECK_EQUAL(pool.stats().rejected, 0u);
 }
 
+// The same submission held after its push, its task bound to an io_context nobody runs:
+// the worker takes it and hands it over (still pending, until it starts there), and the
+// pool shuts down and terminates. When the submission finds the termination, its task
+// has left the ready queue all the same: it returns - neither rejecting the task nor
+// waiting for ever for it to leave - and the task runs when its io_context does.
+BOOST_AUTO_TEST_CASE(a_submission_that_meets_the_terminated_pool_after_its_bound_task_was_handed_over_returns) {
+  scheduled_thread_pool pool(1);
+  gate busy;
+  counter started;
+  BOOST_REQUIRE(metronome::test::occupy_worker(pool, busy, started));
+  metronome::net::io_context io;
+  hook_stop stop(hook_point::producer_after_push);
+  std::atomic<bool> ran{false}, threw{false}, returned{false};
+  metronome::scheduled_future<void> h;
+  std::thread producer([&] {
+    hook_stop::arm_this_thread();
+    try {
+      h = pool.submit(metronome::net::bind_executor(io, [&] { ran = true; }));
+    } catch (const metronome::rejected_execution&) {
+      threw = true;
+    }
+    returned = true;
+  });
+  BOOST_REQUIRE(stop.arrived()); // its task is queued behind the busy worker
+  pool.shutdown();
+  busy.open(); // the worker hands the task to the io_context, and the pool terminates
+  BOOST_REQUIRE(pool.await_termination(10s));
+  stop.release();
+  BOOST_REQUIRE(poll_until([&] { return returned.load(); }, 10s));
+  producer.join();
+  BOOST_CHECK(!threw.load());
+  BOOST_REQUIRE(h.valid());
+  BOOST_CHECK(!h.is_done());
+  BOOST_CHECK_EQUAL(io.poll(), 1u);
+  BOOST_CHECK(ran.load());
+  BOOST_CHECK(h.is_done() && !h.is_cancelled());
+  BOOST_CHECK_EQUAL(pool.stats().rejected, 0u);
+}
+
 // Termination backing off: a worker has set the termination and not yet re-checked the
 // ready queue when a producer pushes and reads the termination. The worker will find the task
 // and back off, so the producer must not drop it: it looks again under the mutex (which
@@ -973,6 +1012,42 @@ BOOST_AUTO_TEST_CASE(a_worker_that_finds_a_bound_task_cancelled_waits_for_the_ca
   std::atomic<bool> ran{false};
   auto h = pool->submit(metronome::net::bind_executor(*strand, [&] { ran = true; }));
   destroy_the_pool_while_a_cancel_settles(pool, strand, h, ran, [&] { busy.open(); });
+}
+
+// A worker takes a bound task (to a strand over the pool) and is held before its
+// dispatch; a cancel() wins and is held before it destroys the callable, whose strand
+// copies are then the strand's last. The worker's dispatch runs the hand-over inline on
+// the idle strand and finds the task cancelled; inside the dispatch it may not wait for
+// that cancel() (which waits for it to leave), but once it has left it must - else the
+// pool, with nothing left to run, terminates, and its destructor destroys the strand
+// service before the cancel() drops the strand's last copy.
+BOOST_AUTO_TEST_CASE(a_worker_that_ran_a_cancelled_bound_task_inline_waits_for_the_cancel_once_out_of_its_dispatch) {
+  auto pool = std::make_unique<scheduled_thread_pool>(1);
+  arm_workers(*pool);
+  std::optional strand = metronome::net::make_strand(pool->get_executor());
+  std::atomic<bool> ran{false}, won{false}, destroyed{false};
+  metronome::test::hook_stops stops{{hook_point::bound_before_dispatch, false},
+                                    {hook_point::handle_before_anchor, false}};
+  auto h = pool->submit(metronome::net::bind_executor(*strand, [&] { ran = true; }));
+  BOOST_REQUIRE(stops.arrived(hook_point::bound_before_dispatch)); // taken, still pending
+  std::thread canceller([&] {
+    hook_stop::arm_this_thread();
+    won = h.cancel();
+  });
+  BOOST_REQUIRE(stops.arrived(hook_point::handle_before_anchor)); // the exchange won
+  strand.reset();
+  stops.release(hook_point::bound_before_dispatch); // runs the hand-over, finds it cancelled
+  std::thread destroyer([&] {
+    pool.reset();
+    destroyed = true;
+  });
+  BOOST_CHECK(!poll_until([&] { return destroyed.load(); }, 200ms));
+  stops.release(hook_point::handle_before_anchor);
+  canceller.join();
+  destroyer.join();
+  BOOST_CHECK(won.load());
+  BOOST_CHECK(h.is_cancelled());
+  BOOST_CHECK(!ran.load());
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -89,6 +89,9 @@ public:
   // submission rejects it), or taken by shutdown_now() (returned as a pending_task).
   static constexpr std::uint32_t handed_back = 0x20;
   static constexpr std::uint32_t returned = 0x40;
+  // Taken by a worker and handed to its executor: a bound task stays pending until it
+  // starts there, yet it has left the ready queue (pool_engine::hand_off_bound).
+  static constexpr std::uint32_t handed_over = 0x100;
   // A bound task cancelled by a handle's cancel() that has not finished it yet: cancelled
   // for the pool (nothing starts it), not yet done for its handles, until no thread is
   // inside a dispatch of it any more (cancel(), src/scheduled_task.cpp).
@@ -130,10 +133,10 @@ public:
   bool is_periodic() const noexcept { return kind_ == task_kind::periodic; }
   void mark_left_queue(std::uint32_t how) noexcept { state_.fetch_or(how, std::memory_order_acq_rel); }
   bool is_handed_back() const noexcept { return (state_.load(std::memory_order_acquire) & handed_back) != 0; }
-  // Out of the ready queue for good: handed back, returned, run or cancelled.
+  // Out of the ready queue for good: handed back, returned, handed over, run or cancelled.
   bool has_left_queue() const noexcept {
     const std::uint32_t s = state_.load(std::memory_order_acquire);
-    return (s & (handed_back | returned)) != 0 || (s & phase_mask) != pending;
+    return (s & (handed_back | returned | handed_over)) != 0 || (s & phase_mask) != pending;
   }
 
   // Handle-side operations (src/scheduled_task.cpp).
