@@ -590,6 +590,7 @@ void pool_engine::end_bound_run(scheduled_task_base* t, bool ok, clock::time_poi
     }
   }
   if (again) reschedule(t, started);
+  METRONOME_TEST_HOOK(hook_point::bound_run_before_leaving);
   work_finished();
   cancel_delivered();
 }

@@ -7,6 +7,7 @@
 #include "pool_internal.hpp"
 
 #include <cassert>
+#include <thread>
 
 namespace metronome::detail {
 
@@ -78,6 +79,20 @@ void pool_engine::close_hosted() noexcept {
     task_base* next = left->next_.load(std::memory_order_relaxed);
     discard_task(left, nullptr); // waits complete aborted; nothing is reported, as Asio's shutdown
     left = next;
+  }
+  // Invariant: the context destroys this engine after its shutdown, so no thread may be
+  // inside it then. Threads in transit still are (a bound task's run on another executor
+  // between enter_live() and its end - its handle may read done before it leaves; a
+  // cancel() between taking its task out of the heap and cancel_delivered()); none
+  // enters from now on (terminated), so the count only falls. A metronome pool waits for
+  // the same count before it terminates (idle()). Tested by
+  // `the_host_s_shutdown_waits_for_a_bound_periodic_run_still_leaving_the_engine`.
+  for (;;) {
+    {
+      std::lock_guard lk(mtx_);
+      if (in_transit_ == 0) break;
+    }
+    std::this_thread::yield();
   }
 }
 

@@ -65,8 +65,22 @@ std::vector<pending_task> scheduled_thread_pool::shutdown_now() {
     detail::engine(*core_).discard_taken(taken.head);
     throw;
   }
-  while (taken.head)
-    if (detail::task_base* t = detail::pool_engine::next_taken(taken)) out.push_back(pending_task(t)); // reserved
+  while (taken.head) {
+    detail::task_base* t = detail::pool_engine::next_taken(taken);
+    if (!t) continue;
+    if (t->is_scheduled()) {
+      // Bound to this pool itself (a strand or serial executor over it, its own
+      // executor): stopped, it could never run there, and its callable's copies of the
+      // executor must go before the pool does. Cancelled here, while the pool exists.
+      auto* st = static_cast<detail::scheduled_task_base*>(t);
+      if (st->bound_context() == static_cast<const net::execution_context*>(this)) {
+        st->finish_cancelled();
+        st->release();
+        continue;
+      }
+    }
+    out.push_back(pending_task(t)); // reserved
+  }
   return out;
 }
 

@@ -183,6 +183,10 @@ public:
   // run_detached. Returns the exception of a failed dispatch (the task then ended
   // cancelled), else null. Unbound tasks never get here.
   virtual std::exception_ptr hand_off(bool /*detached*/) noexcept { return nullptr; }
+  // A bound task's executor's execution context (null: unbound, cancelled, or an
+  // executor with no such context). shutdown_now() ends instead of returning a task
+  // bound to the stopping pool itself (a strand over it), which could never run there.
+  virtual const net::execution_context* bound_context() const noexcept { return nullptr; }
 
   // Where a bound task's run on its executor finds its pool (src/pool_delay.cpp).
   pool_anchor* anchor() const noexcept { return anchor_; }
@@ -281,6 +285,17 @@ struct bound_executor_of<F, true> {
   using executor = decltype(without_outstanding_work(net::get_associated_executor(std::declval<const F&>())));
   explicit bound_executor_of(const F& f) : ex(without_outstanding_work(net::get_associated_executor(f))) {}
 
+  // The executor's execution context, if it names one (null once reset).
+  const net::execution_context* context() noexcept {
+    const std::optional<executor> e = copy();
+    if (!e) return nullptr;
+    if constexpr (requires { net::query(*e, net::execution::context); }) {
+      auto* c = &net::query(*e, net::execution::context);
+      if constexpr (std::is_convertible_v<decltype(c), const net::execution_context*>) return c;
+    }
+    return nullptr;
+  }
+
   std::optional<executor> copy() noexcept {
     lock();
     std::optional<executor> out = ex;
@@ -353,6 +368,13 @@ public:
     return nullptr;
   }
 
+  const net::execution_context* bound_context() const noexcept override {
+    if constexpr (Bound)
+      return bound_ex_.context();
+    else
+      return nullptr;
+  }
+
   bool invoke() noexcept override {
     try {
       F& f = *std::launder(reinterpret_cast<F*>(&storage_));
@@ -381,7 +403,7 @@ private:
 
   alignas(F) unsigned char storage_[sizeof(F)];
   [[no_unique_address]] std::conditional_t<Extras, task_extras, no_extras> extras_storage_;
-  [[no_unique_address]] bound_executor_of<F, Bound> bound_ex_;
+  [[no_unique_address]] mutable bound_executor_of<F, Bound> bound_ex_; // mutable: its lock
 };
 
 // Extras: the node carries task_extras (periodic tasks, serial executors' tasks). Bound:

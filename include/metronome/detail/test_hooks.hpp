@@ -51,6 +51,7 @@ enum class hook_point {
   bound_before_dispatch,       // a worker took a bound task (still pending) and is about to dispatch it to its executor
   bound_before_reschedule,     // a bound periodic task's run ended on its executor; its pool not yet looked up
   bound_dispatch_returned,     // a dispatch of a bound task returned; the dispatcher's copies of the executor still held
+  bound_run_before_leaving,    // a bound periodic task's run was rescheduled or ended (in transit); the pool not yet let go
 };
 
 using hook_function = void (*)(hook_point);

@@ -5,6 +5,7 @@
 #include <metronome/async_delay.hpp>
 #include <metronome/cancel_after.hpp>
 #include <metronome/interval.hpp>
+#include <metronome/scheduled_thread_pool.hpp>
 #include <metronome/serial_executor.hpp>
 #include <metronome/wheel_timer.hpp>
 
@@ -200,6 +201,48 @@ BOOST_AUTO_TEST_CASE(a_wheel_over_an_io_context_ticks_on_its_thread_and_starts_n
 
 using metronome::detail::hook_point;
 using metronome::test::hook_stop;
+
+// A serial executor over an io_context schedules a periodic task bound to a strand over a
+// metronome pool; its run on the pool's worker is cancelled while it runs. The worker
+// ends the task (its handle is done) and is held before it lets go of the io_context's
+// timing engine (in transit). The io_context's destruction, which the handle being done
+// permits, must wait for that worker: else it frees the engine under it (ASan).
+BOOST_AUTO_TEST_CASE(the_host_s_shutdown_waits_for_a_bound_periodic_run_still_leaving_the_engine) {
+  metronome::scheduled_thread_pool pool(1);
+  auto io = std::make_unique<net::io_context>();
+  std::optional guard = net::make_work_guard(*io);
+  std::thread runner([&] { io->run(); });
+  std::optional serial = metronome::make_serial_executor(io->get_executor());
+  std::optional strand = net::make_strand(pool.get_executor());
+  metronome::test::gate in_run;
+  metronome::test::counter runs;
+  hook_stop stop(hook_point::bound_run_before_leaving, true);
+  auto h = serial->schedule_at_fixed_rate(net::bind_executor(*strand,
+                                                             [&] {
+                                                               runs.add();
+                                                               in_run.wait();
+                                                             }),
+                                          0ms, 1h);
+  BOOST_REQUIRE(runs.wait_for_at_least(1)); // the first run, on the pool's worker
+  BOOST_TEST(h.cancel());                   // during the run: no run after it
+  in_run.open();
+  BOOST_REQUIRE(stop.arrived()); // ended, still in transit in the io_context's engine
+  BOOST_TEST((h.wait_for(10s) == std::future_status::ready));
+  BOOST_TEST(h.is_cancelled());
+  strand.reset();
+  serial.reset();
+  guard.reset();
+  runner.join();
+  std::atomic<bool> destroyed{false};
+  std::thread destroyer([&] {
+    io.reset();
+    destroyed = true;
+  });
+  BOOST_TEST(!metronome::test::poll_until([&] { return destroyed.load(); }, 200ms));
+  stop.release();
+  destroyer.join();
+  BOOST_TEST(runs.value() == 1);
+}
 
 // The drive protocol: a request made while a drive is past its look at the core (state
 // running) sets rerun, and the drive looks again before it goes idle.

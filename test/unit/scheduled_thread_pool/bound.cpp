@@ -327,4 +327,33 @@ BOOST_AUTO_TEST_CASE(an_empty_function_inside_a_binder_is_refused) {
   BOOST_CHECK_THROW(pool.schedule(net::bind_executor(io, empty), 1ms), std::invalid_argument);
 }
 
+// shutdown_now() does not hand back a task bound to the pool itself (a strand over it, its
+// own executor): stopped, the pool could never run it there, and the callable's copies of
+// the executor must go before the pool does. It ends cancelled at once, its callable
+// destroyed while the pool exists. A task bound to an io_context is returned, and runs
+// there after the pool is gone.
+BOOST_AUTO_TEST_CASE(shutdown_now_cancels_a_task_bound_to_the_pool_itself_and_returns_one_bound_elsewhere) {
+  auto pool = std::make_unique<scheduled_thread_pool>(1);
+  net::io_context io;
+  std::atomic<int> ran_here{0}, ran_io{0};
+  auto alive = std::make_shared<int>(0); // copied into both callables bound to the pool
+  std::optional strand = net::make_strand(pool->get_executor());
+  auto on_strand = pool->schedule(net::bind_executor(*strand, [alive, &ran_here] { ++ran_here; }), 1h);
+  auto on_pool = pool->schedule(net::bind_executor(pool->get_executor(), [alive, &ran_here] { ++ran_here; }), 1h);
+  auto on_io = pool->schedule(net::bind_executor(io, [&ran_io] { ++ran_io; }), 1h);
+  strand.reset();
+  auto rest = pool->shutdown_now();
+  BOOST_REQUIRE_EQUAL(rest.size(), 1u);
+  BOOST_CHECK(on_strand.is_cancelled());
+  BOOST_CHECK(on_pool.is_cancelled());
+  BOOST_CHECK_EQUAL(alive.use_count(), 1); // both callables destroyed
+  BOOST_CHECK(!on_io.is_done());
+  pool.reset();
+  rest.front()(); // handed to the io_context
+  BOOST_CHECK_EQUAL(io.poll(), 1u);
+  BOOST_CHECK_EQUAL(ran_io.load(), 1);
+  BOOST_CHECK(on_io.is_done() && !on_io.is_cancelled());
+  BOOST_CHECK_EQUAL(ran_here.load(), 0);
+}
+
 BOOST_AUTO_TEST_SUITE_END()
