@@ -492,7 +492,15 @@ void pool_engine::run_once(scheduled_task_base* t) noexcept {
     t->release();
     return;
   }
-  t->invoke();
+  // A periodic task's last run (handed back by shutdown_now(), or run detached): a
+  // cancel() during it returned true, so it ends cancelled - as on the pool, where the
+  // run's end finds the request and does not reschedule - unless the run threw (its
+  // error, as there). Tested by `a_cancel_during_a_handed_back_periodic_run_ends_it_cancelled`.
+  if (t->invoke() && t->cancel_was_requested()) {
+    t->finish_cancelled(true);
+    t->release();
+    return;
+  }
   t->destroy_callable();
   t->finish();
   t->release();

@@ -131,6 +131,8 @@ public:
     return (s & phase_mask) == cancelled && ended(s);
   }
   bool is_periodic() const noexcept { return kind_ == task_kind::periodic; }
+  // A cancel() came during this periodic task's run (it returned true).
+  bool cancel_was_requested() const noexcept { return (state_.load(std::memory_order_acquire) & cancel_requested) != 0; }
   void mark_left_queue(std::uint32_t how) noexcept { state_.fetch_or(how, std::memory_order_acq_rel); }
   bool is_handed_back() const noexcept { return (state_.load(std::memory_order_acquire) & handed_back) != 0; }
   // Out of the ready queue for good: handed back, returned, handed over, run or cancelled.

@@ -270,6 +270,32 @@ BOOST_AUTO_TEST_CASE(work_from_pool_threads_is_accepted_while_shutting_down) {
   BOOST_TEST(chain.load() == 100);
 }
 
+// A periodic task handed back by shutdown_now() runs once more, its last run, when its
+// pending_task is run. A cancel() during that run returns true (as during a run on the
+// pool) and the task ends cancelled, as there: cancel() true means is_cancelled().
+BOOST_AUTO_TEST_CASE(a_cancel_during_a_handed_back_periodic_run_ends_it_cancelled) {
+  scheduled_thread_pool pool(1);
+  metronome::test::gate in_run;
+  metronome::test::counter runs;
+  auto h = pool.schedule_at_fixed_rate(
+      [&] {
+        runs.add();
+        in_run.wait();
+      },
+      1h, 1h);
+  auto pending = pool.shutdown_now();
+  BOOST_REQUIRE_EQUAL(pending.size(), 1u);
+  std::thread runner([&] { pending.front()(); });
+  BOOST_REQUIRE(runs.wait_for_at_least(1));
+  BOOST_TEST(h.cancel()); // during the run
+  in_run.open();
+  runner.join();
+  BOOST_TEST(h.is_done());
+  BOOST_TEST(h.is_cancelled());
+  BOOST_CHECK_THROW(h.get(), metronome::cancelled_error);
+  BOOST_TEST(runs.value() == 1);
+}
+
 // shutdown_now() from one of the pool's tasks returns that thread's continuations too
 // (defer: they would have run right after the task), first, then the ready queue. They
 // were dropped and reported when the thread exited (adversary pass 7).
