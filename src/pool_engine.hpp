@@ -227,8 +227,8 @@ public:
   void discard_taken(task_base* head) noexcept;
   // Unlinks the first taken task: returns it when it is the caller's to keep, or settles
   // it here and returns nullptr (a wait completes with operation_aborted; a task
-  // cancelled while it waited is released).
-  static task_base* next_taken(taken_tasks& taken) noexcept;
+  // cancelled while it waited is released; a task bound to `pool` itself is cancelled).
+  task_base* next_taken(taken_tasks& taken, const net::execution_context* pool) noexcept;
   void join();
   bool await_termination(clock::duration timeout);
   bool is_shutdown() const noexcept { return state_.at_least(lifecycle::shutdown, std::memory_order_acquire); }

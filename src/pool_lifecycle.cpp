@@ -241,7 +241,7 @@ void pool_engine::discard_taken(task_base* head) noexcept {
   }
 }
 
-task_base* pool_engine::next_taken(taken_tasks& taken) noexcept {
+task_base* pool_engine::next_taken(taken_tasks& taken, const net::execution_context* pool) noexcept {
   task_base* t = taken.head;
   taken.head = t->next_.load(std::memory_order_relaxed);
   t->next_.store(nullptr, std::memory_order_relaxed);
@@ -249,8 +249,17 @@ task_base* pool_engine::next_taken(taken_tasks& taken) noexcept {
     t->complete(false); // completes with operation_aborted
     return nullptr;
   }
-  if (t->is_scheduled() && static_cast<scheduled_task_base*>(t)->phase() != scheduled_task_base::pending) {
-    static_cast<scheduled_task_base*>(t)->release(); // cancelled while it waited
+  if (!t->is_scheduled()) return t;
+  auto* st = static_cast<scheduled_task_base*>(t);
+  if (st->phase() != scheduled_task_base::pending) {
+    st->release(); // cancelled while it waited
+    return nullptr;
+  }
+  if (st->bound_context() == pool) {
+    // Bound to this pool itself (a strand or serial executor over it, its own
+    // executor): stopped, it could never run there, and its callable's copies of the
+    // executor must go before the pool does. Cancelled here, while the pool exists.
+    discard_task(t, nullptr);
     return nullptr;
   }
   return t;

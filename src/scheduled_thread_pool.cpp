@@ -66,19 +66,8 @@ std::vector<pending_task> scheduled_thread_pool::shutdown_now() {
     throw;
   }
   while (taken.head) {
-    detail::task_base* t = detail::pool_engine::next_taken(taken);
+    detail::task_base* t = detail::engine(*core_).next_taken(taken, this);
     if (!t) continue;
-    if (t->is_scheduled()) {
-      // Bound to this pool itself (a strand or serial executor over it, its own
-      // executor): stopped, it could never run there, and its callable's copies of the
-      // executor must go before the pool does. Cancelled here, while the pool exists.
-      auto* st = static_cast<detail::scheduled_task_base*>(t);
-      if (st->bound_context() == static_cast<const net::execution_context*>(this)) {
-        st->finish_cancelled();
-        st->release();
-        continue;
-      }
-    }
     out.push_back(pending_task(t)); // reserved
   }
   return out;
