@@ -1,6 +1,7 @@
 #ifndef METRONOME_TEST_POLL_UNTIL_HPP
 #define METRONOME_TEST_POLL_UNTIL_HPP
 
+#include <atomic>
 #include <chrono>
 #include <future>
 #include <thread>
@@ -18,6 +19,29 @@ bool poll_until(Pred&& pred, std::chrono::milliseconds limit = std::chrono::seco
     std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
   return true;
+}
+
+// For a stop-here test whose held thread must keep a destruction waiting: destroys
+// `owner` (`owner.reset()`) on another thread, calls `meanwhile`, and reports whether the
+// destruction was still waiting 200 ms later. Then calls `release` (which lets the held
+// thread go) and joins the destroying thread, so the destruction has ended on return.
+template <class Owner, class Release, class Meanwhile>
+bool destruction_waits(Owner& owner, Release&& release, Meanwhile&& meanwhile) {
+  std::atomic<bool> destroyed{false};
+  std::thread destroyer([&] {
+    owner.reset();
+    destroyed = true;
+  });
+  meanwhile();
+  const bool waited = !poll_until([&] { return destroyed.load(); }, std::chrono::milliseconds(200));
+  release();
+  destroyer.join();
+  return waited;
+}
+
+template <class Owner, class Release>
+bool destruction_waits(Owner& owner, Release&& release) {
+  return destruction_waits(owner, release, [] {});
 }
 
 // A wait_for() that found the result ready.

@@ -36,6 +36,7 @@ using metronome::test::gate;
 using metronome::test::hook_stop;
 using metronome::test::on_clock;
 using metronome::test::poll_until;
+using metronome::test::destruction_waits;
 
 namespace {
 
@@ -629,15 +630,8 @@ BOOST_AUTO_TEST_CASE(a_completion_queued_on_a_pool_being_destroyed_runs_on_its_w
     sig.emit(metronome::net::cancellation_type::terminal);
   });
   BOOST_REQUIRE(stop.arrived()); // queued and in transit; no worker told
-  std::atomic<bool> destroyed{false};
-  std::thread destroyer([&] {
-    pool.reset();
-    destroyed = true;
-  });
-  BOOST_CHECK(!poll_until([&] { return destroyed.load(); }, 200ms));
-  stop.release();
+  BOOST_CHECK(destruction_waits(pool, [&] { stop.release(); }));
   ender.join();
-  destroyer.join();
   BOOST_CHECK_EQUAL(calls.load(), 1);
   BOOST_CHECK(on_pool.load());
 }
@@ -947,7 +941,7 @@ template <class Strand, class Meanwhile>
 void destroy_the_pool_while_a_cancel_settles(std::unique_ptr<scheduled_thread_pool>& pool,
                                              std::optional<Strand>& strand, metronome::scheduled_future<void>& h,
                                              const std::atomic<bool>& ran, Meanwhile meanwhile) {
-  std::atomic<bool> won{false}, destroyed{false};
+  std::atomic<bool> won{false};
   hook_stop stop(hook_point::handle_before_anchor);
   std::thread canceller([&] {
     hook_stop::arm_this_thread();
@@ -955,15 +949,8 @@ void destroy_the_pool_while_a_cancel_settles(std::unique_ptr<scheduled_thread_po
   });
   BOOST_REQUIRE(stop.arrived()); // the cancel() won; the callable is not destroyed yet
   strand.reset();
-  std::thread destroyer([&] {
-    pool.reset();
-    destroyed = true;
-  });
-  meanwhile();
-  BOOST_CHECK(!poll_until([&] { return destroyed.load(); }, 200ms));
-  stop.release();
+  BOOST_CHECK(destruction_waits(pool, [&] { stop.release(); }, meanwhile));
   canceller.join();
-  destroyer.join();
   BOOST_CHECK(won.load());
   BOOST_CHECK(h.is_cancelled());
   BOOST_CHECK(!ran.load());
@@ -1025,7 +1012,7 @@ BOOST_AUTO_TEST_CASE(a_worker_that_ran_a_cancelled_bound_task_inline_waits_for_t
   auto pool = std::make_unique<scheduled_thread_pool>(1);
   arm_workers(*pool);
   std::optional strand = metronome::net::make_strand(pool->get_executor());
-  std::atomic<bool> ran{false}, won{false}, destroyed{false};
+  std::atomic<bool> ran{false}, won{false};
   metronome::test::hook_stops stops{{hook_point::bound_before_dispatch, false},
                                     {hook_point::handle_before_anchor, false}};
   auto h = pool->submit(metronome::net::bind_executor(*strand, [&] { ran = true; }));
@@ -1037,14 +1024,8 @@ BOOST_AUTO_TEST_CASE(a_worker_that_ran_a_cancelled_bound_task_inline_waits_for_t
   BOOST_REQUIRE(stops.arrived(hook_point::handle_before_anchor)); // the exchange won
   strand.reset();
   stops.release(hook_point::bound_before_dispatch); // runs the hand-over, finds it cancelled
-  std::thread destroyer([&] {
-    pool.reset();
-    destroyed = true;
-  });
-  BOOST_CHECK(!poll_until([&] { return destroyed.load(); }, 200ms));
-  stops.release(hook_point::handle_before_anchor);
+  BOOST_CHECK(destruction_waits(pool, [&] { stops.release(hook_point::handle_before_anchor); }));
   canceller.join();
-  destroyer.join();
   BOOST_CHECK(won.load());
   BOOST_CHECK(h.is_cancelled());
   BOOST_CHECK(!ran.load());

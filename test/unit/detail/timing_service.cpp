@@ -233,14 +233,7 @@ BOOST_AUTO_TEST_CASE(the_host_s_shutdown_waits_for_a_bound_periodic_run_still_le
   serial.reset();
   guard.reset();
   runner.join();
-  std::atomic<bool> destroyed{false};
-  std::thread destroyer([&] {
-    io.reset();
-    destroyed = true;
-  });
-  BOOST_TEST(!metronome::test::poll_until([&] { return destroyed.load(); }, 200ms));
-  stop.release();
-  destroyer.join();
+  BOOST_TEST(metronome::test::destruction_waits(io, [&] { stop.release(); }));
   BOOST_TEST(runs.value() == 1);
 }
 
