@@ -1008,4 +1008,117 @@ BOOST_AUTO_TEST_CASE(bound_tasks_race_cancels_and_their_executor_s_destruction) 
   f.report("bound tasks against cancels and their executor's destruction", b.rounds());
 }
 
+// The other way round: a serial executor over an io_context schedules tasks bound to
+// strands over a pool, one-shot, fixed-rate and fixed-delay, while two threads cancel at
+// random. Then the io_context - whose timing service holds the tasks' schedule - is
+// destroyed while the pool's workers run and end those tasks: either at once (runs away
+// on the strands, ending after the engine is gone) or once every handle is done (the
+// workers may still be leaving the engine: its shutdown waits for them). Every one-shot
+// ran once on its strand or ended cancelled, every periodic task ended cancelled, and
+// every callable was destroyed exactly once.
+BOOST_AUTO_TEST_CASE(serial_tasks_over_an_io_context_bound_to_a_pool_race_cancels_and_the_io_context_s_end) {
+  budget b(std::chrono::milliseconds(scaled(2000, 3000)), 4, scaled(2000, 100));
+  findings f;
+  long ran_total = 0, cancelled_total = 0, away_at_destruction = 0;
+  while (b.next()) {
+    std::mt19937_64 rng(run_seed ^ (static_cast<std::uint64_t>(b.rounds()) * 0x9e3779b97f4a7c15ULL));
+    const bool wait_for_handles = b.rounds() % 2 == 1;
+    constexpr std::size_t n = 200;
+    std::vector<slot> slots(n);
+    std::atomic<int> off_strand{0};
+    std::vector<scheduled_future<void>> handles;
+    handles.reserve(n);
+    auto pool = std::make_unique<scheduled_thread_pool>(2);
+    std::optional<pool_strand> strands[2] = {net::make_strand(pool->get_executor()),
+                                             net::make_strand(pool->get_executor())};
+    auto io = std::make_unique<net::io_context>();
+    std::optional guard = net::make_work_guard(*io);
+    std::thread io_thread([&io] { io->run(); });
+    std::optional serial = metronome::make_serial_executor(io->get_executor());
+    for (std::size_t i = 0; i < n; ++i) {
+      pool_strand& strand = *strands[i % 2];
+      const bool periodic = i % 4 == 0;
+      // A periodic run lasts a little, so that cancels land during runs (which then end
+      // on a worker in transit in the io_context's engine).
+      auto fn = net::bind_executor(strand, [s = &slots[i], strand, periodic, &off_strand, token = life(&slots[i])] {
+        if (!strand.running_in_this_thread()) off_strand.fetch_add(1);
+        s->runs.fetch_add(1);
+        const auto until = std::chrono::steady_clock::now() + 100us;
+        while (periodic && std::chrono::steady_clock::now() < until) {
+        }
+      });
+      const auto d = std::chrono::microseconds(rng() % 3000);
+      if (i % 8 == 0)
+        handles.push_back(serial->schedule_at_fixed_rate(std::move(fn), d, 300us));
+      else if (i % 8 == 4)
+        handles.push_back(serial->schedule_with_fixed_delay(std::move(fn), d, 200us));
+      else
+        handles.push_back(serial->schedule(std::move(fn), d));
+    }
+    metronome::test::gate go;
+    std::vector<std::thread> cancellers;
+    for (std::size_t c = 0; c < 2; ++c)
+      cancellers.emplace_back([&handles, &go, c, seed = rng()] {
+        std::vector<std::size_t> mine;
+        for (std::size_t i = 0; i < n; ++i) // half of them, periodic or not
+          if ((i * 2654435761U >> 7) % 4 == c) mine.push_back(i);
+        std::shuffle(mine.begin(), mine.end(), std::mt19937_64(seed));
+        go.wait();
+        for (std::size_t i : mine) handles[i].cancel();
+      });
+    go.open();
+    const auto spin_until = std::chrono::steady_clock::now() + std::chrono::microseconds(rng() % 2500);
+    while (std::chrono::steady_clock::now() < spin_until) std::this_thread::yield();
+    errors errs;
+    if (wait_for_handles) {
+      // Cancelled with runs under way on the pool; the io_context stopped at once (the
+      // runs end without it) and destroyed right after every handle reads done.
+      for (auto& h : handles) h.cancel();
+      io->stop();
+      io_thread.join();
+      for (std::size_t k = 0; k < n; ++k) {
+        const std::size_t i = (k * 4) % n + (k * 4) / n; // the periodic tasks first
+        if (handles[i].wait_for(10s) != std::future_status::ready) {
+          errs.add(fmt("task %zu: not done 10 s after cancel()", i));
+          break;
+        }
+      }
+    } else {
+      io->stop(); // runs away on the strands end after the io_context is gone
+      io_thread.join();
+    }
+    for (auto& t : cancellers) t.join();
+    serial.reset();
+    guard.reset();
+    if (errs.count() != 0) { // a hung task still touches the io_context and the pool: kept
+      (void)io.release();
+      (void)pool.release();
+      f.take(errs, fmt("round %d", b.rounds()));
+      break;
+    }
+    for (auto& h : handles) away_at_destruction += h.is_done() ? 0 : 1;
+    io.reset(); // its timing service ends what it holds; runs away on the strands go on
+    for (auto& s : strands) s.reset();
+    pool.reset(); // runs what the strands still hold
+    if (off_strand.load() != 0) errs.add(fmt("%d runs off their strand", off_strand.load()));
+    for (std::size_t i = 0; i < n; ++i) {
+      const int runs = slots[i].runs.load(), destroyed = slots[i].destroyed.load();
+      const bool periodic = i % 4 == 0, done = handles[i].is_done(), cancelled = handles[i].is_cancelled();
+      if (!done || destroyed != 1 || (periodic && !cancelled) || (!periodic && (runs > 1 || (runs == 1) == cancelled))) {
+        errs.add(fmt("task %zu (periodic %d): ran %d times, done %d, cancelled %d, callable destroyed %d times", i,
+                     int(periodic), runs, int(done), int(cancelled), destroyed));
+        break;
+      }
+      ran_total += runs;
+      cancelled_total += cancelled ? 1 : 0;
+    }
+    f.take(errs, fmt("round %d", b.rounds()));
+  }
+  BOOST_TEST(f.bad_rounds() == 0);
+  BOOST_TEST_MESSAGE("serial tasks over an io_context bound to a pool: "
+                     << b.rounds() << " rounds, " << ran_total << " runs, " << cancelled_total << " cancelled, "
+                     << away_at_destruction << " not done at the io_context's destruction");
+  f.report("serial tasks over an io_context, bound to a pool, against cancels and the io_context's end", b.rounds());
+}
+
 BOOST_AUTO_TEST_SUITE_END()
