@@ -75,8 +75,16 @@ public:
   /// The executor the drains run on.
   using inner_executor_type = Executor;
 
-  /// A serial executor over `ex`. @throws std::invalid_argument if `opts.batch` is 0.
-  explicit serial_executor(const Executor& ex, serial_options opts = {});
+  /// A serial executor over `ex` (anything convertible to `Executor`). @throws
+  /// std::invalid_argument if `opts.batch` is 0.
+  // Not viable for a serial_executor itself, checked first (as asio::strand's): over a
+  // type-erased executor (any_io_executor) the conversion test would ask whether this
+  // type is an executor while that very question is being answered - copying it would
+  // not compile.
+  template <class Ex>
+    requires(!std::is_same_v<Ex, serial_executor>) && std::is_convertible_v<const Ex&, Executor>
+  explicit serial_executor(const Ex& ex, serial_options opts = {})
+      : serial_executor(from_inner{}, Executor(ex), std::move(opts)) {}
 
   /// The executor the drains run on.
   const Executor& get_inner_executor() const noexcept { return state_->inner(); }
@@ -195,6 +203,9 @@ public:
   ///@}
 
 private:
+  struct from_inner {};
+  serial_executor(from_inner, const Executor& ex, serial_options opts);
+
   template <class R, class F>
   detail::scheduled_task_base* new_task(F&& f, detail::task_kind kind) const;
 

@@ -330,6 +330,42 @@ BOOST_AUTO_TEST_CASE(co_spawn_and_async_delay_on_a_serial_executor) {
   BOOST_TEST(shared == 200);
 }
 
+// Over a type-erased executor (what `co_await this_coro::executor` gives a coroutine) a
+// serial executor is still an executor and converts back to any_io_executor, so co_spawn
+// and bind_executor take it, as they take asio::strand<any_io_executor>. (Its converting
+// constructor once made copying it ask whether it was an executor while that very question
+// was being answered: it did not compile.)
+using erased_serial = metronome::serial_executor<net::any_io_executor>;
+static_assert(net::execution::is_executor<erased_serial>::value);
+static_assert(std::is_convertible_v<erased_serial, net::any_io_executor>);
+static_assert(std::is_nothrow_copy_constructible_v<erased_serial>);
+
+BOOST_AUTO_TEST_CASE(a_serial_executor_over_any_io_executor_hosts_coroutines) {
+  net::io_context io;
+  auto serial = make_serial_executor(net::any_io_executor(io.get_executor()));
+  const net::any_io_executor erased = serial;
+  BOOST_TEST((erased == net::any_io_executor(serial)));
+  BOOST_TEST(erased.target<erased_serial>() != nullptr);
+  int shared = 0; // touched only by the coroutines, which are serialised
+  std::atomic<int> off_serial{0};
+  auto worker = [&]() -> net::awaitable<void> {
+    for (int i = 0; i < 50; ++i) {
+      const auto ex = co_await net::this_coro::executor;
+      const auto* s = ex.target<erased_serial>();
+      if (!s || !s->running_in_this_thread()) off_serial.fetch_add(1);
+      co_await metronome::async_delay(ex, 20us, net::use_awaitable);
+      ++shared; // a data race (TSan) if the two coroutines ever ran at once
+    }
+  };
+  net::co_spawn(serial, worker(), net::detached);
+  net::co_spawn(erased, worker(), net::detached);
+  std::thread second([&] { io.run(); }); // two threads run the io_context
+  io.run();
+  second.join();
+  BOOST_TEST(shared == 100);
+  BOOST_TEST(off_serial.load() == 0);
+}
+
 BOOST_AUTO_TEST_CASE(bind_executor_runs_handlers_in_order) {
   scheduled_thread_pool pool(2);
   auto serial = make_serial_executor(pool);

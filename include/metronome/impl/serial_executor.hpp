@@ -58,7 +58,7 @@ private:
 } // namespace detail
 
 template <class Executor>
-inline serial_executor<Executor>::serial_executor(const Executor& ex, serial_options opts) {
+inline serial_executor<Executor>::serial_executor(from_inner, const Executor& ex, serial_options opts) {
   detail::pool_core* owner = detail::pool_of(ex);
   detail::pool_core& timers = owner ? *owner : detail::pool_core_of(ex);
   state_ = std::make_shared<detail::serial_state<Executor>>(ex, std::move(opts), timers, owner);
