@@ -27,6 +27,7 @@ struct serial_core::state {
   // the fields below on every task.
   alignas(64) std::atomic<std::size_t> pending_{0};
   alignas(64) std::atomic<bool> disposed_{false};
+  std::atomic<bool> abandoned_{false}; // set before disposed_ by abandon()
   std::atomic<int> posting_{0}; // threads inside a post of the drain (see hand_drain)
   serial_options opts_;
   pool_core* owner_pool_; // the metronome pool underneath, if any (its exception handler)
@@ -115,7 +116,10 @@ bool serial_core::enqueue_due(scheduled_task_base* t) noexcept {
   return s_->pending_.fetch_add(1, std::memory_order_acq_rel) == 0;
 }
 
+bool serial_core::is_abandoned() const noexcept { return s_->abandoned_.load(std::memory_order_acquire); }
+
 void serial_core::abandon() noexcept {
+  s_->abandoned_.store(true, std::memory_order_release);
   s_->disposed_.store(true, std::memory_order_seq_cst);
   drain(); // disposed: discards, runs no user task, never re-posts
 }

@@ -10,6 +10,7 @@
 #include "common/manual_pool.hpp"
 #include "common/poll_until.hpp"
 #include "common/sanitizers.hpp"
+#include "common/stderr_capture.hpp"
 #include "common/strand_run_log.hpp"
 
 #include <metronome/detail/asio.hpp>
@@ -364,6 +365,55 @@ BOOST_AUTO_TEST_CASE(a_serial_executor_over_any_io_executor_hosts_coroutines) {
   second.join();
   BOOST_TEST(shared == 100);
   BOOST_TEST(off_serial.load() == 0);
+}
+
+// An io_context destroyed under a coroutine on a serial executor, suspended in a
+// metronome wait: the context's shutdown destroys the serial executor's queued drain (it
+// is abandoned) and the wait's handler, and Asio, destroying the coroutine, posts the end
+// of its frame to the serial executor. That post is dropped quietly, as the context's own
+// shutdown is (as with an asio::strand): nothing on stderr; a handler you installed hears
+// of it as rejected_execution. A dispose() of yours still reports such work.
+BOOST_AUTO_TEST_CASE(an_io_context_destroyed_under_a_suspended_coroutine_on_a_serial_executor_is_quiet) {
+  for (const bool with_handler : {false, true}) {
+    std::atomic<int> frames_ended{0}, reports{0}, rejected{0};
+    metronome::test::stderr_capture err;
+    {
+      auto io = std::make_unique<net::io_context>();
+      metronome::serial_options o;
+      if (with_handler)
+        o.exception_handler = [&](std::exception_ptr e) {
+          ++reports;
+          try {
+            std::rethrow_exception(e);
+          } catch (const metronome::rejected_execution&) {
+            ++rejected;
+          } catch (...) {
+          }
+        };
+      auto serial = make_serial_executor(io->get_executor(), o);
+      std::atomic<bool> suspended{false};
+      net::co_spawn(
+          serial,
+          [&]() -> net::awaitable<void> {
+            struct on_end {
+              std::atomic<int>& n;
+              ~on_end() { n.fetch_add(1); }
+            } end{frames_ended};
+            const auto ex = co_await net::this_coro::executor;
+            suspended = true;
+            co_await metronome::async_delay(ex, 1h, net::use_awaitable);
+          },
+          net::detached);
+      while (!suspended.load()) io->poll_one();
+      io->poll(); // whatever its suspension queued
+      io.reset();
+    }
+    const std::string out = err.take();
+    BOOST_TEST(frames_ended.load() == 1);
+    BOOST_TEST(out.empty(), "stderr: " << out);
+    BOOST_TEST(reports.load() == rejected.load()); // rejected_execution, and nothing else
+    BOOST_TEST(rejected.load() == (with_handler ? 1 : 0));
+  }
 }
 
 BOOST_AUTO_TEST_CASE(bind_executor_runs_handlers_in_order) {

@@ -48,6 +48,8 @@ public:
   // holds the one drain) and refuse later work.
   void abandon() noexcept;
   bool is_disposed() const noexcept;
+  // Disposed by abandon() (its context destroyed the drain), not by dispose().
+  bool is_abandoned() const noexcept;
   // Over a metronome pool that is shut down, work from outside the pool is refused as the
   // pool refuses it (its drains are internal work and are never refused).
   bool refuses_outside_work() const noexcept;
