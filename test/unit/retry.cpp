@@ -185,6 +185,21 @@ BOOST_AUTO_TEST_CASE(the_predicate_stops_at_an_error_not_worth_retrying) {
   BOOST_TEST(pool.stats().delayed_queued == 0u);
 }
 
+// A plain function as the predicate (g++ once warned inside the library, -Wnonnull-compare,
+// comparing it with nullptr; this file is built with that warning as an error on g++).
+bool only_refused(const error_code& e) { return e == refused; }
+
+BOOST_AUTO_TEST_CASE(a_plain_function_is_a_predicate) {
+  s.outcome = [](int n) { return n < 2 ? refused : unreachable; };
+  c.set_auto_advance(true);
+  std::promise<result> p;
+  async_retry(pool, exact(10), s.op(), only_refused, [&](error_code ec, int n) { p.set_value({ec, n}); });
+  const result r = p.get_future().get();
+  BOOST_TEST((r.ec == unreachable));
+  BOOST_TEST(r.n == 2);
+  BOOST_TEST(s.started().size() == 3u);
+}
+
 BOOST_AUTO_TEST_CASE(no_pause_is_asked_for_after_a_success) {
   s.outcome = [](int) { return error_code(); };
   c.set_auto_advance(true);
