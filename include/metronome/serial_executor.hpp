@@ -75,16 +75,10 @@ public:
   /// The executor the drains run on.
   using inner_executor_type = Executor;
 
-  /// A serial executor over `ex` (anything convertible to `Executor`). @throws
-  /// std::invalid_argument if `opts.batch` is 0.
-  // Not viable for a serial_executor itself, checked first (as asio::strand's): over a
-  // type-erased executor (any_io_executor) the conversion test would ask whether this
-  // type is an executor while that very question is being answered - copying it would
-  // not compile.
-  template <class Ex>
+  /// A serial executor over `ex` (convertible to `Executor`). @throws std::invalid_argument if `opts.batch` is 0.
+  template <class Ex> // never for a copy, checked first (as asio::strand): see the test over any_io_executor
     requires(!std::is_same_v<Ex, serial_executor>) && std::is_convertible_v<const Ex&, Executor>
-  explicit serial_executor(const Ex& ex, serial_options opts = {})
-      : serial_executor(from_inner{}, Executor(ex), std::move(opts)) {}
+  explicit serial_executor(const Ex& ex, serial_options o = {}) : serial_executor(from_inner{}, ex, std::move(o)) {}
 
   /// The executor the drains run on.
   const Executor& get_inner_executor() const noexcept { return state_->inner(); }
