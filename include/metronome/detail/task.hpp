@@ -159,11 +159,10 @@ bool is_empty_callable(const F& f) noexcept {
     return is_empty_callable(f.handler_);
   } else if constexpr (is_executor_binder<F>) {
     return is_empty_callable(f.get());
-  } else if constexpr (std::is_function_v<F>) {
-    return false; // a function itself (not a pointer) is never null: comparing it warns
   } else if constexpr (std::is_pointer_v<F> || std::is_member_pointer_v<F>) {
     return f == nullptr;
-  } else if constexpr (requires { static_cast<bool>(f == nullptr); }) {
+  } else if constexpr (!std::is_function_v<F> && requires { static_cast<bool>(f == nullptr); }) {
+    // (A function itself, not a pointer, is never null: comparing it warns.)
     return static_cast<bool>(f == nullptr);
   } else {
     return false;
