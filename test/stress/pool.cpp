@@ -930,6 +930,26 @@ BOOST_AUTO_TEST_CASE(producers_race_shutdown) { pool_lifecycle_stress(ending::sh
 BOOST_AUTO_TEST_CASE(producers_race_shutdown_now) { pool_lifecycle_stress(ending::shutdown_now); }
 BOOST_AUTO_TEST_CASE(handles_race_the_destructor) { pool_lifecycle_stress(ending::destructor); }
 
+// A round of bound tasks, accounted once nothing runs any more: every handle done, every
+// callable destroyed once, every periodic task cancelled, every one-shot run once on its
+// strand or cancelled (never both, never neither). Adds the runs and cancels to the totals.
+template <class IsPeriodic>
+void account_bound_round(std::vector<slot>& slots, std::vector<scheduled_future<void>>& handles,
+                         IsPeriodic is_periodic, int off_strand, errors& errs, long& ran_total, long& cancelled_total) {
+  if (off_strand != 0) errs.add(fmt("%d runs off their strand", off_strand));
+  for (std::size_t i = 0; i < slots.size(); ++i) {
+    const int runs = slots[i].runs.load(), destroyed = slots[i].destroyed.load();
+    const bool periodic = is_periodic(i), done = handles[i].is_done(), cancelled = handles[i].is_cancelled();
+    if (!done || destroyed != 1 || (periodic && !cancelled) || (!periodic && (runs > 1 || (runs == 1) == cancelled))) {
+      errs.add(fmt("task %zu (periodic %d): ran %d times, done %d, cancelled %d, callable destroyed %d times", i,
+                   int(periodic), runs, int(done), int(cancelled), destroyed));
+      return;
+    }
+    ran_total += runs;
+    cancelled_total += cancelled ? 1 : 0;
+  }
+}
+
 // Tasks bound to a strand of an io_context (bind_executor), one-shot and periodic, while
 // two threads cancel at random; then the io_context is stopped with hand-overs still
 // queued in it, the pool shut down at once, and the io_context destroyed. Every one-shot
@@ -988,18 +1008,8 @@ BOOST_AUTO_TEST_CASE(bound_tasks_race_cancels_and_their_executor_s_destruction) 
     queued_at_destruction += static_cast<long>(not_done);
     io.reset(); // destroys the hand-overs still queued: those tasks end cancelled
     errors errs;
-    if (off_strand.load() != 0) errs.add(fmt("%d runs off their strand", off_strand.load()));
-    for (std::size_t i = 0; i < n; ++i) {
-      const int runs = slots[i].runs.load(), destroyed = slots[i].destroyed.load();
-      const bool periodic = i % 8 == 0, done = handles[i].is_done(), cancelled = handles[i].is_cancelled();
-      if (!done || destroyed != 1 || (periodic && !cancelled) || (!periodic && (runs > 1 || (runs == 1) == cancelled))) {
-        errs.add(fmt("task %zu (periodic %d): ran %d times, done %d, cancelled %d, callable destroyed %d times", i,
-                     int(periodic), runs, int(done), int(cancelled), destroyed));
-        break;
-      }
-      ran_total += runs;
-      cancelled_total += cancelled ? 1 : 0;
-    }
+    account_bound_round(slots, handles, [](std::size_t i) { return i % 8 == 0; }, off_strand.load(), errs, ran_total,
+                        cancelled_total);
     f.take(errs, fmt("round %d", b.rounds()));
   }
   BOOST_TEST(f.bad_rounds() == 0);
@@ -1100,18 +1110,8 @@ BOOST_AUTO_TEST_CASE(serial_tasks_over_an_io_context_bound_to_a_pool_race_cancel
     io.reset(); // its timing service ends what it holds; runs away on the strands go on
     for (auto& s : strands) s.reset();
     pool.reset(); // runs what the strands still hold
-    if (off_strand.load() != 0) errs.add(fmt("%d runs off their strand", off_strand.load()));
-    for (std::size_t i = 0; i < n; ++i) {
-      const int runs = slots[i].runs.load(), destroyed = slots[i].destroyed.load();
-      const bool periodic = i % 4 == 0, done = handles[i].is_done(), cancelled = handles[i].is_cancelled();
-      if (!done || destroyed != 1 || (periodic && !cancelled) || (!periodic && (runs > 1 || (runs == 1) == cancelled))) {
-        errs.add(fmt("task %zu (periodic %d): ran %d times, done %d, cancelled %d, callable destroyed %d times", i,
-                     int(periodic), runs, int(done), int(cancelled), destroyed));
-        break;
-      }
-      ran_total += runs;
-      cancelled_total += cancelled ? 1 : 0;
-    }
+    account_bound_round(slots, handles, [](std::size_t i) { return i % 4 == 0; }, off_strand.load(), errs, ran_total,
+                        cancelled_total);
     f.take(errs, fmt("round %d", b.rounds()));
   }
   BOOST_TEST(f.bad_rounds() == 0);
