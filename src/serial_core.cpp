@@ -116,8 +116,6 @@ bool serial_core::enqueue_due(scheduled_task_base* t) noexcept {
   return s_->pending_.fetch_add(1, std::memory_order_acq_rel) == 0;
 }
 
-bool serial_core::is_abandoned() const noexcept { return s_->abandoned_.load(std::memory_order_acquire); }
-
 void serial_core::abandon() noexcept {
   s_->abandoned_.store(true, std::memory_order_release);
   s_->disposed_.store(true, std::memory_order_seq_cst);
@@ -234,6 +232,14 @@ void serial_core::report_dropped(const std::exception_ptr& e) noexcept {
     call_exception_handler(s_->opts_.exception_handler, e, "a serial executor's exception handler");
   else if (s_->owner_pool_)
     engine(s_->owner_pool_)->report_dropped(e);
+}
+
+void serial_core::report_refused() noexcept {
+  if (s_->abandoned_.load(std::memory_order_acquire)) // its context's shutdown (which you asked for) took the drain
+    report_dropped(std::make_exception_ptr(
+        rejected_execution("metronome: work dropped: the serial_executor's underlying context is shut down")));
+  else
+    report(std::make_exception_ptr(rejected_execution("metronome: serial_executor is disposed")));
 }
 
 void serial_core::track(scheduled_task_base* t) noexcept {

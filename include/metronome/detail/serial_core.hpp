@@ -48,8 +48,6 @@ public:
   // holds the one drain) and refuse later work.
   void abandon() noexcept;
   bool is_disposed() const noexcept;
-  // Disposed by abandon() (its context destroyed the drain), not by dispose().
-  bool is_abandoned() const noexcept;
   // Over a metronome pool that is shut down, work from outside the pool is refused as the
   // pool refuses it (its drains are internal work and are never refused).
   bool refuses_outside_work() const noexcept;
@@ -60,6 +58,9 @@ public:
   // Work refused because the pool underneath was shut down: as pool_engine::report_dropped
   // (this executor's own handler, else the pool's installed one; never printed).
   void report_dropped(const std::exception_ptr& e) noexcept;
+  // Executor-path work refused once disposed: reported after dispose(), dropped as its
+  // context's shutdown drops work once abandon()ed (quiet by default).
+  void report_refused() noexcept;
   void track(scheduled_task_base* t) noexcept;
 
   bool enqueue_due(scheduled_task_base* t) noexcept override;

@@ -220,11 +220,7 @@ inline void serial_executor<Executor>::enqueue_op(Function&& f, bool may_run_her
       detail::executor_op<F, detail::recycling_allocator<void>>::create(std::forward<Function>(f), {});
   if (!state_->try_enqueue(op, may_run_here)) {
     op->complete(false);
-    if (state_->is_abandoned()) // its context's shutdown (which you asked for) took the drain: quiet, as that shutdown is
-      state_->report_dropped(std::make_exception_ptr(
-          rejected_execution("metronome: work dropped: the serial_executor's underlying context is shut down")));
-    else
-      state_->report(std::make_exception_ptr(rejected_execution("metronome: serial_executor is disposed")));
+    state_->report_refused();
   }
 }
 
