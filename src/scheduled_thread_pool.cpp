@@ -65,11 +65,9 @@ std::vector<pending_task> scheduled_thread_pool::shutdown_now() {
     detail::engine(*core_).discard_taken(taken.head);
     throw;
   }
-  while (taken.head) {
-    detail::task_base* t = detail::engine(*core_).next_taken(taken, this);
-    if (!t) continue;
-    out.push_back(pending_task(t)); // reserved
-  }
+  detail::pool_engine& e = detail::engine(*core_);
+  while (taken.head)
+    if (detail::task_base* t = e.next_taken(taken, this)) out.push_back(pending_task(t)); // reserved
   return out;
 }
 
