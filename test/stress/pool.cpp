@@ -864,6 +864,24 @@ BOOST_AUTO_TEST_CASE(shutdown_now_returns_or_runs_every_task_submitted_before_it
   f.report("shutdown_now accounting", b.rounds());
 }
 
+// Two threads that, once `go` opens, cancel in a shuffled order the handles `pick(c, i)`
+// gives canceller c (c = 0, 1); each draws its shuffle's seed from `rng`.
+template <class Pick>
+std::vector<std::thread> start_cancellers(std::vector<scheduled_future<void>>& handles, metronome::test::gate& go,
+                                          std::mt19937_64& rng, Pick pick) {
+  std::vector<std::thread> cancellers;
+  for (std::size_t c = 0; c < 2; ++c)
+    cancellers.emplace_back([&handles, &go, c, pick, seed = rng()] {
+      std::vector<std::size_t> mine;
+      for (std::size_t i = 0; i < handles.size(); ++i)
+        if (pick(c, i)) mine.push_back(i);
+      std::shuffle(mine.begin(), mine.end(), std::mt19937_64(seed));
+      go.wait();
+      for (std::size_t i : mine) handles[i].cancel();
+    });
+  return cancellers;
+}
+
 // Plain callbacks' waits (no executor of their own), ended by cancel() on two other
 // threads while the pool ends (shutdown_now, the destructor, shutdown): a wait ended by
 // a cancel is queued on the task's pool (post_completion), or run by the canceller once
@@ -889,15 +907,8 @@ BOOST_AUTO_TEST_CASE(plain_callback_waits_ended_by_cancel_race_the_pool_s_ending
       });
     }
     metronome::test::gate go;
-    std::vector<std::thread> cancellers;
-    for (std::size_t c = 0; c < 2; ++c)
-      cancellers.emplace_back([&handles, &go, c, seed = rng()] {
-        std::vector<std::size_t> mine;
-        for (std::size_t i = c; i < n; i += 2) mine.push_back(i);
-        std::shuffle(mine.begin(), mine.end(), std::mt19937_64(seed));
-        go.wait();
-        for (std::size_t i : mine) handles[i].cancel();
-      });
+    std::vector<std::thread> cancellers =
+        start_cancellers(handles, go, rng, [](std::size_t c, std::size_t i) { return i % 2 == c; });
     go.open();
     const auto spin_until = std::chrono::steady_clock::now() + std::chrono::microseconds(rng() % 1500);
     while (std::chrono::steady_clock::now() < spin_until) std::this_thread::yield();
@@ -984,15 +995,8 @@ BOOST_AUTO_TEST_CASE(bound_tasks_race_cancels_and_their_executor_s_destruction) 
         handles.push_back(pool.schedule(std::move(fn), d));
     }
     metronome::test::gate go;
-    std::vector<std::thread> cancellers;
-    for (std::size_t c = 0; c < 2; ++c)
-      cancellers.emplace_back([&handles, &go, c, seed = rng()] {
-        std::vector<std::size_t> mine;
-        for (std::size_t i = c; i < n; i += 4) mine.push_back(i); // half of them
-        std::shuffle(mine.begin(), mine.end(), std::mt19937_64(seed));
-        go.wait();
-        for (std::size_t i : mine) handles[i].cancel();
-      });
+    std::vector<std::thread> cancellers =
+        start_cancellers(handles, go, rng, [](std::size_t c, std::size_t i) { return i % 4 == c; }); // half of them
     go.open();
     const auto spin_until = std::chrono::steady_clock::now() + std::chrono::microseconds(rng() % 2500);
     while (std::chrono::steady_clock::now() < spin_until) std::this_thread::yield();
@@ -1066,16 +1070,9 @@ BOOST_AUTO_TEST_CASE(serial_tasks_over_an_io_context_bound_to_a_pool_race_cancel
         handles.push_back(serial->schedule(std::move(fn), d));
     }
     metronome::test::gate go;
-    std::vector<std::thread> cancellers;
-    for (std::size_t c = 0; c < 2; ++c)
-      cancellers.emplace_back([&handles, &go, c, seed = rng()] {
-        std::vector<std::size_t> mine;
-        for (std::size_t i = 0; i < n; ++i) // half of them, periodic or not
-          if ((i * 2654435761U >> 7) % 4 == c) mine.push_back(i);
-        std::shuffle(mine.begin(), mine.end(), std::mt19937_64(seed));
-        go.wait();
-        for (std::size_t i : mine) handles[i].cancel();
-      });
+    std::vector<std::thread> cancellers = start_cancellers(handles, go, rng, [](std::size_t c, std::size_t i) {
+      return (i * 2654435761U >> 7) % 4 == c;
+    }); // half, periodic or not
     go.open();
     const auto spin_until = std::chrono::steady_clock::now() + std::chrono::microseconds(rng() % 2500);
     while (std::chrono::steady_clock::now() < spin_until) std::this_thread::yield();
