@@ -137,17 +137,8 @@ void pool_engine::drop_outside(task_base* t) noexcept {
 }
 
 void pool_engine::discard_task(task_base* t, const char* why) noexcept {
-  if (t->is_scheduled()) {
-    auto* st = static_cast<scheduled_task_base*>(t);
-    st->finish_cancelled();
-    st->release();
-    return;
-  }
   const bool is_op = t->kind_ == task_kind::op;
-  try {
-    t->complete(false);
-  } catch (...) {
-  }
+  discard(t);
   // Every `why` names a shutdown the user asked for (or the terminated pool it left).
   if (is_op && why) report_dropped(std::make_exception_ptr(rejected_execution(why)));
 }

@@ -82,14 +82,7 @@ pending_task& pending_task::operator=(pending_task&& o) noexcept {
 }
 
 pending_task::~pending_task() {
-  if (!task_) return;
-  if (task_->is_scheduled()) {
-    auto* t = static_cast<detail::scheduled_task_base*>(task_);
-    t->finish_cancelled();
-    t->release();
-  } else {
-    task_->complete(false);
-  }
+  if (task_) detail::discard(task_);
 }
 
 void pending_task::operator()() {

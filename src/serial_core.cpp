@@ -202,19 +202,6 @@ void serial_core::run_one(task_base* t, bool handed) noexcept {
   }
 }
 
-void serial_core::discard(task_base* t) noexcept {
-  if (t->is_scheduled()) {
-    auto* st = static_cast<scheduled_task_base*>(t);
-    st->finish_cancelled();
-    st->release();
-    return;
-  }
-  try {
-    t->complete(false);
-  } catch (...) {
-  }
-}
-
 void serial_core::report(std::exception_ptr e) noexcept {
   if (!e) return;
   if (s_->opts_.exception_handler) {

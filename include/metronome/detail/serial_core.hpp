@@ -81,7 +81,6 @@ private:
   task_base* pop_one() noexcept;
   void run_one(task_base* t, bool handed) noexcept;
   bool handed_back() const noexcept;
-  static void discard(task_base* t) noexcept;
 
   // The queue, its count, the disposal flags and the registry of delayed tasks
   // (src/serial_core.cpp): behind a pointer, so that no user translation unit parses the

@@ -60,6 +60,17 @@ struct task_base {
   bool sampled_ : 1 = false;
 };
 
+// Ends a task without running it, wherever it was left (shutdown_now's leftovers, a
+// disposed serial executor's queue, a pending_task never run): a scheduled task reads
+// cancelled and drops its reference; an executor op destroys its function. Whatever that
+// destruction throws is swallowed: the task is gone either way.
+inline void discard(task_base* t) noexcept {
+  try {
+    t->complete(false);
+  } catch (...) {
+  }
+}
+
 // Executor-path work (executor_op): post_op() samples one in post_sample_every of these
 // per posting thread, and the worker that starts a sampled one records its queue wait.
 struct op_node : task_base {
