@@ -6,6 +6,7 @@
 #include "held_lock.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <limits>
 #include <stdexcept>
 
@@ -33,22 +34,60 @@ void manual_clock::set(const std::unique_lock<std::mutex>& lk, clock::rep t) {
   for (auto* l : listeners_) l->on_time_advanced();
 }
 
+bool manual_clock::all_quiescent(const std::unique_lock<std::mutex>& lk, clock::time_point& earliest) const {
+  detail::assert_held(lk, mtx_);
+  for (auto* l : listeners_) {
+    clock::time_point due = clock::time_point::max();
+    if (!l->quiescent(due)) return false;
+    if (due < earliest) earliest = due;
+  }
+  return true;
+}
+
 // Under mtx_, which every decision and every advance takes, so decisions are serialised.
 // Each listener answers under its own mutex; a pool thread that calls idle_point() has
 // already counted itself as parked, so two pools going idle at once cannot each see the
-// other busy and both wait (docs/design.md, "Auto-advance").
+// other busy and both wait (docs/design.md, "Auto-advance"). Every pool idle: jump to the
+// earliest timed work (auto-advance, no hold), else tell wait_idle()'s waiters.
 void manual_clock::check_idle(const std::unique_lock<std::mutex>& lk) {
   detail::assert_held(lk, mtx_);
-  if (!auto_.load(std::memory_order_relaxed) || holds_ > 0) return;
+  const bool jumps = auto_.load(std::memory_order_relaxed) && holds_ == 0;
+  if (!jumps && idle_waiters_.load(std::memory_order_seq_cst) == 0) return;
   clock::time_point earliest = clock::time_point::max();
-  for (auto* l : listeners_) {
-    clock::time_point due = clock::time_point::max();
-    if (!l->quiescent(due)) return;
-    if (due < earliest) earliest = due;
+  if (!all_quiescent(lk, earliest)) return;
+  if (jumps && earliest != clock::time_point::max()) {
+    if (earliest.time_since_epoch().count() > now_.load(std::memory_order_relaxed))
+      set(lk, earliest.time_since_epoch().count());
+    return; // timed work will run: not idle yet
   }
-  if (earliest == clock::time_point::max()) return; // no timed work: nothing to jump to
-  if (earliest.time_since_epoch().count() > now_.load(std::memory_order_relaxed))
-    set(lk, earliest.time_since_epoch().count());
+  ++idle_verdicts_;
+  idle_cv_.notify_all();
+}
+
+// The wait-idle invariant: a waiter counts itself in idle_waiters_ (seq_cst) before its
+// first check, which takes each pool's mutex; a pool's last awake worker reads that count
+// under the pool's mutex in the same hold as it parks. So either the waiter's check found
+// the pool parked, or the worker saw the waiter and asks the clock (idle_point(), counted
+// as parked) before parking, and that check wakes the waiter. Idleness that no parking
+// worker reports (a cancel's transit ended on another thread, a pool destroyed) is caught
+// by the re-check every millisecond. Stop-here test: hook worker_after_idle_point
+// (test/handover/pool.cpp).
+void manual_clock::wait_idle() {
+  std::unique_lock lk(mtx_);
+  for (auto* l : listeners_)
+    if (l->runs_this_thread())
+      throw std::logic_error("metronome: manual_clock::wait_idle() called on a thread of a pool on that clock");
+  idle_waiters_.fetch_add(1, std::memory_order_seq_cst);
+  struct leave {
+    std::atomic<int>& n;
+    ~leave() { n.fetch_sub(1, std::memory_order_seq_cst); }
+  } counted{idle_waiters_};
+  for (;;) {
+    const std::uint64_t seen = idle_verdicts_;
+    check_idle(lk);
+    if (idle_verdicts_ != seen) return;
+    if (idle_cv_.wait_for(lk, std::chrono::milliseconds(1), [&] { return idle_verdicts_ != seen; })) return;
+  }
 }
 
 void manual_clock::set_auto_advance(bool on) {

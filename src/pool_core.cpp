@@ -347,7 +347,7 @@ task_base* pool_engine::park(worker& w, std::unique_lock<std::mutex>& lk) {
       return retry_marker;
     }
 
-    if (manual_ && !clock_told && manual_->auto_advance() && awake_ == 1 && in_transit_ == 0) {
+    if (manual_ && !clock_told && manual_->wants_idle_points() && awake_ == 1 && in_transit_ == 0) {
       let_manual_clock_decide(lk);
       clock_told = true;
       continue; // look at everything again
@@ -382,8 +382,9 @@ task_base* pool_engine::park(worker& w, std::unique_lock<std::mutex>& lk) {
   }
 }
 
-// The last awake worker, about to park on an auto-advancing manual clock: counts itself
-// parked, and lets the clock decide (its mutex before ours: ours is released). The caller
+// The last awake worker, about to park on a manual clock that auto-advances or has a
+// thread in wait_idle(): counts itself parked, and lets the clock decide - jump, or tell
+// the waiters every pool is idle (its mutex before ours: ours is released). The caller
 // then looks at everything again: while the mutex was released, time may have moved, work
 // may have come, and the pool may have been shut down (whose wake-up found nobody waiting).
 void pool_engine::let_manual_clock_decide(std::unique_lock<std::mutex>& lk) {

@@ -259,6 +259,7 @@ public:
 
   void on_time_advanced() override;
   bool quiescent(clock::time_point& next_due) noexcept override;
+  bool runs_this_thread() const noexcept override { return running_in_this_thread(); }
 
   // ---- I/O on the pool's threads. The pool registers Asio's scheduler in itself with no
   // thread of its own (scheduled_thread_pool.cpp): sockets, timers and streams made on

@@ -5,6 +5,8 @@
 #include <metronome/options.hpp>
 
 #include <atomic>
+#include <condition_variable>
+#include <cstdint>
 #include <mutex>
 #include <vector>
 
@@ -62,6 +64,22 @@ public:
   /// Whether auto-advance is on.
   bool auto_advance() const noexcept { return auto_.load(std::memory_order_acquire); }
 
+  /// Blocks until every pool built on this clock is idle: no worker awake, nothing
+  /// ready, nothing on its way to a queue (Kotlin's `runCurrent()`, for threads).
+  /**
+   * After `advance()`, it waits for the work that fell due and for all that this work sets
+   * off on the pools - a serial executor's tasks, a coroutine's posts and continuations,
+   * tasks it submits - to end, so a test can look at the results at once. Time does not
+   * move; with auto-advance on, the clock jumps as usual and this returns once no pool
+   * holds timed work either (never, then, while a periodic task is scheduled). Not seen:
+   * work on its way from outside the pools (another thread, an `io_context`, a wheel's
+   * timeouts over a non-pool executor), nor I/O completions run by a pool's reactor.
+   * Returns at once when no pool is built on the clock.
+   * @throws std::logic_error when called on a thread of a pool built on this clock (it
+   * would wait for itself).
+   */
+  void wait_idle();
+
   /// While alive, auto-advance waits (e.g. while a test thread submits work).
   class hold_guard {
   public:
@@ -82,16 +100,26 @@ public:
   void detach(detail::clock_listener* l) noexcept;
   // A pool thread is about to park with nothing ready: advance if everybody is idle.
   void idle_point();
+  // Whether the pool's last awake worker must call idle_point() before it parks.
+  bool wants_idle_points() const noexcept {
+    return auto_.load(std::memory_order_acquire) || idle_waiters_.load(std::memory_order_seq_cst) > 0;
+  }
+  // Threads in wait_idle() now (tests).
+  int idle_waiters() const noexcept { return idle_waiters_.load(std::memory_order_seq_cst); }
   /// @endcond
 
 private:
   void set(const std::unique_lock<std::mutex>& lk, clock::rep t);
   void check_idle(const std::unique_lock<std::mutex>& lk);
+  bool all_quiescent(const std::unique_lock<std::mutex>& lk, clock::time_point& earliest) const;
 
   std::atomic<clock::rep> now_;
   std::atomic<bool> auto_{false};
-  int holds_ = 0;  // guarded by mtx_
-  std::mutex mtx_; // serialises advances, auto-advance decisions and the listener list
+  int holds_ = 0;                    // guarded by mtx_
+  std::atomic<int> idle_waiters_{0}; // threads in wait_idle()
+  std::uint64_t idle_verdicts_ = 0;  // guarded by mtx_: checks that found every pool idle
+  std::condition_variable idle_cv_;  // wait_idle()'s waiters, woken by such a check
+  std::mutex mtx_;                   // serialises advances, auto-advance decisions and the listener list
   std::vector<detail::clock_listener*> listeners_;
 };
 

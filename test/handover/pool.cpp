@@ -401,6 +401,32 @@ BOOST_AUTO_TEST_CASE(delayed_work_submitted_while_the_last_worker_lets_the_clock
   BOOST_TEST((f.get() == t0 + 1h));
 }
 
+// wait_idle() against the last worker's park (no auto-advance): the waiter counted itself
+// and found the worker busy; the worker, parking, must see the waiter and ask the clock
+// (the hook is reached only on that path), whose check wakes the waiter - before the worker
+// has parked for good, with nothing left to report idleness.
+BOOST_AUTO_TEST_CASE(wait_idle_is_woken_by_the_last_worker_parking_after_the_waiter_counted_itself) {
+  manual_clock c;
+  scheduled_thread_pool pool(on_clock(c));
+  hook_stop stop(hook_point::worker_after_idle_point);
+  gate entered, go;
+  std::atomic<bool> ran{false};
+  pool.submit([&] {
+    hook_stop::arm_this_thread();
+    entered.open();
+    go.wait();
+    ran = true;
+  });
+  entered.wait();
+  std::thread waiter([&] { c.wait_idle(); });
+  BOOST_REQUIRE(poll_until([&] { return c.idle_waiters() == 1; }));
+  go.open();
+  BOOST_REQUIRE(stop.arrived()); // the worker saw the waiter and asked the clock
+  waiter.join();                 // woken by that check, the worker still held
+  BOOST_TEST(ran.load());
+  stop.release();
+}
+
 // Serial drain, settle: a drain about to lower the count after its tasks; a producer
 // pushes meanwhile (count not 0: it posts nothing). The drain's settle leaves the count
 // above 0, so it goes on and runs the new task.

@@ -4,6 +4,7 @@
 #include <metronome/backoff.hpp>
 #include <metronome/cancel_after.hpp>
 #include <metronome/scheduled_thread_pool.hpp>
+#include <metronome/serial_executor.hpp>
 
 #include "common/latch_task.hpp"
 #include "common/manual_pool.hpp"
@@ -12,6 +13,7 @@
 #include <metronome/detail/asio.hpp>
 #include <boost/test/unit_test.hpp>
 
+#include <functional>
 #include <future>
 #include <mutex>
 #include <utility>
@@ -164,6 +166,74 @@ BOOST_AUTO_TEST_CASE(off_by_default_and_without_timed_work_nothing_moves) {
   c.set_auto_advance(true);
   BOOST_TEST((pool.submit([&] { return c.now(); }).get() == t0));
   BOOST_TEST((c.now() == t0));
+}
+
+// wait_idle(): after advance(), everything the due work set off on the pool has ended -
+// here a fixed-rate task posting to a serial executor, which starts a coroutine that hops
+// through a post of its own and posts its result to a second serial executor (2 workers:
+// the hops land on either). Looked at without waiting, the result is not there yet.
+BOOST_AUTO_TEST_CASE(wait_idle_after_advance_sees_everything_the_due_work_set_off) {
+  manual_clock c;
+  scheduled_thread_pool pool(on_clock(c, 2));
+  auto target = metronome::make_serial_executor(pool);
+  auto results = metronome::make_serial_executor(pool);
+  std::vector<manual_clock::time_point> seen; // touched on `results` only, read after wait_idle()
+  const auto t0 = c.now();
+  auto poller = pool.schedule_at_fixed_rate(
+      [&] {
+        net::post(target, [&] {
+          net::co_spawn(
+              target,
+              [&]() -> net::awaitable<void> {
+                const auto at = c.now();
+                co_await net::post(co_await net::this_coro::executor, net::use_awaitable);
+                net::post(results, [&seen, at] { seen.push_back(at); });
+              },
+              net::detached);
+        });
+      },
+      100ms, 100ms);
+  for (std::size_t k = 1; k <= 20; ++k) {
+    c.advance(100ms);
+    c.wait_idle();
+    BOOST_REQUIRE(seen.size() == k);
+    BOOST_TEST((seen.back() == t0 + static_cast<int>(k) * 100ms));
+  }
+  poller.cancel();
+  c.wait_idle(); // an idle pool: returns at once
+  BOOST_TEST(seen.size() == 20u);
+}
+
+BOOST_AUTO_TEST_CASE(wait_idle_without_pools_returns_and_on_a_pool_thread_throws) {
+  manual_clock c;
+  c.wait_idle();
+  scheduled_thread_pool pool(on_clock(c));
+  BOOST_CHECK_THROW(pool.submit([&] { c.wait_idle(); }).get(), std::logic_error);
+  c.wait_idle();
+}
+
+// With auto-advance, wait_idle() returns once no pool holds timed work: the clock jumps
+// through a chain of delayed tasks, each scheduling the next, and the test sees its end.
+BOOST_AUTO_TEST_CASE(wait_idle_with_auto_advance_returns_when_no_timed_work_is_left) {
+  manual_clock c;
+  scheduled_thread_pool pool(on_clock(c));
+  const auto t0 = c.now();
+  std::vector<manual_clock::time_point> runs; // written on the pool's one worker
+  std::function<void()> step = [&] {
+    runs.push_back(c.now());
+    if (runs.size() < 3) pool.schedule(step, std::chrono::minutes(runs.size() * 5));
+  };
+  {
+    auto hold = c.hold();
+    c.set_auto_advance(true);
+    pool.schedule(step, 1min);
+  }
+  c.wait_idle();
+  BOOST_REQUIRE(runs.size() == 3u);
+  BOOST_TEST((runs[0] == t0 + 1min));
+  BOOST_TEST((runs[1] == t0 + 6min));
+  BOOST_TEST((runs[2] == t0 + 16min));
+  BOOST_TEST((c.now() == t0 + 16min));
 }
 
 BOOST_AUTO_TEST_SUITE_END()

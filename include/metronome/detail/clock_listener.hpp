@@ -18,6 +18,9 @@ public:
     (void)next_due;
     return true;
   }
+  // Whether the calling thread is one of this listener's (manual_clock::wait_idle()
+  // refuses to wait for itself).
+  virtual bool runs_this_thread() const noexcept { return false; }
 
 protected:
   ~clock_listener() = default;

@@ -31,7 +31,7 @@ enum class hook_point {
   wheel_cancel_after_claim,   // a cancel() claimed a timeout queued on the executor; not yet dropped it
   worker_woken_by_termination, // a parked worker woke (holding the mutex) in a terminated pool, looked at nothing yet
   wheel_handover_after_unlock, // a cancel()/reset() let go of the wheel's mutex; its due timeouts not yet handed over
-  worker_after_idle_point,     // the last awake worker (auto-advancing manual clock) let the clock decide; mutex not re-taken
+  worker_after_idle_point,     // the last awake worker (manual clock: auto-advance or a wait_idle() waiter) let the clock decide; mutex not re-taken
   delayed_submit_before_lock,  // a delayed task is about to be pushed into the heap; the pool mutex not yet taken
   worker_after_take,           // a worker took a task from a queue and has not started it
   submit_before_push,          // a typed task due now passed the shutdown check; not in the ready queue yet
