@@ -2,8 +2,11 @@
 # target metronome::asio (Asio's headers, ASIO_STANDALONE, Threads). Included by
 # metronome's CMakeLists.txt and by its installed package config, so a consumer finds
 # the same Asio. Sets metronome_asio_FOUND, and metronome_asio_message when not found.
-# A non-system Asio: set METRONOME_ASIO_INCLUDE_DIR (the folder holding asio.hpp).
-find_path(METRONOME_ASIO_INCLUDE_DIR asio/version.hpp)
+# A non-system Asio: set METRONOME_ASIO_INCLUDE_DIR (the folder holding asio.hpp). The
+# installed package looks first where the library's own Asio was (metronome_asio_hint), and
+# requires the version the library was built with (metronome_asio_required): headers of
+# another Asio would not match the compiled library.
+find_path(METRONOME_ASIO_INCLUDE_DIR asio/version.hpp HINTS ${metronome_asio_hint})
 mark_as_advanced(METRONOME_ASIO_INCLUDE_DIR)
 if(NOT METRONOME_ASIO_INCLUDE_DIR)
   set(metronome_asio_FOUND FALSE)
@@ -17,6 +20,12 @@ if(_metronome_asio_version LESS 102201)
   set(metronome_asio_message "standalone Asio ${_metronome_asio_version} in ${METRONOME_ASIO_INCLUDE_DIR} is older than 1.22.1 (102201)")
   return()
 endif()
+if(metronome_asio_required AND NOT _metronome_asio_version EQUAL metronome_asio_required)
+  set(metronome_asio_FOUND FALSE)
+  set(metronome_asio_message "standalone Asio ${_metronome_asio_version} in ${METRONOME_ASIO_INCLUDE_DIR}, but metronome was built with ${metronome_asio_required}: set METRONOME_ASIO_INCLUDE_DIR to that Asio")
+  return()
+endif()
+set(metronome_asio_version ${_metronome_asio_version})
 set(metronome_asio_FOUND TRUE)
 if(NOT TARGET metronome::asio)
   find_package(Threads REQUIRED)

@@ -14,6 +14,7 @@
 #include "held_lock.hpp"
 
 #include <metronome/detail/asio.hpp>
+#include <metronome/detail/asio_internals.hpp>
 
 #include <atomic>
 #include <cassert>
@@ -31,11 +32,6 @@
 namespace metronome {
 class manual_clock;
 } // namespace metronome
-
-namespace METRONOME_NET_NAMESPACE::detail {
-class scheduler;
-class scheduler_task;
-} // namespace METRONOME_NET_NAMESPACE::detail
 
 namespace metronome::detail {
 
@@ -266,8 +262,8 @@ public:
   // the pool reach their reactor through it, and the pool's idle workers run it. The
   // reactor appears (attach_reactor, from the scheduler's init_task) with the first I/O
   // object; from then on one parked worker waits in it (park_in_reactor).
-  void attach_io(net::detail::scheduler* io) noexcept { io_ = io; }
-  void attach_reactor(net::detail::scheduler_task* reactor) noexcept;
+  void attach_io(asio_internals::scheduler* io) noexcept { io_ = io; }
+  void attach_reactor(asio_internals::scheduler_task* reactor) noexcept;
   // After close(), before the pool's services shut down: lets go of what the pool holds
   // of them (its reactor timer).
   void release_io() noexcept;
@@ -400,8 +396,8 @@ private:
   // I/O (attach_io): Asio's scheduler registered in the pool, its reactor once an I/O
   // object exists (atomic: read by workers before they take mtx_), and the worker waiting
   // in it (mtx_).
-  net::detail::scheduler* io_ = nullptr;
-  std::atomic<net::detail::scheduler_task*> reactor_{nullptr};
+  asio_internals::scheduler* io_ = nullptr;
+  std::atomic<asio_internals::scheduler_task*> reactor_{nullptr};
   worker* reactor_waiter_ = nullptr;
   reactor_timer* reactor_timer_ = nullptr; // the reactor waiter's alone (pool_reactor.cpp)
   clock::time_point reactor_timer_due_ = clock::time_point::max();

@@ -7,6 +7,7 @@
 #include "pool_internal.hpp"
 
 #include <metronome/detail/asio.hpp>
+#include <metronome/detail/asio_internals.hpp>
 
 #include <utility>
 
@@ -69,7 +70,7 @@ void destroy_reactor_timer(reactor_timer* t) noexcept { delete t; }
 // role is taken and given up under mtx_, and an interrupt made before the waiter enters
 // epoll_wait still ends that wait (Asio's interrupter is edge-triggered and re-armed by
 // the interrupt). Stop-here test: hook reactor_before_wait (test/unit/scheduled_thread_pool/io.cpp).
-void pool_engine::attach_reactor(net::detail::scheduler_task* reactor) noexcept {
+void pool_engine::attach_reactor(asio_internals::scheduler_task* reactor) noexcept {
   std::unique_lock lk(mtx_); // (the scheduler's mutex is held: its lock comes before ours)
   reactor_.store(reactor, std::memory_order_relaxed);
   wake_some(lk, 1); // a worker parked on a condition variable moves into the reactor
@@ -78,7 +79,7 @@ void pool_engine::attach_reactor(net::detail::scheduler_task* reactor) noexcept 
 void pool_engine::interrupt_reactor(const held_lock& lk) noexcept {
   assert_held(lk, mtx_);
   if (reactor_waiter_ == nullptr || reactor_waiter_ == this_worker) return; // (itself: it looks again after its completion)
-  reactor_.load(std::memory_order_relaxed)->interrupt();
+  asio_internals::interrupt(*reactor_.load(std::memory_order_relaxed));
 }
 
 void pool_engine::park_in_reactor(worker& w, std::unique_lock<std::mutex>& lk, bool times_heap) {
@@ -100,10 +101,9 @@ void pool_engine::park_in_reactor(worker& w, std::unique_lock<std::mutex>& lk, b
       arm_reactor_timer(*reactor_timer_, due);
       reactor_timer_due_ = due;
     }
-    error_code ignored;
     // One completion (the timer's, or I/O), on this worker; then every other one already
     // ready, in one go (poll(): no blocking), before the pool's queues are looked at again.
-    if (io_->wait_one(-1, ignored) != 0) io_->poll(ignored);
+    asio_internals::run_ready(*io_);
     if (reactor_timer_due_ != clock::time_point::max() && clock::now() >= reactor_timer_due_)
       reactor_timer_due_ = clock::time_point::min(); // expired: a head due at the same time needs it armed again
   } catch (...) {

@@ -7,6 +7,7 @@
 #include "pool_engine.hpp"
 
 #include <metronome/detail/asio.hpp>
+#include <metronome/detail/asio_internals.hpp>
 
 #include <stdexcept>
 
@@ -16,8 +17,8 @@ namespace {
 
 // Asio's scheduler asks for its reactor when the first I/O object is made on the pool:
 // the pool's workers start waiting in it from then on.
-net::detail::scheduler_task* pool_reactor(net::execution_context& ctx) {
-  net::detail::scheduler_task* reactor = &net::use_service<net::detail::reactor>(ctx);
+detail::asio_internals::scheduler_task* pool_reactor(net::execution_context& ctx) {
+  detail::asio_internals::scheduler_task* reactor = detail::asio_internals::reactor_of(ctx);
   if (detail::pool_core* core = detail::pool_locator::find(ctx)) detail::engine(core)->attach_reactor(reactor);
   return reactor;
 }
@@ -37,7 +38,7 @@ scheduled_thread_pool::scheduled_thread_pool(pool_options options)
     // pool's workers run it. One unit of work, never finished, so that it never stops
     // for lack of work between sockets.
     const int hint = detail::engine(*core_).max_thread_count() == 1 ? 1 : 0; // 1: Asio's single-thread shortcuts
-    auto& io = net::make_service<net::detail::scheduler>(*this, hint, false, &pool_reactor);
+    auto& io = detail::asio_internals::make_scheduler(*this, hint, &pool_reactor);
     io.work_started();
     detail::engine(*core_).attach_io(&io);
   } catch (...) {

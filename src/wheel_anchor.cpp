@@ -164,7 +164,7 @@ void wheel_entry::note_start() const noexcept {
   if (tick == 0 || a.generation.load(std::memory_order_relaxed) != generation) return;
   // Its deadline's tick; 0: handed to the executor when scheduled (a delay <= 0).
   const std::uint64_t when =
-      std::atomic_ref<std::uint64_t>(const_cast<std::uint64_t&>(when_)).load(std::memory_order_relaxed);
+      relaxed_load(when_);
   if (when == 0 || when > static_cast<std::uint64_t>((clock::duration::max().count() - start) / tick)) return;
   pool_engine::record_lateness_here(clock::time_point(clock::duration(start + tick * static_cast<clock::rep>(when))));
 }
@@ -293,7 +293,7 @@ bool wheel_engine::deadline_passed(const wheel_entry* e) noexcept {
     const std::uint64_t elapsed = a.elapsed.load(std::memory_order_acquire);
     // when_ moves under the mutex after the entry is published (reset()): read it as an atomic.
     const std::uint64_t when =
-        std::atomic_ref<std::uint64_t>(const_cast<std::uint64_t&>(e->when_)).load(std::memory_order_relaxed);
+        relaxed_load(e->when_);
     // A later wheel's reading (the anchor reused meanwhile) comes with a new generation.
     if (a.generation.load(std::memory_order_acquire) == generation) return when <= elapsed;
   }

@@ -276,8 +276,7 @@ bool wheel_engine::reset(const held_lock& lk, wheel_entry* e, clock::duration de
     return false;
   unlink(lk, e);
   // An atomic store: handles read when_ without the mutex (deadline_passed).
-  std::atomic_ref<std::uint64_t>(e->when_).store(
-      delay <= clock::duration::zero() ? elapsed_ : deadline_tick(now(), delay), std::memory_order_relaxed);
+  relaxed_store(e->when_, delay <= clock::duration::zero() ? elapsed_ : deadline_tick(now(), delay));
   if (e->when_ <= elapsed_) { // due now: to the executor, as insert() does
     fire(lk, e, fired);
     count_removed(lk, 1);

@@ -23,6 +23,24 @@
 
 namespace metronome::detail {
 
+// A plain word read or written as an atomic where other accesses hold the wheel's mutex
+// (an entry's when_). std::atomic_ref where the standard library has it; libc++ before 19
+// does not, and the compilers' builtins are what atomic_ref is made of.
+inline std::uint64_t relaxed_load(const std::uint64_t& w) noexcept {
+#if defined(__cpp_lib_atomic_ref)
+  return std::atomic_ref<std::uint64_t>(const_cast<std::uint64_t&>(w)).load(std::memory_order_relaxed);
+#else
+  return __atomic_load_n(&w, __ATOMIC_RELAXED);
+#endif
+}
+inline void relaxed_store(std::uint64_t& w, std::uint64_t v) noexcept {
+#if defined(__cpp_lib_atomic_ref)
+  std::atomic_ref<std::uint64_t>(w).store(v, std::memory_order_relaxed);
+#else
+  __atomic_store_n(&w, v, __ATOMIC_RELAXED);
+#endif
+}
+
 class wheel_engine;
 
 // What handles reach of a wheel: it outlives the wheel. Anchors are never freed, only

@@ -1,6 +1,7 @@
 #include <metronome/latency_histogram.hpp>
 
 #include <boost/test/unit_test.hpp>
+#include "common/print_duration.hpp"
 
 #include <chrono>
 #include <sstream>

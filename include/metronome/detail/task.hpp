@@ -5,6 +5,7 @@
 #include <metronome/options.hpp>
 
 #include <metronome/detail/asio.hpp>
+#include <metronome/detail/asio_internals.hpp>
 
 
 #include <atomic>
@@ -153,10 +154,6 @@ clock::time_point saturating_add(clock::time_point now, std::chrono::duration<Re
 }
 
 template <class F>
-inline constexpr bool is_asio_binder0 = false;
-template <class H>
-inline constexpr bool is_asio_binder0<net::detail::binder0<H>> = true;
-template <class F>
 inline constexpr bool is_executor_binder = false;
 template <class T, class E>
 inline constexpr bool is_executor_binder<net::executor_binder<T, E>> = true;
@@ -166,8 +163,8 @@ inline constexpr bool is_executor_binder<net::executor_binder<T, E>> = true;
 // execute(). (Behind a type-erased executor the handler cannot be seen: not checked.)
 template <class F>
 bool is_empty_callable(const F& f) noexcept {
-  if constexpr (is_asio_binder0<F>) {
-    return is_empty_callable(f.handler_);
+  if constexpr (asio_internals::is_binder0<F>) {
+    return is_empty_callable(asio_internals::binder0_handler(f));
   } else if constexpr (is_executor_binder<F>) {
     return is_empty_callable(f.get());
   } else if constexpr (std::is_pointer_v<F> || std::is_member_pointer_v<F>) {

@@ -6,6 +6,7 @@
 #include <metronome/detail/node_cache.hpp>
 
 #include <metronome/detail/asio.hpp>
+#include <metronome/detail/asio_internals.hpp>
 
 #include <exception>
 #include <memory>
@@ -18,11 +19,9 @@ namespace metronome::detail {
 // An Asio strand's invoker: the strand queues it on the pool on behalf of handlers it
 // already accepted, so it is internal work (accepted after shutdown until the pool
 // terminates). Dropping it would leave the strand locked, every handler behind it lost.
-// Names Asio's detail type (Boost 1.81); test/unit/scheduled_thread_pool/lifecycle.cpp breaks if it moves.
+// (detail/asio_internals.hpp; test/unit/scheduled_thread_pool/lifecycle.cpp breaks if it moves.)
 template <class F>
-struct is_strand_invoker : std::false_type {};
-template <class Executor, class Void>
-struct is_strand_invoker<net::detail::strand_executor_service::invoker<Executor, Void>> : std::true_type {};
+using is_strand_invoker = asio_internals::is_strand_invoker<F>;
 
 } // namespace metronome::detail
 

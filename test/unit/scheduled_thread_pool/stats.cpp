@@ -13,6 +13,7 @@
 
 #include <metronome/detail/asio.hpp>
 #include <boost/test/unit_test.hpp>
+#include "common/print_duration.hpp"
 
 #include <chrono>
 #include <future>

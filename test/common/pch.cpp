@@ -1,0 +1,1 @@
+// The precompiled header's own translation unit (test/CMakeLists.txt, METRONOME_TEST_PCH).
