@@ -344,7 +344,8 @@ task_base* pool_engine::park(worker& w, std::unique_lock<std::mutex>& lk) {
         idle_for_termination(lk, ending_.closer_in_pool ? 2 : 1)) {
       terminate(lk);
       if (state_.terminated()) return nullptr;
-      return retry_marker;
+      if (reactor_waiter_ == nullptr || reactor_waiter_ == &w) return retry_marker; // backed off: a producer got in
+      // Else the worker in the reactor terminates the pool on its way out: park meanwhile.
     }
 
     if (manual_ && !clock_told && manual_->wants_idle_points() && awake_ == 1 && in_transit_ == 0) {

@@ -61,8 +61,19 @@ void pool_engine::wheel_wait_done() noexcept {
   }
 }
 
+// A worker in the reactor counts as parked, but it could still run an I/O completion
+// (one the reactor had ready, or an operation a caller aborts by closing its socket once
+// the pool reads terminated). So the pool terminates only with nobody in the reactor: the
+// caller interrupts the reactor waiter instead, which finds the pool idle on its way out
+// and terminates it (park()); "terminated" means no thread of the pool runs user code any
+// more. Stop-here test: `a_pool_is_not_terminated_while_a_worker_is_in_its_reactor`
+// (hook reactor_before_wait, test/unit/scheduled_thread_pool/io.cpp).
 void pool_engine::terminate(const held_lock& lk) noexcept {
   assert_held(lk, mtx_);
+  if (reactor_waiter_ != nullptr && reactor_waiter_ != this_worker) {
+    interrupt_reactor(lk);
+    return;
+  }
   state_.set_terminated();
   METRONOME_TEST_HOOK(hook_point::worker_terminating);
   // A producer may have pushed between our emptiness check and the store above; it

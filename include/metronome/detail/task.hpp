@@ -51,13 +51,9 @@ struct task_base {
   std::atomic<task_base*> next_{nullptr};
   complete_fn complete_;
   task_kind kind_ : 4 = task_kind::op;
-  // An Asio strand's invoker posted from outside the pool: if it meets a terminated pool
-  // it runs on the posting thread rather than being dropped (a dropped invoker leaves
-  // its strand locked, and every handler queued behind it - completions of operations
-  // that ran on the pool - lost). Set by the pool's post().
-  bool runs_if_terminated_ : 1 = false; // shares kind_'s byte: the wheel's nodes use the padding after it
   // An op_node that pool_core::post_op() sampled for the queue-wait statistic: its
-  // queued_at_ holds the pool's time when it was queued. Shares kind_'s byte too.
+  // queued_at_ holds the pool's time when it was queued. Shares kind_'s byte (the
+  // wheel's nodes use the padding after it).
   bool sampled_ : 1 = false;
 };
 

@@ -160,6 +160,41 @@ BOOST_AUTO_TEST_CASE(work_pushed_before_the_reactor_waiter_enters_epoll_wakes_it
   }
 }
 
+// "Terminated" means no thread of the pool runs user code any more. A worker in the
+// reactor counts as parked, but it could still run an I/O completion - such as the one
+// of a read aborted by closing its socket once await_termination() said true. So the
+// pool terminates only with nobody in the reactor: the last worker to park interrupts
+// the reactor waiter, which terminates the pool on its way out. Held at the door of the
+// reactor, that worker keeps the pool from terminating; released, it terminates it, and
+// the read aborted afterwards never runs.
+BOOST_AUTO_TEST_CASE(a_pool_is_not_terminated_while_a_worker_is_in_its_reactor) {
+  reactor_stop stop;
+  current_stop.store(&stop);
+  metronome::detail::test_hook.store(&stop_second_reactor_wait);
+  scheduled_thread_pool pool(2);
+  std::atomic<bool> read_ran{false};
+  {
+    tcp::acceptor acceptor(pool, tcp::endpoint(net::ip::address_v4::loopback(), 0)); // the reactor appears
+    BOOST_REQUIRE(stop.stopped.wait_for_at_least(1)); // role held, mutex released, not in epoll yet
+    tcp::socket client(pool);
+    tcp::socket server(pool);
+    client.connect(acceptor.local_endpoint());
+    acceptor.accept(server);
+    std::array<char, 1> buf{};
+    server.async_read_some(net::buffer(buf), [&](error_code, std::size_t) { read_ran = true; });
+    pool.shutdown();
+    BOOST_TEST(!pool.await_termination(100ms)); // a worker is in the reactor
+    stop.gate.open();
+    BOOST_TEST(pool.await_termination(20s));
+    metronome::detail::test_hook.store(nullptr);
+    current_stop.store(nullptr);
+    server.close(); // aborts the read: its completion has no thread of the pool left to run on
+    client.close();
+    pool.join();
+    BOOST_TEST(!read_ran.load());
+  }
+}
+
 #endif
 
 BOOST_AUTO_TEST_SUITE_END()
