@@ -168,11 +168,11 @@ auto start_delay(Target& target, clock::duration amount, bool relative, Completi
  * @param target an Asio executor or execution context: a `scheduled_thread_pool` or its
  * executor, a `serial_executor`, an `io_context` or its executor, a strand, an
  * `any_io_executor`... When a metronome pool is behind it, the wait is one node in that
- * pool's delay queue (no timer object); otherwise one node in the process-wide timing
- * pool (`mtr-timer-1`, the one that times serial executors over other executors), which
- * reads the real clock.
- * @param delay <= 0 completes as soon as the timing pool takes it (never inside this
- * call); too large saturates. With `deferred`, the delay counts from the launch.
+ * pool's delay queue (no timer object); otherwise one node in the timing service of the
+ * executor's execution context (an `io_context`'s: one Asio timer for all its waits,
+ * driven by the threads that run it), which reads the real clock.
+ * @param delay <= 0 completes as soon as the pool or timing service takes it (never
+ * inside this call); too large saturates. With `deferred`, the delay counts from the launch.
  * @param token any completion token; signature `void(error_code)`.
  *
  * The handler runs through its associated executor (default: `target`'s executor) —
@@ -185,7 +185,8 @@ auto start_delay(Target& target, clock::duration amount, bool relative, Completi
  * printed to stderr). Per-operation cancellation (any type: terminal, partial,
  * total) through the associated cancellation slot takes the wait out of the delay
  * queue and completes it with `asio::error::operation_aborted`; a wait that already
- * fell due completes normally. Waits pending at the timing pool's `shutdown()`, and
+ * fell due completes normally. Waits pending at the timing pool's `shutdown()` (or the
+ * context's, for a timing service), and
  * waits started after it, complete with `operation_aborted`. As for any Asio slot, emit
  * the cancellation signal from the handler's executor context.
  */

@@ -41,21 +41,24 @@ struct cancel_the_other {
 
 // The group's completion (order, the coroutine's result, the deadline's error_code)
 // turned into the coroutine's signature. The deadline won only if its wait completed
-// first and without error (an aborted wait: the user's cancellation or a shutdown).
+// first and without error (an aborted wait: the user's cancellation or a shutdown) -
+// and, for a timeout <= 0, only if the coroutine ended aborted (it was suspended when
+// cancelled): as Tokio's `timeout(Duration::ZERO, f)` polls `f` first, work that ends
+// without suspending delivers its own outcome.
 template <class Handler, class T>
 class timeout_handler {
 public:
-  explicit timeout_handler(Handler h) : handler_(std::move(h)) {}
+  timeout_handler(Handler h, bool zero) : handler_(std::move(h)), zero_(zero) {}
 
   template <class V>
   void operator()(std::array<std::size_t, 2> order, std::exception_ptr e, V&& v, error_code deadline) {
-    if (order[0] == 1 && !deadline)
+    if (timed_out(order, e, deadline))
       std::move(handler_)(timed_out_exception(), T());
     else
       std::move(handler_)(std::move(e), std::forward<V>(v));
   }
   void operator()(std::array<std::size_t, 2> order, std::exception_ptr e, error_code deadline) {
-    if (order[0] == 1 && !deadline)
+    if (timed_out(order, e, deadline))
       std::move(handler_)(timed_out_exception());
     else
       std::move(handler_)(std::move(e));
@@ -64,7 +67,22 @@ public:
   const Handler& get() const noexcept { return handler_; }
 
 private:
+  bool timed_out(std::array<std::size_t, 2> order, const std::exception_ptr& e, error_code deadline) const noexcept {
+    return order[0] == 1 && !deadline && (!zero_ || (e && aborted(e)));
+  }
+  // The outcome of a coroutine cancelled while suspended (unless it filtered cancellation).
+  static bool aborted(const std::exception_ptr& e) noexcept {
+    try {
+      std::rethrow_exception(e);
+    } catch (const system_error& x) {
+      return x.code() == net::error::operation_aborted;
+    } catch (...) {
+      return false;
+    }
+  }
+
   Handler handler_;
+  bool zero_; // the timeout was <= 0
 };
 
 template <class Executor>
@@ -80,7 +98,8 @@ public:
     namespace x = net::experimental;
     x::make_parallel_group(net::co_spawn(ex_, std::move(coroutine), detail::deferred),
                            async_delay(ex_, timeout, detail::deferred))
-        .async_wait(cancel_the_other(), timeout_handler<std::decay_t<Handler>, T>(std::forward<Handler>(handler)));
+        .async_wait(cancel_the_other(), timeout_handler<std::decay_t<Handler>, T>(std::forward<Handler>(handler),
+                                                                                  timeout <= clock::duration::zero()));
   }
 
 private:
@@ -118,7 +137,10 @@ private:
  * @param target an Asio executor or execution context: the coroutine is co-spawned on
  * its executor, and the deadline is an `async_delay` there.
  * @param timeout from the launch (with `deferred`, from when the operation is launched);
- * <= 0: due at once (the coroutine starts and is cancelled at its first suspension).
+ * <= 0: due at once, and the coroutine goes first, as Tokio's `timeout(Duration::ZERO,
+ * f)` polls `f` first: a coroutine that ends without suspending delivers its value or
+ * its exception; one that suspends is cancelled there and times out (unless it catches
+ * the cancellation and ends otherwise: then that outcome is delivered).
  * @param coroutine the `asio::awaitable<T>` to run; its executor type must accept
  * `target`'s executor, as for `co_spawn`.
  * @param token any completion token; the handler runs on its associated executor

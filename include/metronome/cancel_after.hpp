@@ -76,7 +76,8 @@ inline constexpr bool is_duration_v<std::chrono::duration<Rep, Period>> = true;
  * executor's context (an `io_context`'s, driven by its own threads);
  * pass `timing` (an executor or execution context, e.g. a pool on a manual clock) to
  * choose. When the operation completes first, the node leaves the queue at once. If the
- * timing pool has terminated, the operation runs without a timeout; if the timer cannot
+ * pool that times it has terminated (or the context of its timing service has shut
+ * down), the operation runs without a timeout; if the timer cannot
  * be queued for lack of memory, the cancellation is emitted at once.
  */
 template <class Rep, class Period, class CompletionToken>
