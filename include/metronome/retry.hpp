@@ -65,6 +65,31 @@ Error aborted_retry_error() {
 template <class Executor, class Operation, class RetryIf, class Signature>
 class retry_op;
 
+// The composed operation handed to one attempt. Its first move (the attempt's initiating
+// function taking it) sets `taken`: if the attempt throws before that, the retry still
+// holds its own handler and can complete with the exception (retry_op::attempt).
+template <class Self>
+class attempt_handler {
+public:
+  attempt_handler(Self&& self, bool* taken) noexcept : self_(std::move(self)), taken_(taken) {}
+  attempt_handler(attempt_handler&& o) noexcept : self_(std::move(o.self_)), taken_(o.taken_) { *taken_ = true; }
+  attempt_handler(const attempt_handler&) = delete;
+  attempt_handler& operator=(const attempt_handler&) = delete;
+  attempt_handler& operator=(attempt_handler&&) = delete;
+  ~attempt_handler() = default;
+
+  template <class... A>
+  void operator()(A&&... a) {
+    self_(std::forward<A>(a)...);
+  }
+  const Self& get() const noexcept { return self_; }
+  Self& self() noexcept { return self_; }
+
+private:
+  Self self_;
+  bool* taken_;
+};
+
 // Ground rules. One attempt or one pause is outstanding at a time, never both; `pausing`
 // says which one the next invocation completes. The operation, the predicate and the
 // backoff live in `state`, allocated with the handler's associated allocator, so that
@@ -85,6 +110,8 @@ class retry_op<Executor, Operation, RetryIf, void(Error, Args...)> {
     explicit state(parts&& p) : parts(std::move(p)) {}
     std::optional<values> last; // the failed attempt the pause follows
     bool pausing = false;
+    bool started = false;        // the first attempt was started (it throws out of async_retry)
+    bool handler_taken = false;  // the running attempt took its handler (attempt_handler)
   };
 
 public:
@@ -114,11 +141,27 @@ public:
   }
 
 private:
+  // A later attempt that throws before taking its handler ends the retry: with that
+  // exception when the signature's error is an exception_ptr (the other values
+  // value-initialised); otherwise the exception leaves this intermediate handler (out of
+  // the executor's run(), as for any Asio handler) and the retry's handler is destroyed
+  // unrun. The first attempt's exception leaves async_retry itself.
   template <class Self>
   void attempt(Self& self) {
     state_->pausing = false;
     std::shared_ptr<state> keep = state_; // the operation must outlive its own call
-    keep->op(std::move(self));
+    const bool first = !keep->started;
+    keep->started = true;
+    keep->handler_taken = false;
+    attempt_handler<Self> h(std::move(self), &keep->handler_taken);
+    try {
+      keep->op(std::move(h));
+    } catch (...) {
+      if constexpr (std::is_same_v<Error, std::exception_ptr> && (std::is_default_constructible_v<std::decay_t<Args>> && ...)) {
+        if (!first && !keep->handler_taken) return finish(h.self(), values(std::current_exception(), std::decay_t<Args>()...));
+      }
+      throw;
+    }
   }
 
   template <class Self>
@@ -220,7 +263,12 @@ auto start_retry(Target& target, const backoff& policy, Operation&& op, RetryIf&
  * the delay queue; there is no other timer.
  *
  * @throws std::invalid_argument if `op` or `retry_if` is empty (a null function
- * pointer, an empty `std::function`); what `op` throws on the first attempt.
+ * pointer, an empty `std::function`); what `op` throws on the first attempt. When `op`
+ * throws on a later attempt (before it took its token), the retry ends: with that
+ * exception when the error is a `std::exception_ptr` (the other values
+ * value-initialised); with another error type the exception leaves the pause's
+ * completion, as any Asio handler's does (out of `io_context::run()`, or to the pool's
+ * exception handler), and the retry's handler is destroyed unrun.
  *
  * @par Thread Safety
  * As for any Asio operation: emit cancellation from the handler's executor; the
@@ -240,5 +288,19 @@ auto async_retry(Target&& target, backoff policy, Operation&& op, RetryIf&& retr
 }
 
 } // namespace metronome
+
+namespace METRONOME_NET_NAMESPACE {
+
+template <template <class, class> class Associator, class Self, class Default>
+struct associator<Associator, metronome::detail::attempt_handler<Self>, Default> {
+  using type = typename Associator<Self, Default>::type;
+  static type get(const metronome::detail::attempt_handler<Self>& h) noexcept { return Associator<Self, Default>::get(h.get()); }
+  static auto get(const metronome::detail::attempt_handler<Self>& h, const Default& d) noexcept
+      -> decltype(Associator<Self, Default>::get(h.get(), d)) {
+    return Associator<Self, Default>::get(h.get(), d);
+  }
+};
+
+} // namespace METRONOME_NET_NAMESPACE
 
 #endif

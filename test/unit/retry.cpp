@@ -5,6 +5,7 @@
 #include <metronome/manual_clock.hpp>
 #include <metronome/scheduled_thread_pool.hpp>
 
+#include "common/exception_log.hpp"
 #include "common/manual_pool.hpp"
 #include "common/poll_until.hpp"
 
@@ -347,6 +348,53 @@ BOOST_AUTO_TEST_CASE(a_coroutine_attempt_retried_on_its_exceptions) {
     }
   });
   BOOST_TEST(p.get_future().get() == "flaky 1"); // two attempts, the last one's exception
+}
+
+// An attempt after the first that throws before it starts ends the retry: with that
+// exception, when the signature's error is an exception_ptr (it used to hang: the
+// exception left the pause's completion and the retry's handler was lost).
+BOOST_AUTO_TEST_CASE(a_later_attempt_that_throws_ends_the_retry_with_its_exception) {
+  c.set_auto_advance(true);
+  std::atomic<int> calls{0};
+  auto ex = pool.get_executor();
+  auto attempt = [&, ex](auto&& token) {
+    if (calls++ == 1) throw std::runtime_error("attempt 2 cannot start");
+    return net::co_spawn(
+        ex, []() -> net::awaitable<int> { throw std::runtime_error("flaky"); co_return 0; },
+        std::forward<decltype(token)>(token));
+  };
+  auto f = async_retry(pool, exact(5), attempt, net::use_future);
+  BOOST_REQUIRE(f.wait_for(20s) == std::future_status::ready);
+  BOOST_CHECK_EXCEPTION(f.get(), std::runtime_error,
+                        [](const std::runtime_error& e) { return std::string(e.what()) == "attempt 2 cannot start"; });
+  BOOST_TEST(calls.load() == 2);
+}
+
+// With an error_code signature the exception cannot be delivered: it leaves the pause's
+// completion as any handler's exception does (here: to the pool's exception handler),
+// and the retry's handler is destroyed unrun - nothing hangs on to it.
+BOOST_AUTO_TEST_CASE(a_later_attempt_that_throws_with_an_error_code_signature_leaves_its_handler) {
+  metronome::test::exception_log log;
+  metronome::pool_options o;
+  o.exception_handler = log.handler();
+  scheduled_thread_pool own(o);
+  auto ex = own.get_executor();
+  std::atomic<int> calls{0};
+  auto attempt = [&, ex](auto&& token) {
+    if (calls++ == 1) throw std::runtime_error("attempt 2 cannot start");
+    return net::async_compose<decltype(token), void(error_code)>(
+        [](auto& self) { self.complete(error_code(net::error::connection_refused)); }, token, ex);
+  };
+  auto token = std::make_shared<int>(0);
+  std::atomic<bool> called{false};
+  async_retry(own, backoff({.initial = 1ms, .full_jitter = false, .max_attempts = 5}), attempt,
+              [&called, token](error_code) { called = true; });
+  BOOST_TEST(poll_until([&] { return token.use_count() == 1; }, 20s)); // the handler was destroyed
+  BOOST_TEST(!called.load());
+  BOOST_TEST(calls.load() == 2);
+  const auto seen = log.messages();
+  BOOST_REQUIRE_EQUAL(seen.size(), 1u);
+  BOOST_TEST(seen[0] == "attempt 2 cannot start");
 }
 
 // The final handler runs on its associated executor; the state is allocated with its
