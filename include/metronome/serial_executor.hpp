@@ -27,11 +27,9 @@ struct is_allocator_property<net::execution::allocator_t<A>> : std::true_type {}
 
 // Properties a serial executor accepts as preferences and that change nothing in it.
 template <class P>
-concept serial_neutral_property =
-    std::is_same_v<P, net::execution::relationship_t::fork_t> ||
-    std::is_same_v<P, net::execution::relationship_t::continuation_t> ||
-    std::is_same_v<P, net::execution::outstanding_work_t::tracked_t> ||
-    std::is_same_v<P, net::execution::outstanding_work_t::untracked_t> || is_allocator_property<P>::value;
+concept serial_neutral_property = std::is_same_v<P, net::execution::relationship_t::fork_t> ||
+                                  std::is_same_v<P, net::execution::relationship_t::continuation_t> ||
+                                  is_allocator_property<P>::value;
 
 template <class Executor>
 class serial_state;
@@ -80,6 +78,11 @@ public:
     requires(!std::is_same_v<Ex, serial_executor>) && std::is_convertible_v<const Ex&, Executor>
   explicit serial_executor(const Ex& ex, serial_options o = {}) : serial_executor(from_inner{}, ex, std::move(o)) {}
 
+  serial_executor(const serial_executor& o) noexcept;
+  serial_executor(serial_executor&& o) noexcept;
+  serial_executor& operator=(serial_executor o) noexcept;
+  ~serial_executor();
+
   /// The executor the drains run on.
   const Executor& get_inner_executor() const noexcept { return state_->inner(); }
 
@@ -113,31 +116,29 @@ public:
   }
 
   /// Cancels every task this executor holds and rejects later ones. Idempotent.
-  /**
-   * When it returns, no library thread is inside a post to the underlying executor and
-   * none will post to it again (due delayed work that races it is discarded, not
-   * posted): call it before destroying the underlying executor's context (an
-   * `io_context`) while delayed serial work may still be falling due.
-   */
+  /** When it returns, no library thread posts to the underlying executor any more (due
+   * delayed work racing it is discarded): call it before destroying that executor's
+   * context (an `io_context`) while delayed serial work may still be falling due. */
   void dispose() const noexcept { state_->dispose(); }
-  /// Whether dispose() was called.
-  bool is_disposed() const noexcept { return state_->is_disposed(); }
+  bool is_disposed() const noexcept { return state_->is_disposed(); } ///< Whether dispose() was called.
 
   /// @name Asio executor (standard executor properties and execute)
   /// blocking.never / blocking.possibly (`dispatch` runs inline on the executor's own
-  /// thread), relationship, outstanding_work and allocator preferences accepted and
-  /// ignored, the underlying executor's context.
+  /// thread); outstanding_work.tracked: the copy holds work on the underlying executor
+  /// while it exists, as a strand's does; relationship and allocator preferences
+  /// accepted and ignored; the underlying executor's context.
   ///@{
-  // Each of these has an rvalue overload that moves the state instead of copying it:
-  // asio::post() applies three of them in a row to a temporary, and every copy of a
-  // serial_executor is an atomic increment and decrement of its shared state.
+  // Rvalue overloads move the state: asio::post() applies three of these to a temporary,
+  // and each copy is an atomic increment and decrement of the shared state.
   /// The standard executor requirements (Asio's execution properties, `execute`): see the group.
   serial_executor require(net::execution::blocking_t::never_t) const& noexcept;
   serial_executor require(net::execution::blocking_t::never_t) && noexcept;
   serial_executor require(net::execution::blocking_t::possibly_t) const& noexcept;
   serial_executor require(net::execution::blocking_t::possibly_t) && noexcept;
-  // Preferences that change nothing here: fork or continuation, tracked or untracked
-  // work, an allocator (a serial executor's nodes come from its underlying executor's).
+  serial_executor prefer(net::execution::outstanding_work_t::tracked_t) const& noexcept;
+  serial_executor prefer(net::execution::outstanding_work_t::untracked_t) const& noexcept;
+  // Preferences that change nothing here: fork or continuation, an allocator (a serial
+  // executor's nodes come from its underlying executor's).
   template <class Property>
     requires detail::serial_neutral_property<Property>
   serial_executor prefer(Property) const& noexcept {
@@ -156,9 +157,9 @@ public:
   static constexpr net::execution::relationship_t query(net::execution::relationship_t) noexcept {
     return net::execution::relationship.fork;
   }
-  static constexpr net::execution::outstanding_work_t
-  query(net::execution::outstanding_work_t) noexcept {
-    return net::execution::outstanding_work.untracked;
+  net::execution::outstanding_work_t query(net::execution::outstanding_work_t) const noexcept {
+    return tracked_ ? net::execution::outstanding_work_t(net::execution::outstanding_work.tracked)
+                    : net::execution::outstanding_work_t(net::execution::outstanding_work.untracked);
   }
   static constexpr std::allocator<void> query(net::execution::allocator_t<void>) noexcept { return {}; }
 
@@ -177,10 +178,10 @@ public:
   ///@{
   /// The underlying executor's execution context.
   auto& context() const noexcept { return query(net::execution::context); }
-  /// Nothing (work counting is the underlying executor's).
-  void on_work_started() const noexcept {}
-  /// Nothing.
-  void on_work_finished() const noexcept {}
+  /// Holds work on the underlying executor (until on_work_finished()).
+  void on_work_started() const noexcept { state_->work_started(); }
+  /// Lets go of the work on_work_started() took.
+  void on_work_finished() const noexcept { state_->work_finished(); }
   /// Runs `f` inline when called on this executor's own thread, else queues it.
   template <class Function, class Allocator>
   void dispatch(Function&& f, const Allocator&) const;
@@ -191,9 +192,7 @@ public:
   }
   /// Queues `f` (as post).
   template <class Function, class Allocator>
-  void defer(Function&& f, const Allocator&) const {
-    enqueue_op(std::forward<Function>(f));
-  }
+  void defer(Function&& f, const Allocator& a) const { post(std::forward<Function>(f), a); }
   ///@}
 
 private:
@@ -227,6 +226,7 @@ private:
 
   std::shared_ptr<detail::serial_state<Executor>> state_;
   bool blocking_never_ = false;
+  bool tracked_ = false; // this copy holds work on the underlying executor
 };
 
 /// A serial executor over `ex`.

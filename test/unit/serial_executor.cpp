@@ -827,4 +827,43 @@ BOOST_AUTO_TEST_CASE(dispose_cancels_a_bound_task_handed_over_and_not_started) {
   BOOST_CHECK_THROW(h.get(), metronome::cancelled_error);
 }
 
+// A serial executor holds the underlying context's work as an Asio strand does: its
+// outstanding_work.tracked copy (what a pending operation's handler holds) keeps
+// io_context::run() from returning. A coroutine on make_serial_executor(io) that awaits
+// a pool handle finishes; before, io.run() returned at once and left it suspended.
+BOOST_AUTO_TEST_CASE(a_serial_executor_holds_the_underlying_context_s_work_as_a_strand_does) {
+  scheduled_thread_pool pool(1);
+  for (int kind = 0; kind < 2; ++kind) { // a serial executor, then a strand: the same outcome
+    net::io_context io;
+    auto f = pool.schedule([] { return 7; }, 20ms);
+    int got = 0;
+    auto body = [&]() -> net::awaitable<void> { got = co_await f.async_wait(net::use_awaitable); };
+    if (kind == 0)
+      net::co_spawn(make_serial_executor(io.get_executor()), body, net::detached);
+    else
+      net::co_spawn(net::make_strand(io.get_executor()), body, net::detached);
+    io.run();
+    BOOST_TEST(got == 7, "kind " << kind);
+  }
+
+  net::io_context io;
+  auto serial = make_serial_executor(io.get_executor());
+  using ow = net::execution::outstanding_work_t;
+  BOOST_TEST((net::query(serial, net::execution::outstanding_work) == ow::untracked));
+  {
+    auto tracked = net::prefer(serial, net::execution::outstanding_work.tracked);
+    BOOST_TEST((net::query(tracked, net::execution::outstanding_work) == ow::tracked));
+    BOOST_TEST((tracked == serial)); // one queue
+    auto copy = tracked;           // copies hold work too; moves carry it
+    auto moved = std::move(copy);
+    auto untracked = net::prefer(moved, net::execution::outstanding_work.untracked);
+    BOOST_TEST((net::query(untracked, net::execution::outstanding_work) == ow::untracked));
+    BOOST_TEST(io.run_for(5ms) == 0u); // work is held: run_for returns on time only
+    BOOST_TEST(!io.stopped());
+  }
+  io.restart();
+  BOOST_TEST(io.run() == 0u); // every tracked copy gone: run() returns at once
+  BOOST_TEST(io.stopped());
+}
+
 BOOST_AUTO_TEST_SUITE_END()

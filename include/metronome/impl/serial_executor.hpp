@@ -14,6 +14,8 @@
 #include <memory>
 #include <stdexcept>
 #include <type_traits>
+#include <optional>
+#include <mutex>
 #include <utility>
 
 namespace metronome {
@@ -26,6 +28,24 @@ public:
   serial_state(const Executor& ex, serial_options opts, pool_core& timers, pool_core* owner)
       : serial_core(std::move(opts), timers, owner), inner_(ex) {}
   const Executor& inner() const noexcept { return inner_; }
+
+  // Work held on the underlying executor for the tracked copies of this serial executor
+  // (and the Networking-TS work count): one tracked copy of the underlying executor while
+  // any is held, as each of a strand's tracked copies holds one. Under a mutex of its own:
+  // the first taker makes it and the last one lets it go, never racing each other.
+  void work_started() noexcept {
+    if constexpr (has_tracked_) {
+      std::lock_guard lk(work_mtx_);
+      if (work_count_++ == 0) work_.emplace(net::prefer(inner_, net::execution::outstanding_work.tracked));
+    }
+  }
+  void work_finished() noexcept {
+    if constexpr (has_tracked_) {
+      std::optional<tracked_executor> gone; // destroyed outside the mutex
+      std::lock_guard lk(work_mtx_);
+      if (--work_count_ == 0) gone.swap(work_);
+    }
+  }
 
 private:
   void post_drain(drain_post how) noexcept override {
@@ -52,7 +72,18 @@ private:
       return false;
   }
 
+  static constexpr bool has_tracked_ =
+      requires(const Executor& e) { net::prefer(e, net::execution::outstanding_work.tracked); };
+  template <class E>
+  struct tracked_of {
+    using type = std::decay_t<decltype(net::prefer(std::declval<const E&>(), net::execution::outstanding_work.tracked))>;
+  };
+  using tracked_executor = typename std::conditional_t<has_tracked_, tracked_of<Executor>, std::type_identity<Executor>>::type;
+
   Executor inner_;
+  std::mutex work_mtx_;
+  std::size_t work_count_ = 0;
+  std::optional<tracked_executor> work_;
 };
 
 } // namespace detail
@@ -78,6 +109,51 @@ inline auto serial_executor<Executor>::schedule(F&& f, std::chrono::duration<Rep
   using R = std::invoke_result_t<std::decay_t<F>&>;
   auto* t = new_task<R>(std::forward<F>(f), detail::task_kind::one_shot);
   return start<R>(t, detail::saturating_add(state_->timers().now(), delay));
+}
+
+template <class Executor>
+inline serial_executor<Executor>::serial_executor(const serial_executor& o) noexcept
+    : state_(o.state_), blocking_never_(o.blocking_never_), tracked_(o.tracked_) {
+  if (tracked_) state_->work_started();
+}
+
+template <class Executor>
+inline serial_executor<Executor>::serial_executor(serial_executor&& o) noexcept
+    : state_(std::move(o.state_)), blocking_never_(o.blocking_never_), tracked_(std::exchange(o.tracked_, false)) {}
+
+template <class Executor>
+inline serial_executor<Executor>& serial_executor<Executor>::operator=(serial_executor o) noexcept {
+  std::swap(state_, o.state_);
+  std::swap(blocking_never_, o.blocking_never_);
+  std::swap(tracked_, o.tracked_);
+  return *this;
+}
+
+template <class Executor>
+inline serial_executor<Executor>::~serial_executor() {
+  if (tracked_) state_->work_finished();
+}
+
+template <class Executor>
+inline serial_executor<Executor> serial_executor<Executor>::prefer(
+    net::execution::outstanding_work_t::tracked_t) const& noexcept {
+  serial_executor s(*this);
+  if (!s.tracked_) {
+    s.state_->work_started();
+    s.tracked_ = true;
+  }
+  return s;
+}
+
+template <class Executor>
+inline serial_executor<Executor> serial_executor<Executor>::prefer(
+    net::execution::outstanding_work_t::untracked_t) const& noexcept {
+  serial_executor s(*this);
+  if (s.tracked_) {
+    s.state_->work_finished();
+    s.tracked_ = false;
+  }
+  return s;
 }
 
 template <class Executor>
