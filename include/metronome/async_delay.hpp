@@ -185,7 +185,9 @@ auto start_delay(Target& target, clock::duration amount, bool relative, Completi
  * printed to stderr). Per-operation cancellation (any type: terminal, partial,
  * total) through the associated cancellation slot takes the wait out of the delay
  * queue and completes it with `asio::error::operation_aborted`; a wait that already
- * fell due completes normally. Waits pending at the timing pool's `shutdown()` (or the
+ * fell due completes normally. Over an `io_context`, every due wait completes inside
+ * one handler of its timing service, so one `run_one()` may run several of them
+ * (docs/semantics.md, "Exceptions"). Waits pending at the timing pool's `shutdown()` (or the
  * context's, for a timing service), and
  * waits started after it, complete with `operation_aborted`. As for any Asio slot, emit
  * the cancellation signal from the handler's executor context.
