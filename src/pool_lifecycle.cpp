@@ -260,6 +260,14 @@ task_base* pool_engine::next_taken(taken_tasks& taken, const net::execution_cont
     t->complete(false); // completes with operation_aborted
     return nullptr;
   }
+  if (t->strand_invoker_) {
+    // An Asio strand's invoker holds the pool's executor and runs handlers that post to
+    // the pool: handed out, it could outlive the pool. Destroyed here, unrun, while the
+    // pool exists; the strand's handlers go with the strand, as at an io_context's
+    // destruction. Test: `shutdown_now_destroys_a_strand_s_invoker_instead_of_returning_it`.
+    discard_task(t, nullptr);
+    return nullptr;
+  }
   if (!t->is_scheduled()) return t;
   auto* st = static_cast<scheduled_task_base*>(t);
   if (st->phase() != scheduled_task_base::pending) {

@@ -115,6 +115,7 @@ void pool_engine::post(task_base* t, bool continuation, bool internal) noexcept 
 }
 
 void pool_engine::post_op(op_node* t, bool continuation, bool internal) noexcept {
+  t->strand_invoker_ = internal; // post_op's internal work is a strand's invoker
   if ((++post_tick & post_sample_mask) == 0) {
     t->queued_at_ = now().time_since_epoch().count();
     t->sampled_ = true;

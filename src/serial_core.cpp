@@ -31,6 +31,10 @@ struct serial_core::state {
   std::atomic<int> posting_{0}; // threads inside a post of the drain (see hand_drain)
   serial_options opts_;
   pool_core* owner_pool_; // the metronome pool underneath, if any (its exception handler)
+  // A drain shutdown_now() handed back has run (handed_back()): from then on the pool
+  // may be gone, and owner_pool_ is never read through again. Set by the drain's thread
+  // before its first task runs; work posted from those tasks reads it on that thread.
+  std::atomic<bool> handed_back_{false};
   std::mutex reg_mtx_;    // the delayed tasks not yet due (track, forget, dispose)
   scheduled_task_base* reg_head_ = nullptr;
 };
@@ -70,12 +74,20 @@ serial_core::~serial_core() {
 
 bool serial_core::running_in_this_thread() const noexcept { return current_drain == this; }
 
+// After a handed-back drain ran, its pool is stopped and may be destroyed: outside work
+// is refused without asking it (test
+// `a_handed_back_drain_run_after_its_pool_is_gone_refuses_posts_to_its_executor`).
 bool serial_core::refuses_outside_work() const noexcept {
+  if (s_->handed_back_.load(std::memory_order_acquire)) return true;
   return s_->owner_pool_ && s_->owner_pool_->is_shutdown() && !s_->owner_pool_->running_in_this_thread();
 }
 
+pool_core* serial_core::live_owner() const noexcept {
+  return s_->handed_back_.load(std::memory_order_acquire) ? nullptr : s_->owner_pool_;
+}
+
 void serial_core::note_rejected() noexcept {
-  if (s_->owner_pool_) engine(s_->owner_pool_)->note_rejected();
+  if (pool_core* p = live_owner()) engine(p)->note_rejected();
 }
 
 bool serial_core::try_enqueue(task_base* t, bool may_run_here) noexcept {
@@ -151,6 +163,7 @@ void serial_core::drain() noexcept {
   const serial_core* outer = current_drain;
   current_drain = this;
   const bool handed = handed_back();
+  if (handed) s_->handed_back_.store(true, std::memory_order_release);
   const std::size_t batch = handed ? std::size_t(-1) : s_->opts_.batch;
   std::size_t ran = 0;
   for (;;) {
@@ -206,8 +219,8 @@ void serial_core::report(std::exception_ptr e) noexcept {
   if (!e) return;
   if (s_->opts_.exception_handler) {
     call_exception_handler(s_->opts_.exception_handler, e, "a serial executor's exception handler");
-  } else if (s_->owner_pool_) {
-    s_->owner_pool_->report(e);
+  } else if (pool_core* p = live_owner()) {
+    p->report(e);
   } else {
     print_unhandled(e, "serial task");
   }
@@ -217,8 +230,8 @@ void serial_core::report_dropped(const std::exception_ptr& e) noexcept {
   if (!e) return;
   if (s_->opts_.exception_handler)
     call_exception_handler(s_->opts_.exception_handler, e, "a serial executor's exception handler");
-  else if (s_->owner_pool_)
-    engine(s_->owner_pool_)->report_dropped(e);
+  else if (pool_core* p = live_owner())
+    engine(p)->report_dropped(e);
 }
 
 void serial_core::report_refused() noexcept {

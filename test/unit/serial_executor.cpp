@@ -481,6 +481,46 @@ BOOST_AUTO_TEST_CASE(a_serial_drain_handed_back_by_shutdown_now_runs_after_the_p
   BOOST_TEST(periodic.is_done());
 }
 
+// A handed-back drain runs after its pool is gone; a task in it that posts to the same
+// serial executor (every coroutine resumption does) or submits to it is refused as
+// outside work of a shut-down pool: the post dropped and reported as rejected_execution
+// to the serial executor's handler, the submit throws it. It read the destroyed pool
+// (ASan: heap-use-after-free in refuses_outside_work).
+BOOST_AUTO_TEST_CASE(a_handed_back_drain_run_after_its_pool_is_gone_refuses_posts_to_its_executor) {
+  metronome::test::exception_log log;
+  metronome::serial_options so;
+  so.exception_handler = log.handler();
+  std::vector<metronome::pending_task> handed;
+  std::atomic<int> ran{0};
+  std::atomic<int> refused_submits{0};
+  std::optional<metronome::serial_executor<scheduled_thread_pool::executor_type>> serial;
+  {
+    scheduled_thread_pool pool(1);
+    metronome::test::gate release;
+    metronome::test::counter started;
+    BOOST_REQUIRE(metronome::test::occupy_worker(pool, release, started));
+    serial.emplace(make_serial_executor(pool, so));
+    net::post(*serial, [&] {
+      ++ran;
+      net::post(*serial, [&] { ++ran; }); // refused: dropped and reported
+      try {
+        (void)serial->submit([] {});
+      } catch (const metronome::rejected_execution&) {
+        ++refused_submits;
+      }
+    });
+    handed = pool.shutdown_now();
+    release.open();
+  } // the pool is destroyed with the drain handed back
+  BOOST_REQUIRE_EQUAL(handed.size(), 1u);
+  handed[0]();
+  BOOST_TEST(ran.load() == 1);
+  BOOST_TEST(refused_submits.load() == 1);
+  const auto seen = log.messages();
+  BOOST_REQUIRE_EQUAL(seen.size(), 1u);
+  BOOST_TEST(seen[0].find("shut down") != std::string::npos);
+}
+
 // A handle's async_wait whose handler is bound to a serial executor over the pool: a
 // task ended after shutdown() by another thread (cancel(), or already done when the wait
 // starts) completes the wait through the serial executor - the library's completion of

@@ -52,6 +52,8 @@ public:
   // pool refuses it (its drains are internal work and are never refused).
   bool refuses_outside_work() const noexcept;
   void note_rejected() noexcept;
+  // The pool underneath while it may be asked (none after a handed-back drain ran).
+  pool_core* live_owner() const noexcept;
   bool running_in_this_thread() const noexcept;
   pool_core& timers() const noexcept { return timers_; }
   void report(std::exception_ptr e) noexcept override;

@@ -51,9 +51,12 @@ struct task_base {
   std::atomic<task_base*> next_{nullptr};
   complete_fn complete_;
   task_kind kind_ : 4 = task_kind::op;
+  // An Asio strand's invoker queued on the pool (post_op): shutdown_now() destroys it
+  // rather than hand it out (it holds the pool's executor, and runs handlers that post
+  // to the pool). Shares kind_'s byte (the wheel's nodes use the padding after it).
+  bool strand_invoker_ : 1 = false;
   // An op_node that pool_core::post_op() sampled for the queue-wait statistic: its
-  // queued_at_ holds the pool's time when it was queued. Shares kind_'s byte (the
-  // wheel's nodes use the padding after it).
+  // queued_at_ holds the pool's time when it was queued. Shares kind_'s byte too.
   bool sampled_ : 1 = false;
 };
 

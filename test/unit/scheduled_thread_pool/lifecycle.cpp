@@ -608,6 +608,32 @@ BOOST_AUTO_TEST_CASE(a_strand_invoker_reaching_a_terminated_pool_is_refused_neve
   BOOST_CHECK_EQUAL(ran, 0);
 }
 
+// shutdown_now() destroys a strand's invoker rather than hand it out: a pending_task
+// holding one outlived the pool and crashed when run or dropped (ASan: use-after-free in
+// the pool executor's destructor). The strand's handlers are destroyed unrun with the
+// strand, as at an io_context's destruction; other executor-path work comes back.
+BOOST_AUTO_TEST_CASE(shutdown_now_destroys_a_strand_s_invoker_instead_of_returning_it) {
+  std::vector<metronome::pending_task> handed;
+  auto alive = std::make_shared<int>(0);
+  int ran = 0;
+  {
+    scheduled_thread_pool pool(1);
+    metronome::test::gate release;
+    metronome::test::counter started;
+    BOOST_REQUIRE(metronome::test::occupy_worker(pool, release, started));
+    auto strand = metronome::net::make_strand(pool.get_executor());
+    metronome::net::post(strand, [&ran, alive] { ++ran; });
+    metronome::net::post(pool, [&ran] { ++ran; });
+    handed = pool.shutdown_now();
+    release.open();
+    BOOST_TEST(alive.use_count() > 1); // queued in the locked strand
+  } // the strand goes before the pool, its handler with it
+  BOOST_TEST(alive.use_count() == 1);
+  BOOST_REQUIRE_EQUAL(handed.size(), 1u); // the plain post only
+  handed[0]();
+  BOOST_TEST(ran == 1);
+}
+
 BOOST_AUTO_TEST_CASE(join_returns_after_shutdown_even_with_tracked_work_outstanding) {
   scheduled_thread_pool pool(1);
   // Tracked work that only outside work could finish, and outside work is dropped now.
