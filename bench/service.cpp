@@ -246,7 +246,7 @@ struct mtr_side {
   }
   asio::awaitable<bool> call_backend(std::shared_ptr<conn> c) {
     if (co_await attempt(c->r.backend_delay())) co_return true;
-    metronome::backoff retry({.initial = backoff_ceiling, .cap = backoff_ceiling, .max_attempts = 1, .seed = c->r() | 1});
+    metronome::backoff retry({.initial = backoff_ceiling, .cap = backoff_ceiling, .max_retries = 1, .seed = c->r() | 1});
     auto here = co_await asio::this_coro::executor;
     co_await metronome::async_delay(here, *retry.next(), asio::use_awaitable);
     co_return co_await attempt(c->r.backend_delay());

@@ -55,7 +55,7 @@ int main() {
         };
         try {
           const int value = co_await metronome::async_retry(
-              ex, metronome::backoff({.initial = 1s, .multiplier = 2.0, .cap = 1min, .max_attempts = 5, .seed = 2024}),
+              ex, metronome::backoff({.initial = 1s, .multiplier = 2.0, .cap = 1min, .max_retries = 5, .seed = 2024}),
               call_once, timed_out, net::use_awaitable);
           std::cout << "[" << virt() << " ms] attempt " << attempt << " answered " << value << "\n";
           result.set_value(value);

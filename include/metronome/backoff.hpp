@@ -24,8 +24,9 @@ struct backoff_options {
   /// Full jitter (AWS's "exponential backoff and jitter"): each delay is uniform in
   /// [0, ceiling]. Off: the delay is the ceiling itself.
   bool full_jitter = true;
-  /// Delays handed out before `next()` says stop; 0 = no limit.
-  std::size_t max_attempts = 0;
+  /// Delays handed out before `next()` says stop, so the retries `async_retry` makes
+  /// (N retries: N + 1 attempts); 0 = no limit.
+  std::size_t max_retries = 0;
   /// Seed of the generator; 0 = a fresh one per object. Same seed, same delays.
   std::uint64_t seed = 0;
 };
@@ -33,7 +34,7 @@ struct backoff_options {
 /// Delays for a retry loop: exponential, capped, with full jitter by default.
 /**
  * @code
- * metronome::backoff b({.initial = 100ms, .cap = 10s, .max_attempts = 8});
+ * metronome::backoff b({.initial = 100ms, .cap = 10s, .max_retries = 8});
  * while (auto d = b.next()) {
  *   if (co_await try_once()) break;
  *   co_await metronome::async_delay(ex, *d, asio::use_awaitable);
@@ -57,9 +58,9 @@ public:
     reset();
   }
 
-  /// The delay before the next attempt, or nothing once `max_attempts` were handed out.
+  /// The delay before the next attempt, or nothing once `max_retries` delays were handed out.
   std::optional<clock::duration> next() noexcept {
-    if (o_.max_attempts != 0 && attempts_ >= o_.max_attempts) return std::nullopt;
+    if (o_.max_retries != 0 && attempts_ >= o_.max_retries) return std::nullopt;
     ++attempts_;
     // The ceiling grows unrounded (1 ns x 1.5 must reach 2 ns, not stay truncated at 1).
     const clock::duration ceiling =

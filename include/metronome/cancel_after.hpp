@@ -56,6 +56,10 @@ template <class D>
 inline constexpr bool is_duration_v = false;
 template <class Rep, class Period>
 inline constexpr bool is_duration_v<std::chrono::duration<Rep, Period>> = true;
+template <class T>
+inline constexpr bool is_time_point_v = false;
+template <class C, class D>
+inline constexpr bool is_time_point_v<std::chrono::time_point<C, D>> = true;
 
 } // namespace detail
 
@@ -94,34 +98,61 @@ auto cancel_after(std::chrono::duration<Rep, Period> timeout, net::cancellation_
                                          true, type, {});
 }
 
-/// As above, with the timer in the metronome pool behind `timing` (else the shared one).
+/// As above, with the timer in the delay queue behind `timing` (an executor or execution
+/// context: a pool, e.g. on a manual clock, or an `io_context`'s timing service). The
+/// argument order is Asio's `cancel_after(timer, timeout[, type], token)`.
 template <class Target, class Rep, class Period, class CompletionToken>
   requires(!detail::is_duration_v<std::remove_cvref_t<Target>>)
-auto cancel_after(Target&& timing, std::chrono::duration<Rep, Period> timeout, CompletionToken&& token,
-                  net::cancellation_type_t type = net::cancellation_type::terminal) {
+auto cancel_after(Target&& timing, std::chrono::duration<Rep, Period> timeout, net::cancellation_type_t type,
+                  CompletionToken&& token) {
   auto t = detail::timing_of(std::forward<Target>(timing));
   using executor = typename decltype(t)::executor_type;
   return detail::make_cancel_after<executor>(std::forward<CompletionToken>(token),
                                              detail::saturating_duration(timeout), true, type, std::move(t));
 }
 
+/// As above, emitting `cancellation_type::terminal`.
+template <class Target, class Rep, class Period, class CompletionToken>
+  requires(!detail::is_duration_v<std::remove_cvref_t<Target>>)
+auto cancel_after(Target&& timing, std::chrono::duration<Rep, Period> timeout, CompletionToken&& token) {
+  return cancel_after(std::forward<Target>(timing), timeout, net::cancellation_type::terminal,
+                      std::forward<CompletionToken>(token));
+}
+
 /// Adapts `token` so that the operation is cancelled at `deadline`; see cancel_after.
+/// Asio's order: `cancel_at(deadline[, type], token)`.
 template <class Duration, class CompletionToken>
-auto cancel_at(std::chrono::time_point<clock, Duration> deadline, CompletionToken&& token,
-               net::cancellation_type_t type = net::cancellation_type::terminal) {
+auto cancel_at(std::chrono::time_point<clock, Duration> deadline, net::cancellation_type_t type,
+               CompletionToken&& token) {
   return detail::make_cancel_after<void>(std::forward<CompletionToken>(token),
                                          detail::saturating_duration(deadline.time_since_epoch()), false, type, {});
 }
 
-/// As above, with the timer in the metronome pool behind `timing`.
+/// As above, emitting `cancellation_type::terminal`.
+template <class Duration, class CompletionToken>
+auto cancel_at(std::chrono::time_point<clock, Duration> deadline, CompletionToken&& token) {
+  return cancel_at(deadline, net::cancellation_type::terminal, std::forward<CompletionToken>(token));
+}
+
+/// As above, with the timer in the delay queue behind `timing`:
+/// `cancel_at(timing, deadline[, type], token)`.
 template <class Target, class Duration, class CompletionToken>
-auto cancel_at(Target&& timing, std::chrono::time_point<clock, Duration> deadline, CompletionToken&& token,
-               net::cancellation_type_t type = net::cancellation_type::terminal) {
+  requires(!detail::is_time_point_v<std::remove_cvref_t<Target>>)
+auto cancel_at(Target&& timing, std::chrono::time_point<clock, Duration> deadline, net::cancellation_type_t type,
+               CompletionToken&& token) {
   auto t = detail::timing_of(std::forward<Target>(timing));
   using executor = typename decltype(t)::executor_type;
   return detail::make_cancel_after<executor>(std::forward<CompletionToken>(token),
                                              detail::saturating_duration(deadline.time_since_epoch()), false, type,
                                              std::move(t));
+}
+
+/// As above, emitting `cancellation_type::terminal`.
+template <class Target, class Duration, class CompletionToken>
+  requires(!detail::is_time_point_v<std::remove_cvref_t<Target>>)
+auto cancel_at(Target&& timing, std::chrono::time_point<clock, Duration> deadline, CompletionToken&& token) {
+  return cancel_at(std::forward<Target>(timing), deadline, net::cancellation_type::terminal,
+                   std::forward<CompletionToken>(token));
 }
 
 } // namespace metronome

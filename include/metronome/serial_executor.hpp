@@ -78,10 +78,10 @@ public:
     requires(!std::is_same_v<Ex, serial_executor>) && std::is_convertible_v<const Ex&, Executor>
   explicit serial_executor(const Ex& ex, serial_options o = {}) : serial_executor(from_inner{}, ex, std::move(o)) {}
 
-  serial_executor(const serial_executor& o) noexcept;
-  serial_executor(serial_executor&& o) noexcept;
-  serial_executor& operator=(serial_executor o) noexcept;
-  ~serial_executor();
+  serial_executor(const serial_executor& o) noexcept;            ///< Shares the state; a tracked copy holds work too.
+  serial_executor(serial_executor&& o) noexcept;                 ///< Takes the state and the work held.
+  serial_executor& operator=(serial_executor o) noexcept;       ///< Copy or move assignment.
+  ~serial_executor();                                            ///< Lets go of the work held, if tracked.
 
   /// The executor the drains run on.
   const Executor& get_inner_executor() const noexcept { return state_->inner(); }

@@ -47,8 +47,8 @@ BOOST_AUTO_TEST_CASE(a_fractional_multiplier_grows_from_a_tiny_initial_delay) {
   BOOST_TEST((*huge.next() == mclock::duration::max()));
 }
 
-BOOST_AUTO_TEST_CASE(max_attempts_ends_the_sequence) {
-  backoff b({.initial = 1ms, .full_jitter = false, .max_attempts = 3});
+BOOST_AUTO_TEST_CASE(max_retries_ends_the_sequence) {
+  backoff b({.initial = 1ms, .full_jitter = false, .max_retries = 3});
   BOOST_TEST(b.next().has_value());
   BOOST_TEST(b.next().has_value());
   BOOST_TEST(b.next().has_value());

@@ -179,8 +179,8 @@ BOOST_AUTO_TEST_CASE(the_chosen_cancellation_type_is_emitted) {
   scheduled_thread_pool pool(on_clock(c));
   std::atomic<int> got{-1};
   std::promise<error_code> p;
-  async_until_cancelled(got, cancel_after(pool, 5ms, [&](error_code ec) { p.set_value(ec); },
-                                          net::cancellation_type::partial));
+  async_until_cancelled(got, cancel_after(pool, 5ms, net::cancellation_type::partial,
+                                          [&](error_code ec) { p.set_value(ec); }));
   c.advance(5ms);
   BOOST_TEST((p.get_future().get() == net::error::operation_aborted));
   BOOST_TEST(got.load() == static_cast<int>(net::cancellation_type::partial));
@@ -191,6 +191,22 @@ BOOST_AUTO_TEST_CASE(the_chosen_cancellation_type_is_emitted) {
   c.advance(5ms);
   p2.get_future().get();
   BOOST_TEST(got2.load() == static_cast<int>(net::cancellation_type::terminal));
+
+  // cancel_at in Asio's order too: (deadline[, type], token), (timing, deadline[, type], token).
+  std::atomic<int> got3{-1};
+  std::promise<error_code> p3;
+  async_until_cancelled(got3, cancel_at(pool, c.now() + 5ms, net::cancellation_type::partial,
+                                        [&](error_code ec) { p3.set_value(ec); }));
+  c.advance(5ms);
+  BOOST_TEST((p3.get_future().get() == net::error::operation_aborted));
+  BOOST_TEST(got3.load() == static_cast<int>(net::cancellation_type::partial));
+  std::atomic<int> got4{-1};
+  std::promise<error_code> p4;
+  async_until_cancelled(got4, cancel_at(c.now() + 5ms, net::cancellation_type::total,
+                                        net::bind_executor(pool.get_executor(), [&](error_code ec) { p4.set_value(ec); })));
+  c.advance(5ms);
+  BOOST_TEST((p4.get_future().get() == net::error::operation_aborted));
+  BOOST_TEST(got4.load() == static_cast<int>(net::cancellation_type::total));
 }
 
 BOOST_AUTO_TEST_CASE(a_steady_timer_on_an_io_context_timed_out_by_a_manual_clock_pool) {

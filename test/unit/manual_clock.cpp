@@ -93,7 +93,7 @@ BOOST_AUTO_TEST_CASE(a_retry_coroutine_that_sleeps_for_minutes_finishes_at_once)
       pool,
       [&]() -> net::awaitable<void> {
         metronome::backoff b({.initial = std::chrono::minutes(1), .cap = std::chrono::minutes(10),
-                              .full_jitter = false, .max_attempts = 3});
+                              .full_jitter = false, .max_retries = 3});
         int attempts = 0;
         for (;;) {
           ++attempts;

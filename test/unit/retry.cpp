@@ -43,7 +43,7 @@ namespace {
 
 // Exact pauses: 100 ms, 200 ms, 400 ms... (no jitter), at most `retries` of them.
 backoff exact(std::size_t retries) {
-  return backoff({.initial = 100ms, .multiplier = 2.0, .cap = 10s, .full_jitter = false, .max_attempts = retries});
+  return backoff({.initial = 100ms, .multiplier = 2.0, .cap = 10s, .full_jitter = false, .max_retries = retries});
 }
 
 // A scripted operation: attempt n (from 0) takes `took` of the pool's time, then
@@ -387,7 +387,7 @@ BOOST_AUTO_TEST_CASE(a_later_attempt_that_throws_with_an_error_code_signature_le
   };
   auto token = std::make_shared<int>(0);
   std::atomic<bool> called{false};
-  async_retry(own, backoff({.initial = 1ms, .full_jitter = false, .max_attempts = 5}), attempt,
+  async_retry(own, backoff({.initial = 1ms, .full_jitter = false, .max_retries = 5}), attempt,
               [&called, token](error_code) { called = true; });
   BOOST_TEST(poll_until([&] { return token.use_count() == 1; }, 20s)); // the handler was destroyed
   BOOST_TEST(!called.load());
