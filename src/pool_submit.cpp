@@ -55,9 +55,9 @@ bool pool_engine::push_ready_chain(task_base* first, task_base* last, std::size_
 }
 
 // A push lost the race with termination: nobody will run what is in the ready queue.
-// Drops and reports it (an Asio strand's invoker too: `post` never runs a handler
-// inline, so the strand stays locked and its handlers go with it), save a typed task
-// still pending: marked handed back and
+// Drops and reports it, save an Asio strand's invoker posted from outside, which runs
+// here (runs_if_terminated_: the handlers queued behind it include work the pool
+// accepted), and a typed task still pending: marked handed back and
 // not touched again - its submission, which holds a reference, rejects it by its policy
 // (submit_scheduled).
 void pool_engine::clear_after_termination() noexcept {
@@ -76,6 +76,14 @@ void pool_engine::clear_after_termination() noexcept {
   while (left) {
     task_base* x = left;
     left = x->next_.load(std::memory_order_relaxed);
+    if (x->runs_if_terminated_) {
+      try {
+        x->complete(true);
+      } catch (...) {
+        report(std::current_exception());
+      }
+      continue;
+    }
     if (x->is_scheduled()) { // cancelled in place by discard_oldest, which counted it
       static_cast<scheduled_task_base*>(x)->release();
       continue;
@@ -111,6 +119,7 @@ void pool_engine::post(task_base* t, bool continuation, bool internal) noexcept 
     w->local_tail = t;
     return;
   }
+  t->runs_if_terminated_ = !inside && internal; // a strand's invoker
   push_ready(t);
 }
 

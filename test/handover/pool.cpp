@@ -524,6 +524,9 @@ BOOST_AUTO_TEST_CASE(due_serial_tasks_whose_drain_is_not_yet_posted_are_not_over
   recorder rec;
   auto a = serial.schedule(rec.task(1), 1ms);
   auto b = serial.schedule(rec.task(2), 1ms);
+  // Every worker parked first: else one still awake could read the advanced time and
+  // promote the tasks itself, on a thread the stop is not armed on (seen under ASan).
+  clk.wait_idle();
   hook_stop stop(hook_point::owed_drain_before_post);
   std::thread advancer([&] {
     hook_stop::arm_this_thread();
