@@ -104,7 +104,7 @@ for r in range(1, rounds + 1):
             for line in open(path):
                 f = line.rstrip("\n").split("\t")
                 if f[0] == "load":
-                    _, side, variant, _, rps, p50, p99, cpu, threads, _ = f
+                    _, side, variant, _, rps, p50, p99, cpu, threads, _ = f[:10]
                     for metric, value, up in (("req/s", rps, True), ("p99 ms", p99, False), ("CPU us/req", cpu, False)):
                         add(("service " + variant, side, metric), up, which, float(value))
                 elif f[0] == "rss":

@@ -15,8 +15,13 @@
 // --no-timers: no backend delay, deadline, idle timeout nor reporter (engine overhead).
 // --no-strand: sessions run on the engine's executor itself, no per-connection strand or
 // serial_executor (every side runs its sessions on one thread, so this is safe here).
+// --cpu-load N: N chains of CPU work beside the service, sliced the usual way (a handler
+// that computes for 100 µs and re-posts itself): on an asio::thread_pool(1) beside the
+// io_context (asio, mtr-io), on the pool itself (mtr-pool, which then has 2 workers: I/O
+// and CPU work share its threads). Prints "cpu-slices <n> <seconds>" to stderr as it goes.
 //
-//   metronome_service_bench --side asio|mtr-io|mtr-pool [--port 8080] [--no-timers] [--no-strand] [--seed 1]
+//   metronome_service_bench --side asio|mtr-io|mtr-pool [--port 8080] [--no-timers] [--no-strand]
+//                           [--cpu-load N] [--seed 1]
 #include <metronome/metronome.hpp>
 
 #include <boost/asio/as_tuple.hpp>
@@ -27,10 +32,12 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/asio/this_coro.hpp>
+#include <boost/asio/thread_pool.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -58,7 +65,36 @@ struct config {
   unsigned short port = 8080;
   bool timers = true;
   bool strand = true; // a strand / serial_executor per connection
+  int cpu_load = 0;    // chains of self-re-posting CPU work
   std::uint64_t seed = 1;
+};
+
+// The background CPU work of --cpu-load: `chains` handlers that each compute for
+// 100 µs and re-post themselves to `ex`, for ever.
+template <class Executor>
+class cpu_load {
+public:
+  explicit cpu_load(Executor ex) : ex_(std::move(ex)) {}
+  void start(int chains) {
+    for (int i = 0; i < chains; ++i) asio::post(ex_, [this] { slice(); });
+  }
+
+private:
+  void slice() {
+    const auto end = std::chrono::steady_clock::now() + 100us;
+    std::uint64_t x = sink_;
+    while (std::chrono::steady_clock::now() < end) x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+    sink_ = x;
+    const std::uint64_t n = slices_.fetch_add(1, std::memory_order_relaxed) + 1;
+    if (n % 2000 == 0)
+      std::fprintf(stderr, "cpu-slices %llu %.3f\n", static_cast<unsigned long long>(n),
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count());
+    asio::post(ex_, [this] { slice(); });
+  }
+  Executor ex_;
+  std::atomic<std::uint64_t> slices_{0};
+  std::atomic<std::uint64_t> sink_{1};
+  std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
 };
 
 // SplitMix64: per connection, seeded with (seed, connection number).
@@ -311,16 +347,23 @@ int main(int argc, char** argv) {
     else if (a == "--seed" && i + 1 < argc) cfg.seed = std::stoull(argv[++i]);
     else if (a == "--no-timers") cfg.timers = false;
     else if (a == "--no-strand") cfg.strand = false;
+    else if (a == "--cpu-load" && i + 1 < argc) cfg.cpu_load = std::stoi(argv[++i]);
     else {
-      std::fprintf(stderr, "usage: %s --side asio|mtr-io|mtr-pool [--port N] [--seed N] [--no-timers] [--no-strand]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s --side asio|mtr-io|mtr-pool [--port N] [--seed N] [--no-timers] [--no-strand] [--cpu-load N]\n", argv[0]);
       return 2;
     }
   }
+  // The CPU work's own threads beside an io_context (none without --cpu-load).
+  std::optional<asio::thread_pool> cpu_threads;
+  if (cfg.cpu_load > 0 && cfg.side != "mtr-pool") cpu_threads.emplace(1);
+  using cpu_executor = asio::thread_pool::executor_type;
   if (cfg.side == "asio") {
     asio::io_context io(1);
     asio_side side{io, cfg.timers, cfg.strand, cfg.seed};
     auto acceptor = make_acceptor(io, cfg.port);
     serve(side, acceptor, cfg);
+    std::optional<cpu_load<cpu_executor>> load;
+    if (cpu_threads) load.emplace(cpu_threads->get_executor()).start(cfg.cpu_load);
     io.run();
   } else if (cfg.side == "mtr-io") {
     asio::io_context io(1);
@@ -328,14 +371,18 @@ int main(int argc, char** argv) {
     if (cfg.timers) side.wheel.emplace(io.get_executor());
     auto acceptor = make_acceptor(io, cfg.port);
     serve(side, acceptor, cfg);
+    std::optional<cpu_load<cpu_executor>> load;
+    if (cpu_threads) load.emplace(cpu_threads->get_executor()).start(cfg.cpu_load);
     io.run();
   } else if (cfg.side == "mtr-pool") {
-    metronome::scheduled_thread_pool pool(1);
+    metronome::scheduled_thread_pool pool(cfg.cpu_load > 0 ? 2 : 1);
     using pool_executor = metronome::scheduled_thread_pool::executor_type;
     mtr_side<pool_executor> side{pool.get_executor(), cfg.timers, cfg.strand, cfg.seed};
     if (cfg.timers) side.wheel.emplace(pool); // fires onto the pool
     auto acceptor = make_acceptor(pool, cfg.port);
     serve(side, acceptor, cfg);
+    std::optional<cpu_load<pool_executor>> load;
+    if (cfg.cpu_load > 0) load.emplace(pool.get_executor()).start(cfg.cpu_load);
     pool.join(); // the accept loop never ends: runs until the process is killed
   } else {
     std::fprintf(stderr, "unknown side %s\n", cfg.side.c_str());

@@ -5,6 +5,8 @@
 #   bash bench/service.sh BUILD/bench/metronome_service_bench [--secs 5] [--reps 5]
 #        [--rss-reps 3] [--conns 10000] [--sides "asio mtr-io mtr-pool"]
 #        [--variants "timers no-timers"] [--out results.tsv] [--port 18080]
+#        (variants: timers no-timers timers-no-strand no-timers-no-strand timers-loaded
+#         no-timers-loaded)
 #
 # Each run: the server pinned to core 0, `wrk -t1 -c50 -d<secs>s --latency` pinned to
 # core 1; the sides interleaved within each repetition. Per run: requests/s, p50 and p99
@@ -14,7 +16,11 @@
 # core 1). Prints per-side medians as a markdown table, each metronome figure with its
 # ratio to plain Asio of the same variant. Variants: timers (the full service), no-timers
 # (no backend delay, deadline, idle timeout nor reporter), and the same with -no-strand
-# appended (no per-connection strand / serial_executor).
+# appended (no per-connection strand / serial_executor); -loaded appended: with two chains
+# of CPU work sliced in 100 µs handlers beside the service (--cpu-load 2: on the pool for
+# mtr-pool, which then has 2 workers; on an asio::thread_pool(1) beside the io_context for
+# asio and mtr-io) - CPU per request means little there; read p99, req/s and the CPU
+# work done ("bg slices/s").
 set -euo pipefail
 
 bin=${1:?usage: bench/service.sh PATH/TO/metronome_service_bench [options]}
@@ -59,6 +65,8 @@ flags_of() { # variant -> server flags
     no-timers) echo "--no-timers" ;;
     timers-no-strand) echo "--no-strand" ;;
     no-timers-no-strand) echo "--no-timers --no-strand" ;;
+    timers-loaded) echo "--cpu-load 2" ;;
+    no-timers-loaded) echo "--no-timers --cpu-load 2" ;;
     *) echo "unknown variant $1" >&2; exit 2 ;;
   esac
 }
@@ -101,6 +109,7 @@ for rep in $(seq "$reps"); do
       wait "$wrk_pid"
       c1=$(cpu_ticks "$server_pid")
       stop_server
+      bg=$(awk '$1 == "cpu-slices" { n = $2; t = $3 } END { if (t > 0) printf "%.0f", n / t; else print 0 }' "$work/server.log")
       requests=$(awk '/requests in/ {print $1}' "$work/wrk.txt")
       rps=$(awk '/^Requests\/sec:/ {print $2}' "$work/wrk.txt")
       p50=$(to_ms "$(awk '$1 == "50%" {print $2}' "$work/wrk.txt")")
@@ -108,9 +117,9 @@ for rep in $(seq "$reps"); do
       non2xx=$(awk '/Non-2xx/ {print $NF}' "$work/wrk.txt")
       errors=$(awk '/Socket errors/ {print $0}' "$work/wrk.txt")
       cpu_us=$(awk -v c=$((c1 - c0)) -v t="$tick" -v n="$requests" 'BEGIN { printf "%.2f", c / t * 1e6 / n }')
-      printf 'load\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$side" "$variant" "$rep" "$rps" "$p50" "$p99" "$cpu_us" \
-        "$threads" "${non2xx:-0}" >>"$out"
-      echo "rep $rep $variant $side: $rps req/s, p50 $p50 ms, p99 $p99 ms, $cpu_us us CPU/req, $threads threads, non-2xx ${non2xx:-0} $errors" >&2
+      printf 'load\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$side" "$variant" "$rep" "$rps" "$p50" "$p99" "$cpu_us" \
+        "$threads" "${non2xx:-0}" "$bg" >>"$out"
+      echo "rep $rep $variant $side: $rps req/s, p50 $p50 ms, p99 $p99 ms, $cpu_us us CPU/req, $threads threads, non-2xx ${non2xx:-0}, bg $bg slices/s $errors" >&2
     done
   done
 done
@@ -150,20 +159,21 @@ load, rss = {}, {}
 for line in open(path):
     f = line.rstrip("\n").split("\t")
     if f[0] == "load":
-        load.setdefault((f[1], f[2]), []).append([float(x) for x in f[4:10]])
+        load.setdefault((f[1], f[2]), []).append([float(x) for x in f[4:11]])
     elif f[0] == "rss":
         rss.setdefault((f[1], f[2]), []).append([float(x) for x in f[4:8]])
 def med(rows, i):
     return statistics.median(r[i] for r in rows) if rows else float("nan")
 print(f"\nmedians of {reps} runs of {secs} s (wrk -t1 -c50, server on core 0); RSS: median over runs with {conns} idle connections")
 print("ratio = metronome / plain Asio, same variant\n")
-print("| variant | side | req/s | p50 ms | p99 ms | CPU µs/req | threads | non-2xx/run | RSS idle MiB | RSS +conns MiB | KiB/conn |")
-print("|---|---|---|---|---|---|---|---|---|---|---|")
+print("| variant | side | req/s | p50 ms | p99 ms | CPU µs/req | threads | non-2xx/run | bg slices/s | RSS idle MiB | RSS +conns MiB | KiB/conn |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|")
 for v in variants:
     base = {}
     for s in sides:
         L, R = load.get((s, v), []), rss.get((s, v), [])
         vals = {"rps": med(L, 0), "p50": med(L, 1), "p99": med(L, 2), "cpu": med(L, 3), "thr": med(L, 4), "n2": med(L, 5),
+                "bg": med(L, 6) or float("nan"),
                 "rss0": med(R, 0) / 1024, "rss": med(R, 1) / 1024,
                 "kib": (med(R, 1) - med(R, 0)) / max(med(R, 2), 1)}
         if s == "asio":
@@ -176,7 +186,7 @@ for v in variants:
                 x += f" ({vals[k] / base[k]:.2f}×)"
             return x
         print(f"| {v} | {s} | {cell('rps', '{:.0f}')} | {cell('p50', '{:.2f}')} | {cell('p99', '{:.2f}')} | "
-              f"{cell('cpu', '{:.1f}')} | {vals['thr']:.0f} | {vals['n2']:.0f} | {cell('rss0', '{:.1f}')} | "
+              f"{cell('cpu', '{:.1f}')} | {vals['thr']:.0f} | {vals['n2']:.0f} | {cell('bg', '{:.0f}')} | {cell('rss0', '{:.1f}')} | "
               f"{cell('rss', '{:.1f}')} | {cell('kib', '{:.2f}')} |")
 print(f"\nraw rows: {path}")
 EOF

@@ -225,6 +225,7 @@ void pool_engine::worker_main(worker& w) {
       if (stop_hook) run_thread_hook(stop_hook, id, nullptr); // w and the pool are gone
       return;
     }
+    if (reactor_.load(std::memory_order_relaxed) != nullptr) poll_reactor_if_due(w); // fairness of I/O
   }
   // Continuations left behind by shutdown_now are dropped, and reported.
   while (w.local_head) discard_task(pop_local(w), "metronome: work dropped: the pool was shut down now");
@@ -344,7 +345,7 @@ task_base* pool_engine::park(worker& w, std::unique_lock<std::mutex>& lk) {
         idle_for_termination(lk, ending_.closer_in_pool ? 2 : 1)) {
       terminate(lk);
       if (state_.terminated()) return nullptr;
-      if (reactor_waiter_ == nullptr || reactor_waiter_ == &w) return retry_marker; // backed off: a producer got in
+      if (reactor_waiter_ == nullptr) return retry_marker; // backed off: a producer got in
       // Else the worker in the reactor terminates the pool on its way out: park meanwhile.
     }
 
@@ -419,6 +420,7 @@ bool pool_engine::wait_as_follower(worker& w, std::unique_lock<std::mutex>& lk) 
   assert(lk.owns_lock());
   bool timed_out = false;
   ++followers_;
+  METRONOME_TEST_HOOK(hook_point::follower_before_wait);
   if (node_cache_trim_pending()) // wake to unmap the node chunks a burst left empty
     follower_cv_.wait_for(lk, node_cache_trim_delay);
   else if (const auto until = w.core ? clock::time_point::max() : saturating_add(clock::now(), opts_.keep_alive);

@@ -311,6 +311,14 @@ private:
   // instead of on a condition variable. Caller holds mtx_, which is released meanwhile.
   void park_in_reactor(worker& w, std::unique_lock<std::mutex>& lk, bool times_heap);
   void interrupt_reactor(const held_lock& lk) noexcept;
+  // The fairness of I/O under load (pool_reactor.cpp): a worker between two tasks
+  // polls the reactor when nobody waits in it and it has run io_poll_every tasks, or
+  // io_poll_interval has passed, since it last did.
+  void poll_reactor_if_due(worker& w) noexcept;
+  void poll_reactor(worker& w) noexcept;
+  void take_reactor_role(worker& w, const held_lock& lk) noexcept;
+  void leave_reactor_role(const held_lock& lk) noexcept;
+  void after_reactor_run(bool threw) noexcept;
   void run_task(worker& w, task_base* t) noexcept;
   void record_start(const timed_node* t, clock::time_point started) noexcept;
   void record_post_wait(worker& w, const op_node* t) noexcept;
@@ -398,7 +406,8 @@ private:
   // in it (mtx_).
   asio_internals::scheduler* io_ = nullptr;
   std::atomic<asio_internals::scheduler_task*> reactor_{nullptr};
-  worker* reactor_waiter_ = nullptr;
+  worker* reactor_waiter_ = nullptr;     // who holds the reactor role: waits in it, or polls it
+  std::atomic<bool> reactor_held_{false}; // reactor_waiter_ != nullptr, for a look without mtx_
   reactor_timer* reactor_timer_ = nullptr; // the reactor waiter's alone (pool_reactor.cpp)
   clock::time_point reactor_timer_due_ = clock::time_point::max();
   int followers_ = 0;   // workers in follower_cv_ wait

@@ -82,8 +82,28 @@ void pool_engine::interrupt_reactor(const held_lock& lk) noexcept {
   asio_internals::interrupt(*reactor_.load(std::memory_order_relaxed));
 }
 
-void pool_engine::park_in_reactor(worker& w, std::unique_lock<std::mutex>& lk, bool times_heap) {
+void pool_engine::take_reactor_role(worker& w, const held_lock& lk) noexcept {
+  assert_held(lk, mtx_);
   reactor_waiter_ = &w;
+  reactor_held_.store(true, std::memory_order_relaxed);
+}
+
+void pool_engine::leave_reactor_role(const held_lock& lk) noexcept {
+  assert_held(lk, mtx_);
+  reactor_waiter_ = nullptr;
+  reactor_held_.store(false, std::memory_order_relaxed);
+}
+
+// What every run of the reactor leaves behind, by the worker holding the role: a timer
+// that expired meanwhile (its completion may have run in a poll) must be armed again for
+// a head due at the same time; a throw leaves the timer's state unknown.
+void pool_engine::after_reactor_run(bool threw) noexcept {
+  if (threw || (reactor_timer_due_ != clock::time_point::max() && clock::now() >= reactor_timer_due_))
+    reactor_timer_due_ = clock::time_point::min();
+}
+
+void pool_engine::park_in_reactor(worker& w, std::unique_lock<std::mutex>& lk, bool times_heap) {
+  take_reactor_role(w, lk);
   clock::time_point due = clock::time_point::max();
   if (times_heap) {
     leader_ = &w;
@@ -104,16 +124,72 @@ void pool_engine::park_in_reactor(worker& w, std::unique_lock<std::mutex>& lk, b
     // One completion (the timer's, or I/O), on this worker; then every other one already
     // ready, in one go (poll(): no blocking), before the pool's queues are looked at again.
     asio_internals::run_ready(*io_);
-    if (reactor_timer_due_ != clock::time_point::max() && clock::now() >= reactor_timer_due_)
-      reactor_timer_due_ = clock::time_point::min(); // expired: a head due at the same time needs it armed again
+    after_reactor_run(false);
   } catch (...) {
     report(std::current_exception()); // a completion handler threw, or no memory to arm the timer
-    reactor_timer_due_ = clock::time_point::min(); // arm again next time
+    after_reactor_run(true);
   }
   lk.lock();
   ++awake_;
   if (leader_ == &w) leader_ = nullptr;
-  reactor_waiter_ = nullptr;
+  leave_reactor_role(lk);
+}
+
+// ---------------------------------------------------------------- fairness under load
+
+// A worker waits in the reactor only when it parks; a pool whose workers never run out
+// of tasks (handlers that re-post themselves, the usual way to slice a long computation)
+// would leave I/O completions unrun until the load stops. Asio's scheduler puts its
+// reactor back in the handler queue on each pass, Tokio polls its driver every 61 tasks
+// (event_interval). Here, a worker between two tasks polls the reactor, without
+// blocking, when nobody holds the reactor role and it has run io_poll_every tasks or
+// io_poll_interval has passed since it last did: an I/O completion waits at most one
+// task's length past that bound. A pool with no I/O object (no reactor) pays one relaxed
+// load per task (worker_main); a pool whose reactor has a waiter, one more.
+namespace {
+constexpr unsigned io_poll_every = 61;
+constexpr clock::duration io_poll_interval = std::chrono::microseconds(200);
+} // namespace
+
+void pool_engine::poll_reactor_if_due(worker& w) noexcept {
+  if (reactor_held_.load(std::memory_order_relaxed)) { // a waiter runs completions as they come
+    w.io_tick = 0;
+    return;
+  }
+  if (++w.io_tick < io_poll_every && clock::now() < w.io_due) return;
+  poll_reactor(w);
+}
+
+// The hand-over invariant: the poller takes the reactor role under mtx_ exactly as a
+// parking worker does (only if nobody holds it), so no worker waits in the reactor while
+// it polls; a worker that parks meanwhile waits on a condition variable instead. Giving
+// the role back, the poller wakes one such worker, which takes the role (park()): while
+// a reactor exists and a worker is parked, one parked worker is in the reactor. The
+// poller stays counted awake, so the pool cannot terminate under it (terminate() needs
+// an idle pool). Stop-here test: hook reactor_in_poll
+// (test/unit/scheduled_thread_pool/io.cpp).
+void pool_engine::poll_reactor(worker& w) noexcept {
+  w.io_tick = 0;
+  w.io_due = clock::now() + io_poll_interval;
+  {
+    std::unique_lock lk(mtx_);
+    if (reactor_waiter_ != nullptr || state_.terminated()) return;
+    take_reactor_role(w, lk);
+  }
+  METRONOME_TEST_HOOK(hook_point::reactor_in_poll);
+  try {
+    asio_internals::poll_ready(*io_);
+    after_reactor_run(false);
+  } catch (...) {
+    report(std::current_exception()); // a completion handler threw
+    after_reactor_run(true);
+  }
+  {
+    std::unique_lock lk(mtx_);
+    leave_reactor_role(lk);
+    if (followers_ > wake_tokens_ || leader_ != nullptr) wake_some(lk, 1); // into the reactor
+  }
+  METRONOME_TEST_HOOK(hook_point::reactor_after_poll);
 }
 
 

@@ -92,6 +92,13 @@ inline void run_ready(scheduler& s) {
   if (s.wait_one(-1, ignored) != 0) s.poll(ignored);
 }
 
+// Without blocking: the reactor once (if no thread waits in it), then every completion
+// ready: a busy worker's turn (the fairness of I/O under load).
+inline void poll_ready(scheduler& s) {
+  error_code ignored;
+  s.poll(ignored);
+}
+
 inline void interrupt(scheduler_task& reactor) noexcept { reactor.interrupt(); }
 
 } // namespace metronome::detail::asio_internals

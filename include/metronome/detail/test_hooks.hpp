@@ -52,6 +52,9 @@ enum class hook_point {
   bound_before_reschedule,     // a bound periodic task's run ended on its executor; its pool not yet looked up
   bound_dispatch_returned,     // a dispatch of a bound task returned; the dispatcher's copies of the executor still held
   bound_run_before_leaving,    // a bound periodic task's run was rescheduled or ended (in transit); the pool not yet let go
+  reactor_in_poll,             // a busy worker took the reactor role to poll it (mutex released); not polled yet
+  reactor_after_poll,          // ... polled it and gave the role back (mutex released); not back to its tasks yet
+  follower_before_wait,        // a parking worker holds the mutex, counted as a follower; not waiting yet
 };
 
 using hook_function = void (*)(hook_point);
