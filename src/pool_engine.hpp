@@ -312,8 +312,8 @@ private:
   void park_in_reactor(worker& w, std::unique_lock<std::mutex>& lk, bool times_heap);
   void interrupt_reactor(const held_lock& lk) noexcept;
   // The fairness of I/O under load (pool_reactor.cpp): a worker between two tasks
-  // polls the reactor when nobody waits in it and it has run io_poll_every tasks, or
-  // io_poll_interval has passed, since it last did.
+  // polls the reactor when nobody holds the reactor role and it has not run for
+  // io_poll_interval.
   void poll_reactor_if_due(worker& w) noexcept;
   void poll_reactor(worker& w) noexcept;
   void take_reactor_role(worker& w, const held_lock& lk) noexcept;
@@ -405,9 +405,12 @@ private:
   // object exists (atomic: read by workers before they take mtx_), and the worker waiting
   // in it (mtx_).
   asio_internals::scheduler* io_ = nullptr;
-  std::atomic<asio_internals::scheduler_task*> reactor_{nullptr};
-  worker* reactor_waiter_ = nullptr;     // who holds the reactor role: waits in it, or polls it
-  std::atomic<bool> reactor_held_{false}; // reactor_waiter_ != nullptr, for a look without mtx_
+  // Read by busy workers between tasks (poll_reactor_if_due): a line of their own, away
+  // from the parking counters below that every wake-up writes.
+  alignas(64) std::atomic<asio_internals::scheduler_task*> reactor_{nullptr};
+  std::atomic<bool> reactor_held_{false};   // reactor_waiter_ != nullptr, for a look without mtx_
+  std::atomic<clock::rep> reactor_ran_at_{0}; // when the reactor last ran (written by the role's holder)
+  alignas(64) worker* reactor_waiter_ = nullptr; // who holds the reactor role: waits in it, or polls it
   reactor_timer* reactor_timer_ = nullptr; // the reactor waiter's alone (pool_reactor.cpp)
   clock::time_point reactor_timer_due_ = clock::time_point::max();
   int followers_ = 0;   // workers in follower_cv_ wait

@@ -25,10 +25,10 @@ struct worker {
   task_base* local_head = nullptr;
   task_base* local_tail = nullptr;
   unsigned tick = 0;
-  // Fairness of I/O (pool_engine::poll_reactor_if_due): tasks run, and the time, before
-  // this worker next polls the reactor while nobody waits in it.
+  // Fairness of I/O (pool_engine::poll_reactor_if_due): whether the pool has a reactor,
+  // looked at again every 64 tasks until it has (it never goes away).
+  bool has_reactor = false;
   unsigned io_tick = 0;
-  clock::time_point io_due{};
   alignas(64) std::atomic<std::uint64_t> completed{0};
   std::atomic<bool> busy{false};
   // Start-time histograms of this worker's scheduled tasks (queue wait, lateness):

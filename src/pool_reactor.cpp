@@ -98,7 +98,9 @@ void pool_engine::leave_reactor_role(const held_lock& lk) noexcept {
 // that expired meanwhile (its completion may have run in a poll) must be armed again for
 // a head due at the same time; a throw leaves the timer's state unknown.
 void pool_engine::after_reactor_run(bool threw) noexcept {
-  if (threw || (reactor_timer_due_ != clock::time_point::max() && clock::now() >= reactor_timer_due_))
+  const clock::time_point now = clock::now();
+  reactor_ran_at_.store(now.time_since_epoch().count(), std::memory_order_relaxed);
+  if (threw || (reactor_timer_due_ != clock::time_point::max() && now >= reactor_timer_due_))
     reactor_timer_due_ = clock::time_point::min();
 }
 
@@ -140,23 +142,22 @@ void pool_engine::park_in_reactor(worker& w, std::unique_lock<std::mutex>& lk, b
 // A worker waits in the reactor only when it parks; a pool whose workers never run out
 // of tasks (handlers that re-post themselves, the usual way to slice a long computation)
 // would leave I/O completions unrun until the load stops. Asio's scheduler puts its
-// reactor back in the handler queue on each pass, Tokio polls its driver every 61 tasks
+// reactor back in the queue on each pass, Tokio polls its driver every 61 tasks
 // (event_interval). Here, a worker between two tasks polls the reactor, without
-// blocking, when nobody holds the reactor role and it has run io_poll_every tasks or
-// io_poll_interval has passed since it last did: an I/O completion waits at most one
-// task's length past that bound. A pool with no I/O object (no reactor) pays one relaxed
-// load per task (worker_main); a pool whose reactor has a waiter, one more.
+// blocking, when nobody holds the reactor role and it has not run for io_poll_interval:
+// an I/O completion waits at most that long plus one task. A time, not a task count:
+// where workers park often (a service that is mostly I/O) the reactor runs anyway and
+// nobody polls; where tasks are long, 61 of them would be far too long. A pool with no
+// I/O object pays a counter per task (worker_main); one with a reactor, a relaxed load
+// while a waiter holds the role, and a clock read while nobody does.
 namespace {
-constexpr unsigned io_poll_every = 61;
-constexpr clock::duration io_poll_interval = std::chrono::microseconds(200);
+constexpr clock::rep io_poll_interval = std::chrono::nanoseconds(std::chrono::microseconds(200)).count();
 } // namespace
 
 void pool_engine::poll_reactor_if_due(worker& w) noexcept {
-  if (reactor_held_.load(std::memory_order_relaxed)) { // a waiter runs completions as they come
-    w.io_tick = 0;
+  if (reactor_held_.load(std::memory_order_relaxed)) return; // a waiter runs completions as they come
+  if (clock::now().time_since_epoch().count() - reactor_ran_at_.load(std::memory_order_relaxed) < io_poll_interval)
     return;
-  }
-  if (++w.io_tick < io_poll_every && clock::now() < w.io_due) return;
   poll_reactor(w);
 }
 
@@ -169,8 +170,6 @@ void pool_engine::poll_reactor_if_due(worker& w) noexcept {
 // an idle pool). Stop-here test: hook reactor_in_poll
 // (test/unit/scheduled_thread_pool/io.cpp).
 void pool_engine::poll_reactor(worker& w) noexcept {
-  w.io_tick = 0;
-  w.io_due = clock::now() + io_poll_interval;
   {
     std::unique_lock lk(mtx_);
     if (reactor_waiter_ != nullptr || state_.terminated()) return;
