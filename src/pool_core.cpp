@@ -130,6 +130,9 @@ pool_engine* pool_engine::current() noexcept { return this_worker ? this_worker-
 void pool_engine::report(const std::exception_ptr& e) noexcept {
   assert(e && "metronome: reporting a null exception");
   if (!e) return;
+  // A hosted core's work runs inside an Asio handler of its host context (a drive of an
+  // io_context's timing service): Asio's rule, the exception leaves that handler.
+  if (host_ && !opts_.exception_handler && rethrow_scope::keep(e)) return;
   if (opts_.exception_handler)
     call_exception_handler(opts_.exception_handler, e, "the pool's exception handler");
   else
@@ -225,7 +228,8 @@ void pool_engine::worker_main(worker& w) {
       if (stop_hook) run_thread_hook(stop_hook, id, nullptr); // w and the pool are gone
       return;
     }
-    if (reactor_.load(std::memory_order_relaxed) != nullptr) poll_reactor_if_due(w); // fairness of I/O
+    if (!w.has_reactor && (++w.io_tick % 64) == 0) w.has_reactor = reactor_.load(std::memory_order_relaxed) != nullptr;
+    if (w.has_reactor) poll_reactor_if_due(w); // the fairness of I/O under load
   }
   // Continuations left behind by shutdown_now are dropped, and reported.
   while (w.local_head) discard_task(pop_local(w), "metronome: work dropped: the pool was shut down now");

@@ -5,6 +5,7 @@
 #include "pool_engine.hpp"
 
 #include "pool_internal.hpp"
+#include <metronome/detail/report.hpp>
 
 #include <cassert>
 #include <thread>
@@ -46,11 +47,14 @@ pool_engine::drive_result pool_engine::drive_hosted(std::size_t budget) noexcept
     if (!t) break;
     run_task(w, t);
     ++ran;
+    if (rethrow_scope::pending()) break; // a handler threw: it leaves this drive (Asio's rule); the rest comes next drive
   }
   this_worker = outer;
+  const bool stopped = rethrow_scope::pending();
   std::lock_guard lk(mtx_);
   host_timed_ = heap_.empty() ? no_due : heap_.top_due();
-  return drive_result{clock::time_point(clock::duration(host_timed_)), ran == budget || w.local_head != nullptr};
+  return drive_result{clock::time_point(clock::duration(host_timed_)),
+                      ran == budget || w.local_head != nullptr || (stopped && ready_.maybe_nonempty())};
 }
 
 void pool_engine::close_hosted() noexcept {

@@ -2,14 +2,51 @@
 #include "pool_engine.hpp"
 #include <metronome/detail/report.hpp>
 
+#include <utility>
+
 namespace metronome::detail {
 
 pool_core* current_pool() noexcept { return pool_core::current(); }
 
+namespace {
+thread_local rethrow_scope* outermost_scope = nullptr;
+thread_local std::exception_ptr* outermost_kept = nullptr;
+} // namespace
+
+rethrow_scope::rethrow_scope() noexcept : owner_(outermost_scope == nullptr) {
+  if (owner_) {
+    outermost_scope = this;
+    outermost_kept = &kept_;
+  }
+}
+
+rethrow_scope::~rethrow_scope() {
+  if (!owner_) return;
+  outermost_scope = nullptr;
+  outermost_kept = nullptr;
+  if (kept_) print_unhandled(kept_, "completion handler");
+}
+
+void rethrow_scope::rethrow_if_any() {
+  if (!owner_ || !kept_) return;
+  outermost_scope = nullptr; // the handler ends here: a scope made while it unwinds is outermost
+  outermost_kept = nullptr;
+  owner_ = false;
+  std::rethrow_exception(std::exchange(kept_, nullptr));
+}
+
+bool rethrow_scope::keep(const std::exception_ptr& e) noexcept {
+  if (outermost_kept == nullptr || *outermost_kept) return false;
+  *outermost_kept = e;
+  return true;
+}
+
+bool rethrow_scope::pending() noexcept { return outermost_kept != nullptr && *outermost_kept; }
+
 void report_here(const std::exception_ptr& e, const char* where) noexcept {
   if (pool_core* p = current_pool())
-    p->report(e);
-  else
+    p->report(e); // a hosted core (an io_context's timing service) keeps it in the scope
+  else if (!rethrow_scope::keep(e))
     print_unhandled(e, where);
 }
 

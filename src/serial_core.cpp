@@ -182,11 +182,12 @@ void serial_core::drain() noexcept {
       } else {
         run_one(t, handed);
         ++ran;
+        if (rethrow_scope::pending()) break; // a task threw over a foreign executor: it leaves this handler
       }
     }
     METRONOME_TEST_HOOK(hook_point::serial_before_settle);
     if (s_->pending_.fetch_sub(consumed, std::memory_order_acq_rel) == consumed) break; // drained
-    if (ran >= batch) {
+    if (ran >= batch || rethrow_scope::pending()) {
       current_drain = outer;
       METRONOME_TEST_HOOK(hook_point::serial_before_repost);
       post_drain(drain_post::repost); // let other work on the executor have a turn
@@ -211,8 +212,16 @@ void serial_core::run_one(task_base* t, bool handed) noexcept {
     if (handed && !s_->opts_.exception_handler)
       print_unhandled(std::current_exception(), "serial task"); // not to a pool that may be gone
     else
-      report(std::current_exception());
+      report_unhandled(std::current_exception());
   }
+}
+
+// Executor-path work's exception (a handler's: post, dispatch, a coroutine's step): over
+// a foreign executor with no exception handler it leaves the drain, as from a strand
+// (Asio's rule). A typed task's goes to its handle, and report() only tells about it.
+void serial_core::report_unhandled(std::exception_ptr e) noexcept {
+  if (!s_->opts_.exception_handler && live_owner() == nullptr && rethrow_scope::keep(e)) return;
+  report(std::move(e));
 }
 
 void serial_core::report(std::exception_ptr e) noexcept {

@@ -34,7 +34,11 @@ public:
   ~fire_on_executor() {
     if (e_) e_->complete(false);
   }
-  void operator()() { std::exchange(e_, nullptr)->complete(true); }
+  void operator()() { // an Asio handler: a timeout's exception leaves it (Asio's rule)
+    rethrow_scope scope;
+    std::exchange(e_, nullptr)->complete(true);
+    scope.rethrow_if_any();
+  }
 
 private:
   wheel_entry* e_;

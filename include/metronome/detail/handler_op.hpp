@@ -172,7 +172,14 @@ private:
     using allocator_type = handler_allocator;
     allocator_type get_allocator() const noexcept { return alloc_; }
 
-    void operator()() { finish(std::exchange(op_, nullptr), &args_); }
+    // Run by the handler's executor. Off a metronome pool the handler's exception leaves
+    // this function, as any Asio handler's does (out of io_context::run()); inside an
+    // Asio handler of metronome's own (a drive, a drain) it leaves that one instead.
+    void operator()() {
+      rethrow_scope scope;
+      finish(std::exchange(op_, nullptr), &args_);
+      scope.rethrow_if_any();
+    }
 
   private:
     // In the handler's context; `args` null: destroyed unrun.

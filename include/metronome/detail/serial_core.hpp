@@ -3,6 +3,7 @@
 #ifndef METRONOME_DETAIL_SERIAL_CORE_HPP
 #define METRONOME_DETAIL_SERIAL_CORE_HPP
 
+#include <metronome/detail/report.hpp>
 #include <metronome/detail/scheduled_task.hpp>
 #include <metronome/options.hpp>
 
@@ -57,6 +58,7 @@ public:
   bool running_in_this_thread() const noexcept;
   pool_core& timers() const noexcept { return timers_; }
   void report(std::exception_ptr e) noexcept override;
+  void report_unhandled(std::exception_ptr e) noexcept;
   // Work refused because the pool underneath was shut down: as pool_engine::report_dropped
   // (this executor's own handler, else the pool's installed one; never printed).
   void report_dropped(const std::exception_ptr& e) noexcept;
@@ -104,9 +106,15 @@ public:
   ~drain_job() {
     if (self_) self_->abandon();
   }
+  // An Asio handler of the underlying executor: a task's exception leaves it (Asio's
+  // rule, as from a strand's), after the drain has put the rest of its queue back.
   void operator()() {
-    std::shared_ptr<serial_core> s = std::move(self_);
-    s->drain();
+    rethrow_scope scope;
+    {
+      std::shared_ptr<serial_core> s = std::move(self_);
+      s->drain();
+    }
+    scope.rethrow_if_any();
   }
 
 private:

@@ -6,6 +6,7 @@
 #include <metronome/detail/pool_core.hpp>
 
 #include <metronome/detail/asio.hpp>
+#include <metronome/detail/report.hpp>
 
 #include <atomic>
 #include <cstddef>
@@ -93,13 +94,21 @@ class timing_host final : public timing_host_base {
     timing_host* host;
     using allocator_type = slot_allocator<void>;
     allocator_type get_allocator() const noexcept { return allocator_type(&host->drive_slot_); }
-    void operator()() const noexcept { host->run_posted_drive(); }
+    void operator()() const {
+      rethrow_scope scope; // a handler that throws leaves this one (Asio's rule)
+      host->run_posted_drive();
+      scope.rethrow_if_any();
+    }
   };
   struct timer_op {
     timing_host* host;
     using allocator_type = slot_allocator<void>;
     allocator_type get_allocator() const noexcept { return allocator_type(&host->timer_slot_); }
-    void operator()(const error_code& ec) const noexcept { host->on_timer(!ec); }
+    void operator()(const error_code& ec) const {
+      rethrow_scope scope;
+      host->on_timer(!ec);
+      scope.rethrow_if_any();
+    }
   };
 
 public:
