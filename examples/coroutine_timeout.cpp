@@ -4,7 +4,7 @@
 // the slow query below takes 30 virtual seconds and the run a few real milliseconds.
 #include <metronome/metronome.hpp>
 
-#include <metronome/detail/asio.hpp> // the Asio metronome was built with (examples build with both); your code includes its own, e.g. <boost/asio.hpp>
+#include <metronome/net.hpp> // the Asio metronome was built with (examples build with both); your code includes its own, e.g. <boost/asio.hpp>
 
 #include <chrono>
 #include <exception>

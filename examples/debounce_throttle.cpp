@@ -11,7 +11,7 @@
 //   the latest event seen during a window is emitted when it closes (leading + trailing).
 #include <metronome/metronome.hpp>
 
-#include <metronome/detail/asio.hpp> // the Asio metronome was built with (examples build with both); your code includes its own, e.g. <boost/asio.hpp>
+#include <metronome/net.hpp> // the Asio metronome was built with (examples build with both); your code includes its own, e.g. <boost/asio.hpp>
 
 #include <chrono>
 #include <cstdint>

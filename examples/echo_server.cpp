@@ -10,10 +10,10 @@
 // client is disconnected by the server's timeout. Exit code 0 when all went well.
 #include <metronome/metronome.hpp>
 
-#include <metronome/detail/asio.hpp> // the Asio metronome was built with (examples build with both); your code includes its own, e.g. <boost/asio.hpp>
-#include METRONOME_ASIO_HEADER(ip/tcp.hpp)
-#include METRONOME_ASIO_HEADER(read.hpp)
-#include METRONOME_ASIO_HEADER(write.hpp)
+#include <metronome/net.hpp> // the Asio metronome was built with (examples build with both); your code includes its own, e.g. <boost/asio.hpp>
+#include METRONOME_NET_HEADER(ip/tcp.hpp)
+#include METRONOME_NET_HEADER(read.hpp)
+#include METRONOME_NET_HEADER(write.hpp)
 
 #include <algorithm>
 #include <atomic>

@@ -2,7 +2,7 @@
 // Asio posting on a metronome pool.
 #include <metronome/metronome.hpp>
 
-#include <metronome/detail/asio.hpp> // the Asio metronome was built with (examples build with both); your code includes its own, e.g. <boost/asio.hpp>
+#include <metronome/net.hpp> // the Asio metronome was built with (examples build with both); your code includes its own, e.g. <boost/asio.hpp>
 
 #include <atomic>
 #include <chrono>

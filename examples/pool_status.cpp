@@ -6,7 +6,7 @@
 // program shuts the pool down (about 200 ms in all).
 #include <metronome/metronome.hpp>
 
-#include <metronome/detail/asio.hpp> // the Asio metronome was built with (examples build with both); your code includes its own, e.g. <boost/asio.hpp>
+#include <metronome/net.hpp> // the Asio metronome was built with (examples build with both); your code includes its own, e.g. <boost/asio.hpp>
 
 #include <atomic>
 #include <chrono>

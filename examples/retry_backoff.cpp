@@ -5,7 +5,7 @@
 // the pool options for a real pool and the same code runs for real.
 #include <metronome/metronome.hpp>
 
-#include <metronome/detail/asio.hpp> // the Asio metronome was built with (examples build with both); your code includes its own, e.g. <boost/asio.hpp>
+#include <metronome/net.hpp> // the Asio metronome was built with (examples build with both); your code includes its own, e.g. <boost/asio.hpp>
 
 #include <chrono>
 #include <exception>

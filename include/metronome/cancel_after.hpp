@@ -15,8 +15,9 @@ namespace metronome {
 /// A completion token adapter: the operation it is given to is cancelled when time is up.
 /**
  * Made by `cancel_after` / `cancel_at`. `Timing` is `void` when the timer lives in the
- * pool behind the operation's I/O executor (else the handler's, else the shared timing
- * pool), or the type of an explicit executor naming where it lives.
+ * pool behind the operation's I/O executor (else the handler's executor's: a pool, or
+ * its context's timing service), or the type of an explicit executor naming where it
+ * lives.
  */
 template <class CompletionToken, class Timing = void>
 class cancel_after_t {
@@ -28,6 +29,33 @@ public:
       : token_(std::forward<T>(token)), amount_(amount), relative_(relative), type_(type), timing_(std::move(timing)) {}
 
   CompletionToken token_;
+  clock::duration amount_;
+  bool relative_;
+  net::cancellation_type_t type_;
+  detail::timing_holder<Timing> timing_;
+  /// @endcond
+};
+
+/// The partial form, Asio's `partial_cancel_after`: `cancel_after(timeout[, type])` and
+/// `cancel_after(timing, timeout[, type])` without a token. Call it with a token
+/// (`cancel_after(5s)(asio::use_awaitable)`), or pass it as the token itself: the
+/// operation's default completion token is adapted (Asio 1.31 and later: `deferred`;
+/// before, only an I/O object whose executor names a default token).
+template <class Timing = void>
+class partial_cancel_after {
+public:
+  /// @cond internal
+  partial_cancel_after(clock::duration amount, bool relative, net::cancellation_type_t type,
+                       detail::timing_holder<Timing> timing)
+      : amount_(amount), relative_(relative), type_(type), timing_(std::move(timing)) {}
+  /// @endcond
+  /// Adapts `token`, as the full form `cancel_after(..., token)` does.
+  template <class CompletionToken>
+  auto operator()(CompletionToken&& token) const {
+    return cancel_after_t<std::decay_t<CompletionToken>, Timing>(std::forward<CompletionToken>(token), amount_,
+                                                                 relative_, type_, timing_);
+  }
+  /// @cond internal
   clock::duration amount_;
   bool relative_;
   net::cancellation_type_t type_;
@@ -69,6 +97,9 @@ inline constexpr bool is_time_point_v<std::chrono::time_point<C, D>> = true;
  * completes with `asio::error::operation_aborted` (as the operation reports a
  * cancellation) when 5 s pass first. Works with any completion token (callbacks,
  * `use_awaitable`, `use_future`, `deferred`: the timeout counts from the launch).
+ * Asio's forms and order: `cancel_after(timeout[, type], token)`,
+ * `cancel_after(timing, timeout[, type], token)`, and the partial forms without a token
+ * (partial_cancel_after), e.g. `sock.async_read_some(buf, metronome::cancel_after(5s))`.
  *
  * When time is up, `type` (default terminal) is emitted on the cancellation slot the
  * operation sees, from the handler's associated executor (the rule for any Asio slot:
@@ -85,6 +116,7 @@ inline constexpr bool is_time_point_v<std::chrono::time_point<C, D>> = true;
  * be queued for lack of memory, the cancellation is emitted at once.
  */
 template <class Rep, class Period, class CompletionToken>
+  requires(!std::is_same_v<std::remove_cvref_t<CompletionToken>, net::cancellation_type_t>)
 auto cancel_after(std::chrono::duration<Rep, Period> timeout, CompletionToken&& token) {
   return detail::make_cancel_after<void>(std::forward<CompletionToken>(token), detail::saturating_duration(timeout),
                                          true, net::cancellation_type::terminal, {});
@@ -113,7 +145,8 @@ auto cancel_after(Target&& timing, std::chrono::duration<Rep, Period> timeout, n
 
 /// As above, emitting `cancellation_type::terminal`.
 template <class Target, class Rep, class Period, class CompletionToken>
-  requires(!detail::is_duration_v<std::remove_cvref_t<Target>>)
+  requires(!detail::is_duration_v<std::remove_cvref_t<Target>> &&
+           !std::is_same_v<std::remove_cvref_t<CompletionToken>, net::cancellation_type_t>)
 auto cancel_after(Target&& timing, std::chrono::duration<Rep, Period> timeout, CompletionToken&& token) {
   return cancel_after(std::forward<Target>(timing), timeout, net::cancellation_type::terminal,
                       std::forward<CompletionToken>(token));
@@ -130,6 +163,7 @@ auto cancel_at(std::chrono::time_point<clock, Duration> deadline, net::cancellat
 
 /// As above, emitting `cancellation_type::terminal`.
 template <class Duration, class CompletionToken>
+  requires(!std::is_same_v<std::remove_cvref_t<CompletionToken>, net::cancellation_type_t>)
 auto cancel_at(std::chrono::time_point<clock, Duration> deadline, CompletionToken&& token) {
   return cancel_at(deadline, net::cancellation_type::terminal, std::forward<CompletionToken>(token));
 }
@@ -149,29 +183,49 @@ auto cancel_at(Target&& timing, std::chrono::time_point<clock, Duration> deadlin
 
 /// As above, emitting `cancellation_type::terminal`.
 template <class Target, class Duration, class CompletionToken>
-  requires(!detail::is_time_point_v<std::remove_cvref_t<Target>>)
+  requires(!detail::is_time_point_v<std::remove_cvref_t<Target>> &&
+           !std::is_same_v<std::remove_cvref_t<CompletionToken>, net::cancellation_type_t>)
 auto cancel_at(Target&& timing, std::chrono::time_point<clock, Duration> deadline, CompletionToken&& token) {
   return cancel_at(std::forward<Target>(timing), deadline, net::cancellation_type::terminal,
                    std::forward<CompletionToken>(token));
 }
 
+/// The partial forms (no token), as Asio's: `cancel_after(timeout[, type])`,
+/// `cancel_after(timing, timeout[, type])`, `cancel_at(deadline[, type])`,
+/// `cancel_at(timing, deadline[, type])`; see partial_cancel_after.
+template <class Rep, class Period>
+partial_cancel_after<> cancel_after(std::chrono::duration<Rep, Period> timeout,
+                                    net::cancellation_type_t type = net::cancellation_type::terminal) {
+  return {detail::saturating_duration(timeout), true, type, {}};
+}
+/// As above, timed in the delay queue behind `timing`.
+template <class Target, class Rep, class Period>
+  requires(!detail::is_duration_v<std::remove_cvref_t<Target>>)
+auto cancel_after(Target&& timing, std::chrono::duration<Rep, Period> timeout,
+                  net::cancellation_type_t type = net::cancellation_type::terminal) {
+  auto t = detail::timing_of(std::forward<Target>(timing));
+  using executor = typename decltype(t)::executor_type;
+  return partial_cancel_after<executor>(detail::saturating_duration(timeout), true, type, std::move(t));
+}
+/// As above, at `deadline`.
+template <class Duration>
+partial_cancel_after<> cancel_at(std::chrono::time_point<clock, Duration> deadline,
+                                 net::cancellation_type_t type = net::cancellation_type::terminal) {
+  return {detail::saturating_duration(deadline.time_since_epoch()), false, type, {}};
+}
+/// As above, at `deadline`, timed in the delay queue behind `timing`.
+template <class Target, class Duration>
+  requires(!detail::is_time_point_v<std::remove_cvref_t<Target>>)
+auto cancel_at(Target&& timing, std::chrono::time_point<clock, Duration> deadline,
+               net::cancellation_type_t type = net::cancellation_type::terminal) {
+  auto t = detail::timing_of(std::forward<Target>(timing));
+  using executor = typename decltype(t)::executor_type;
+  return partial_cancel_after<executor>(detail::saturating_duration(deadline.time_since_epoch()), false, type,
+                                        std::move(t));
+}
+
 } // namespace metronome
 
-namespace METRONOME_NET_NAMESPACE {
-
-template <class CompletionToken, class Timing, class... Signatures>
-struct async_result<metronome::cancel_after_t<CompletionToken, Timing>, Signatures...> {
-  template <class Initiation, class RawToken, class... Args>
-  static auto initiate(Initiation&& initiation, RawToken&& token, Args&&... args) {
-    return metronome::net::async_initiate<
-        std::conditional_t<std::is_const_v<std::remove_reference_t<RawToken>>, const CompletionToken, CompletionToken>,
-        Signatures...>(
-        metronome::detail::initiate_cancel_after<std::decay_t<Initiation>, Timing>(
-            std::forward<Initiation>(initiation), token.amount_, token.relative_, token.type_, token.timing_),
-        token.token_, std::forward<Args>(args)...);
-  }
-};
-
-} // namespace METRONOME_NET_NAMESPACE
+#include <metronome/impl/cancel_after.hpp>
 
 #endif

@@ -10,6 +10,7 @@
 #include <metronome/interval.hpp>
 #include <metronome/latency_histogram.hpp>
 #include <metronome/manual_clock.hpp>
+#include <metronome/net.hpp>
 #include <metronome/options.hpp>
 #include <metronome/retry.hpp>
 #include <metronome/scheduled_future.hpp>

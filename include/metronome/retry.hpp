@@ -48,7 +48,9 @@ struct retry_any {
  * @param op called once per attempt with a completion token, it starts the attempt and
  * returns what the initiating function returns: `[&](auto&& t) { return
  * sock.async_connect(ep, std::forward<decltype(t)>(t)); }`, or a coroutine, `[&](auto&&
- * t) { return asio::co_spawn(ex, call(), std::forward<decltype(t)>(t)); }`. Its
+ * t) { return asio::co_spawn(ex, call(), std::forward<decltype(t)>(t)); }`. An `op`
+ * that takes a `std::size_t` before the token gets the attempt's number, 1 for the
+ * first: `[&](std::size_t attempt, auto&& t) { ... }`. Its
  * completion signature (probed as `asio::completion_signature_of` does, or given as
  * the first template argument: `async_retry<void(error_code, std::size_t)>(...)`) is
  * `async_retry`'s, and must start with a `error_code`, a

@@ -174,40 +174,68 @@ BOOST_AUTO_TEST_CASE(the_handlers_own_slot_keeps_working_and_frees_the_timer) {
   BOOST_TEST(!sig.slot().has_handler()); // our forwarder left the user's slot
 }
 
+// Runs an operation that waits until cancelled, with the completion token that
+// `make_token(handler)` builds; advances the clock past the timeout and returns the
+// cancellation type the operation saw (its handler must get operation_aborted).
+template <class MakeToken>
+int emitted_type(manual_clock& c, MakeToken make_token) {
+  std::atomic<int> got{-1};
+  std::promise<error_code> p;
+  async_until_cancelled(got, make_token([&](error_code ec) { p.set_value(ec); }));
+  c.advance(5ms);
+  BOOST_TEST((p.get_future().get() == net::error::operation_aborted));
+  return got.load();
+}
+
 BOOST_AUTO_TEST_CASE(the_chosen_cancellation_type_is_emitted) {
   manual_clock c;
   scheduled_thread_pool pool(on_clock(c));
+  using net::cancellation_type;
+  BOOST_TEST(emitted_type(c, [&](auto h) { return cancel_after(pool, 5ms, cancellation_type::partial, h); }) ==
+             static_cast<int>(cancellation_type::partial));
+  BOOST_TEST(emitted_type(c, [&](auto h) { return cancel_after(pool, 5ms, h); }) ==
+             static_cast<int>(cancellation_type::terminal)); // the default
+  // cancel_at in Asio's order too: (deadline[, type], token), (timing, deadline[, type], token).
+  BOOST_TEST(emitted_type(c, [&](auto h) { return cancel_at(pool, c.now() + 5ms, cancellation_type::partial, h); }) ==
+             static_cast<int>(cancellation_type::partial));
+  BOOST_TEST(emitted_type(c, [&](auto h) {
+               return cancel_at(c.now() + 5ms, cancellation_type::total, net::bind_executor(pool.get_executor(), h));
+             }) == static_cast<int>(cancellation_type::total));
+}
+
+// Asio's partial forms: no token; called with one, they adapt it as the full forms do.
+BOOST_AUTO_TEST_CASE(the_partial_forms_adapt_the_token_they_are_called_with) {
+  manual_clock c;
+  scheduled_thread_pool pool(on_clock(c));
+  using net::cancellation_type;
+  BOOST_TEST(emitted_type(c, [&](auto h) { return cancel_after(pool, 5ms)(h); }) ==
+             static_cast<int>(cancellation_type::terminal));
+  BOOST_TEST(emitted_type(c, [&](auto h) { return cancel_after(pool, 5ms, cancellation_type::partial)(h); }) ==
+             static_cast<int>(cancellation_type::partial));
+  BOOST_TEST(emitted_type(c, [&](auto h) {
+               return cancel_after(5ms, cancellation_type::total)(net::bind_executor(pool.get_executor(), h));
+             }) == static_cast<int>(cancellation_type::total));
+  BOOST_TEST(emitted_type(c, [&](auto h) { return cancel_at(pool, c.now() + 5ms)(h); }) ==
+             static_cast<int>(cancellation_type::terminal));
+  BOOST_TEST(emitted_type(c, [&](auto h) {
+               return cancel_at(c.now() + 5ms, cancellation_type::partial)(net::bind_executor(pool.get_executor(), h));
+             }) == static_cast<int>(cancellation_type::partial));
+}
+
+#if (defined(ASIO_VERSION) && ASIO_VERSION >= 103100) || (defined(BOOST_ASIO_VERSION) && BOOST_ASIO_VERSION >= 103100)
+// Passed as the token itself, the partial form adapts the default token (deferred).
+BOOST_AUTO_TEST_CASE(the_partial_form_as_a_token_adapts_the_default_token) {
+  manual_clock c;
+  scheduled_thread_pool pool(on_clock(c));
   std::atomic<int> got{-1};
+  auto op = async_until_cancelled(got, cancel_after(pool, 5ms, net::cancellation_type::partial));
   std::promise<error_code> p;
-  async_until_cancelled(got, cancel_after(pool, 5ms, net::cancellation_type::partial,
-                                          [&](error_code ec) { p.set_value(ec); }));
+  std::move(op)([&](error_code ec) { p.set_value(ec); });
   c.advance(5ms);
   BOOST_TEST((p.get_future().get() == net::error::operation_aborted));
   BOOST_TEST(got.load() == static_cast<int>(net::cancellation_type::partial));
-
-  std::atomic<int> got2{-1};
-  std::promise<error_code> p2;
-  async_until_cancelled(got2, cancel_after(pool, 5ms, [&](error_code ec) { p2.set_value(ec); }));
-  c.advance(5ms);
-  p2.get_future().get();
-  BOOST_TEST(got2.load() == static_cast<int>(net::cancellation_type::terminal));
-
-  // cancel_at in Asio's order too: (deadline[, type], token), (timing, deadline[, type], token).
-  std::atomic<int> got3{-1};
-  std::promise<error_code> p3;
-  async_until_cancelled(got3, cancel_at(pool, c.now() + 5ms, net::cancellation_type::partial,
-                                        [&](error_code ec) { p3.set_value(ec); }));
-  c.advance(5ms);
-  BOOST_TEST((p3.get_future().get() == net::error::operation_aborted));
-  BOOST_TEST(got3.load() == static_cast<int>(net::cancellation_type::partial));
-  std::atomic<int> got4{-1};
-  std::promise<error_code> p4;
-  async_until_cancelled(got4, cancel_at(c.now() + 5ms, net::cancellation_type::total,
-                                        net::bind_executor(pool.get_executor(), [&](error_code ec) { p4.set_value(ec); })));
-  c.advance(5ms);
-  BOOST_TEST((p4.get_future().get() == net::error::operation_aborted));
-  BOOST_TEST(got4.load() == static_cast<int>(net::cancellation_type::total));
 }
+#endif
 
 BOOST_AUTO_TEST_CASE(a_steady_timer_on_an_io_context_timed_out_by_a_manual_clock_pool) {
   manual_clock c;

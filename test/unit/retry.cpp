@@ -350,6 +350,37 @@ BOOST_AUTO_TEST_CASE(a_coroutine_attempt_retried_on_its_exceptions) {
   BOOST_TEST(p.get_future().get() == "flaky 1"); // two attempts, the last one's exception
 }
 
+// An operation that takes a std::size_t before its token gets the attempt's number, 1
+// for the first; its signature is probed as for the one-argument form.
+BOOST_AUTO_TEST_CASE(an_operation_that_takes_the_attempt_number_gets_it) {
+  s.outcome = [](int n) { return n < 2 ? refused : error_code(); };
+  c.set_auto_advance(true);
+  std::vector<std::size_t> numbers; // (attempts run one at a time)
+  auto numbered = [&, plain = s.op()](std::size_t attempt, auto&& token) mutable {
+    numbers.push_back(attempt);
+    return plain(std::forward<decltype(token)>(token));
+  };
+  std::promise<result> p;
+  async_retry(pool, exact(5), numbered, [&](error_code ec, int n) { p.set_value({ec, n}); });
+  const result r = p.get_future().get();
+  BOOST_TEST(!r.ec);
+  BOOST_TEST((numbers == std::vector<std::size_t>{1, 2, 3}));
+
+  // A coroutine attempt, the signature probed through co_spawn.
+  auto ex = pool.get_executor();
+  auto coro = [ex](std::size_t attempt, auto&& token) {
+    return net::co_spawn(
+        ex,
+        [ex, attempt]() -> net::awaitable<std::size_t> {
+          co_await metronome::async_delay(ex, 5ms, net::use_awaitable);
+          if (attempt < 3) throw std::runtime_error("flaky");
+          co_return attempt;
+        },
+        std::forward<decltype(token)>(token));
+  };
+  BOOST_TEST(async_retry(pool, exact(5), coro, net::use_future).get() == 3u);
+}
+
 // An attempt after the first that throws before it starts ends the retry: with that
 // exception, when the signature's error is an exception_ptr (it used to hang: the
 // exception left the pause's completion and the retry's handler was lost).

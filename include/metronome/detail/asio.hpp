@@ -120,9 +120,8 @@ using net::as_tuple;
 using net::deferred;
 #endif
 
-// completion_signature_of_t<Operation>: the signature `op(token)` completes with.
-#if defined(METRONOME_ASIO_NO_COMPLETION_SIGNATURE_OF)
-// Probed as Asio 1.26 does: a token whose async_result hands back the signature.
+// A completion token whose async_result hands back the operation's signature without
+// starting it (as Asio 1.26's completion_signature_of probes).
 struct signature_probe {};
 template <class... Signatures>
 struct signature_probe_result;
@@ -130,6 +129,9 @@ template <class Signature>
 struct signature_probe_result<Signature> {
   using type = Signature;
 };
+
+// completion_signature_of_t<Operation>: the signature `op(token)` completes with.
+#if defined(METRONOME_ASIO_NO_COMPLETION_SIGNATURE_OF)
 template <class Operation>
 using completion_signature_of_t = typename decltype(std::declval<Operation>()(signature_probe{}))::type;
 #else
@@ -140,7 +142,6 @@ using completion_signature_of_t = net::completion_signature_of_t<Operation>;
 } // namespace detail
 } // namespace metronome
 
-#if defined(METRONOME_ASIO_NO_COMPLETION_SIGNATURE_OF)
 namespace METRONOME_NET_NAMESPACE {
 template <class... Signatures>
 class async_result<metronome::detail::signature_probe, Signatures...> {
@@ -152,6 +153,5 @@ public:
   }
 };
 } // namespace METRONOME_NET_NAMESPACE
-#endif
 
 #endif

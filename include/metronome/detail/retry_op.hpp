@@ -32,14 +32,24 @@ struct retry_signature_traits<void(Error, Args...)> {
                                 std::is_same_v<Error, std::error_code> || std::is_same_v<Error, std::exception_ptr>;
 };
 
-// Signature = void: the operation's own, probed as Asio does (`op(token)`).
-template <class Signature, class Operation>
+// The operation is called `op(token)`, or `op(attempt, token)` when it takes the
+// attempt's number (1 for the first) before its token.
+template <class Operation, class Token>
+inline constexpr bool takes_attempt_v = std::is_invocable_v<Operation&, std::size_t, Token>;
+
+// Signature = void: the operation's own, probed as Asio does (`op(token)`, or
+// `op(1, token)`).
+template <class Signature, class Operation, class = void>
 struct retry_signature {
   using type = Signature;
 };
 template <class Operation>
-struct retry_signature<void, Operation> {
+struct retry_signature<void, Operation, std::enable_if_t<!takes_attempt_v<Operation, signature_probe>>> {
   using type = detail::completion_signature_of_t<Operation&>;
+};
+template <class Operation>
+struct retry_signature<void, Operation, std::enable_if_t<takes_attempt_v<Operation, signature_probe>>> {
+  using type = typename decltype(std::declval<Operation&>()(std::size_t{1}, signature_probe{}))::type;
 };
 
 // What a retry that was cancelled during a pause (or whose pause its timing pool
@@ -103,6 +113,7 @@ class retry_op<Executor, Operation, RetryIf, void(Error, Args...)> {
     bool pausing = false;
     bool started = false;        // the first attempt was started (it throws out of async_retry)
     bool handler_taken = false;  // the running attempt took its handler (attempt_handler)
+    std::size_t attempts = 0;    // started so far (the running one's number)
   };
 
 public:
@@ -145,8 +156,12 @@ private:
     keep->started = true;
     keep->handler_taken = false;
     attempt_handler<Self> h(std::move(self), &keep->handler_taken);
+    ++keep->attempts;
     try {
-      keep->op(std::move(h));
+      if constexpr (takes_attempt_v<Operation, attempt_handler<Self>>)
+        keep->op(keep->attempts, std::move(h));
+      else
+        keep->op(std::move(h));
     } catch (...) {
       if constexpr (std::is_same_v<Error, std::exception_ptr> && (std::is_default_constructible_v<std::decay_t<Args>> && ...)) {
         if (!first && !keep->handler_taken) return finish(h.self(), values(std::current_exception(), std::decay_t<Args>()...));
