@@ -7,6 +7,10 @@
 // exactly there (or yields at random: the chaos mode) and checks that nothing is lost.
 // Compiled in only when the library is built with METRONOME_TEST_HOOKS (the project's
 // own test builds); otherwise every hook is an empty statement.
+//
+// Why a user's translation unit includes it: three hand-overs live in header templates
+// (cancel_after's emission, a bound task's dispatch, a handle's waits), instantiated
+// there; without METRONOME_TEST_HOOKS this header adds an enum and an empty macro.
 
 #include <atomic>
 
