@@ -219,7 +219,9 @@ void pool_engine::post_owed_drains(task_sink* owed) noexcept {
 
 void pool_engine::leave_transit(const held_lock& lk) noexcept {
   assert_held(lk, mtx_);
-  if (--in_transit_ == 0 && (state_.at_least(lifecycle::shutdown) || ending_.joining)) wake_all(lk);
+  if (--in_transit_ != 0) return;
+  if (host_) terminated_cv_.notify_all(); // close_hosted() waits for the last one
+  if (state_.at_least(lifecycle::shutdown) || ending_.joining) wake_all(lk);
 }
 
 void pool_engine::cancel_delivered() noexcept {

@@ -91,13 +91,8 @@ void pool_engine::close_hosted() noexcept {
   // enters from now on (terminated), so the count only falls. A metronome pool waits for
   // the same count before it terminates (idle()). Tested by
   // `the_host_s_shutdown_waits_for_a_bound_periodic_run_still_leaving_the_engine`.
-  for (;;) {
-    {
-      std::lock_guard lk(mtx_);
-      if (in_transit_ == 0) break;
-    }
-    std::this_thread::yield();
-  }
+  std::unique_lock lk(mtx_);
+  terminated_cv_.wait(lk, [this] { return in_transit_ == 0; }); // leave_transit() notifies a host's
 }
 
 } // namespace metronome::detail

@@ -113,19 +113,20 @@ void scheduled_task_base::enter_dispatch(dispatch_frame& f) noexcept {
 // `a_worker_that_ran_a_cancelled_bound_task_inline_waits_for_the_cancel_once_out_of_its_dispatch`.
 void scheduled_task_base::leave_dispatch(dispatch_frame& f) noexcept {
   dispatch_frames = f.prev;
-  dispatchers_.fetch_sub(1, std::memory_order_acq_rel);
+  if (dispatchers_.fetch_sub(1, std::memory_order_acq_rel) == 1) dispatchers_.notify_all(); // (our reference holds the node)
   wait_for_settled_cancel();
   release();
 }
 
 // The dispatching thread's tail (Asio's dispatch or post still holds copies of the
 // executor after the run may have begun elsewhere) is short and takes no lock the ending
-// thread holds: a spin with yields.
+// thread holds: blocks (atomic::wait) until the last dispatcher leaves.
 void scheduled_task_base::wait_for_dispatchers() const noexcept {
   if (!bound_) return;
-  while (dispatchers_.load(std::memory_order_acquire) != 0) {
+  for (std::uint32_t n = dispatchers_.load(std::memory_order_acquire); n != 0;
+       n = dispatchers_.load(std::memory_order_acquire)) {
     if (on_frames(dispatch_frames, this)) return; // this thread dispatches it: an inline run ending
-    std::this_thread::yield();
+    dispatchers_.wait(n, std::memory_order_acquire);
   }
 }
 
@@ -141,13 +142,14 @@ void scheduled_task_base::wait_for_dispatchers() const noexcept {
 // `a_worker_that_finds_a_bound_task_cancelled_waits_for_the_cancel_to_destroy_its_callable`.
 void scheduled_task_base::wait_for_settled_cancel() const noexcept {
   if (!bound_) return;
-  while ((state_.load(std::memory_order_acquire) & settling) != 0) {
+  for (std::uint32_t s = state_.load(std::memory_order_acquire); (s & settling) != 0;
+       s = state_.load(std::memory_order_acquire)) {
     // This thread's own cancel() (settling_frames): destroying the callable dropped the
     // last copy of a strand whose queue held this task's hand-over (a strand left locked
     // by a dropped invoker, kept by the copies of the tasks queued in it), and destroys
     // it here.
     if (on_frames(dispatch_frames, this) || on_frames(settling_frames, this)) return;
-    std::this_thread::yield();
+    state_.wait(s, std::memory_order_acquire); // the cancel() notifies as it clears settling
   }
 }
 
@@ -232,6 +234,7 @@ bool scheduled_task_base::cancel() noexcept {
           // `a_bound_task_cancelled_while_its_dispatcher_holds_the_executor_is_not_done_before_it_lets_go`.
           wait_for_dispatchers();
           before_end = state_.fetch_and(~settling, std::memory_order_acq_rel); // waiters that came meanwhile
+          state_.notify_all(); // threads blocked in wait_for_settled_cancel() (the handle's reference holds the node)
         }
         notify_terminal(before_end, false); // waits complete elsewhere, never inside cancel()
         // The pool exists: a removal keeps it from terminating until this (in transit).

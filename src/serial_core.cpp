@@ -114,12 +114,17 @@ bool serial_core::try_enqueue(task_base* t, bool may_run_here) noexcept {
 void serial_core::hand_drain(drain_post how) noexcept {
   s_->posting_.fetch_add(1, std::memory_order_seq_cst);
   if (s_->disposed_.load(std::memory_order_seq_cst)) {
-    s_->posting_.fetch_sub(1, std::memory_order_release);
+    leave_posting();
     drain(); // disposed: discards what is counted, runs no user task, never re-posts
     return;
   }
   post_drain(how);
-  s_->posting_.fetch_sub(1, std::memory_order_release);
+  leave_posting();
+}
+
+// The last post under way wakes a dispose() waiting for it (it blocks, never spins).
+void serial_core::leave_posting() noexcept {
+  if (s_->posting_.fetch_sub(1, std::memory_order_release) == 1) s_->posting_.notify_all();
 }
 
 bool serial_core::enqueue_due(scheduled_task_base* t) noexcept {
@@ -285,7 +290,8 @@ void serial_core::dispose() noexcept {
     t->cancel();
     t->release();
   }
-  while (s_->posting_.load(std::memory_order_seq_cst) != 0) std::this_thread::yield();
+  for (int n = s_->posting_.load(std::memory_order_seq_cst); n != 0; n = s_->posting_.load(std::memory_order_seq_cst))
+    s_->posting_.wait(n, std::memory_order_seq_cst);
 }
 
 } // namespace metronome::detail

@@ -231,11 +231,15 @@ void wheel_engine::hand_over_unlocked(wheel_anchor& a, std::unique_lock<std::mut
   dispatch_to(pool, ex ? &*ex : nullptr, fired);
   hand_overs = frame.outer;
   a.handing_over.fetch_sub(1, std::memory_order_release);
+  a.handing_over.notify_all(); // a destructor may wait for it (anchors are never freed)
 }
 
+// Blocks (never spins) until only this thread's own hand-overs are left.
 void wheel_engine::wait_for_hand_overs(wheel_anchor& a) noexcept {
   const std::uint32_t own = own_hand_overs(a);
-  while (a.handing_over.load(std::memory_order_acquire) > own) std::this_thread::yield();
+  for (std::uint32_t n = a.handing_over.load(std::memory_order_acquire); n > own;
+       n = a.handing_over.load(std::memory_order_acquire))
+    a.handing_over.wait(n, std::memory_order_acquire);
 }
 
 bool wheel_engine::enrolled(const wheel_anchor& a, std::uint64_t id) noexcept {

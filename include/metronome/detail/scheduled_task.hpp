@@ -282,8 +282,8 @@ struct bound_executor_of {
 };
 // A copy of the callable's executor, destroyed with the callable (an executor, a strand's,
 // must not outlive its context: neither may a handle's node hold one). The hand-over reads
-// it while a cancel() may be destroying the callable: a spin lock of the node's own
-// (bound tasks only) orders the two. Executors copy without throwing.
+// it while a cancel() may be destroying the callable: a lock of the node's own (one
+// atomic flag that blocks with atomic::wait; bound tasks only) orders the two. Executors copy without throwing.
 template <class F>
 struct bound_executor_of<F, true> {
   using executor = decltype(without_outstanding_work(net::get_associated_executor(std::declval<const F&>())));
@@ -303,18 +303,22 @@ struct bound_executor_of<F, true> {
   std::optional<executor> copy() noexcept {
     lock();
     std::optional<executor> out = ex;
-    busy.store(false, std::memory_order_release);
+    unlock();
     return out;
   }
   void reset() noexcept {
     lock();
-    ex.reset();
-    busy.store(false, std::memory_order_release);
+    ex.reset(); // (a strand's last copy locks its service: the other side blocks meanwhile)
+    unlock();
   }
 
 private:
   void lock() noexcept {
-    while (busy.exchange(true, std::memory_order_acquire)) std::this_thread::yield();
+    while (busy.exchange(true, std::memory_order_acquire)) busy.wait(true, std::memory_order_relaxed);
+  }
+  void unlock() noexcept {
+    busy.store(false, std::memory_order_release);
+    busy.notify_one();
   }
   std::atomic<bool> busy{false};
   std::optional<executor> ex;

@@ -59,6 +59,7 @@ public:
   pool_core& timers() const noexcept { return timers_; }
   void report(std::exception_ptr e) noexcept override;
   void report_unhandled(std::exception_ptr e) noexcept;
+  void leave_posting() noexcept;
   // Work refused because the pool underneath was shut down: as pool_engine::report_dropped
   // (this executor's own handler, else the pool's installed one; never printed).
   void report_dropped(const std::exception_ptr& e) noexcept;
