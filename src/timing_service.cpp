@@ -61,11 +61,10 @@ private:
 
 pool_core& hosted_timing_core(net::execution_context& ctx, timing_host_factory make, const void* source) {
   if (!net::has_service<timing_service>(ctx)) {
-    // The host first: its timer registers the services it needs before ours exists.
-    auto svc = std::make_unique<timing_service>(ctx, make(source));
+    // The host first (an argument, made before ours): its timer registers the services
+    // it needs before ours exists.
     try {
-      net::add_service(ctx, svc.get());
-      return svc.release()->core();
+      return net::make_service<timing_service>(ctx, make(source)).core();
     } catch (const net::service_already_exists&) {
       // Another thread registered one first: use that.
     }

@@ -206,6 +206,7 @@ auto bound_body(pool_round& r, slot* s, Where where, std::atomic<int>* strand_in
         throw boom{s};
       }
     } else {
+      (void)throw_on; // (captured for the periodic kind only)
       return 7;
     }
   };
