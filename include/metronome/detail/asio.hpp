@@ -142,7 +142,7 @@ using completion_signature_of_t = net::completion_signature_of_t<Operation>;
 } // namespace detail
 } // namespace metronome
 
-namespace METRONOME_NET_NAMESPACE {
+namespace METRONOME_NET_NAMESPACE { // NOLINT(modernize-concat-nested-namespaces): Asio's namespace, named by a macro
 template <class... Signatures>
 class async_result<metronome::detail::signature_probe, Signatures...> {
 public:
