@@ -9,28 +9,23 @@ namespace metronome::detail {
 pool_core* current_pool() noexcept { return pool_core::current(); }
 
 namespace {
-thread_local rethrow_scope* outermost_scope = nullptr;
+// Where the outermost rethrow_scope of this thread keeps its exception; null: no scope.
 thread_local std::exception_ptr* outermost_kept = nullptr;
 } // namespace
 
-rethrow_scope::rethrow_scope() noexcept : owner_(outermost_scope == nullptr) {
-  if (owner_) {
-    outermost_scope = this;
-    outermost_kept = &kept_;
-  }
+rethrow_scope::rethrow_scope() noexcept : owner_(outermost_kept == nullptr) {
+  if (owner_) outermost_kept = &kept_;
 }
 
 rethrow_scope::~rethrow_scope() {
   if (!owner_) return;
-  outermost_scope = nullptr;
   outermost_kept = nullptr;
   if (kept_) print_unhandled(kept_, "completion handler");
 }
 
 void rethrow_scope::rethrow_if_any() {
   if (!owner_ || !kept_) return;
-  outermost_scope = nullptr; // the handler ends here: a scope made while it unwinds is outermost
-  outermost_kept = nullptr;
+  outermost_kept = nullptr; // the handler ends here: a scope made while it unwinds is outermost
   owner_ = false;
   std::rethrow_exception(std::exchange(kept_, nullptr));
 }

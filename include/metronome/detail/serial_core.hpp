@@ -58,8 +58,6 @@ public:
   bool running_in_this_thread() const noexcept;
   pool_core& timers() const noexcept { return timers_; }
   void report(std::exception_ptr e) noexcept override;
-  void report_unhandled(std::exception_ptr e) noexcept;
-  void leave_posting() noexcept;
   // Work refused because the pool underneath was shut down: as pool_engine::report_dropped
   // (this executor's own handler, else the pool's installed one; never printed).
   void report_dropped(const std::exception_ptr& e) noexcept;
@@ -83,6 +81,8 @@ protected:
 
 private:
   void hand_drain(drain_post how) noexcept;
+  void leave_posting() noexcept;
+  void report_unhandled(std::exception_ptr e) noexcept;
   task_base* pop_one() noexcept;
   void run_one(task_base* t, bool handed) noexcept;
   bool handed_back() const noexcept;
