@@ -49,11 +49,17 @@ public:
                        detail::timing_holder<Timing> timing)
       : amount_(amount), relative_(relative), type_(type), timing_(std::move(timing)) {}
   /// @endcond
-  /// Adapts `token`, as the full form `cancel_after(..., token)` does.
+  /// Adapts `token`: the full form `cancel_after(..., token)` is this call.
   template <class CompletionToken>
-  auto operator()(CompletionToken&& token) const {
+  auto operator()(CompletionToken&& token) const& {
     return cancel_after_t<std::decay_t<CompletionToken>, Timing>(std::forward<CompletionToken>(token), amount_,
                                                                  relative_, type_, timing_);
+  }
+  /// As above, moving the timing executor.
+  template <class CompletionToken>
+  auto operator()(CompletionToken&& token) && {
+    return cancel_after_t<std::decay_t<CompletionToken>, Timing>(std::forward<CompletionToken>(token), amount_,
+                                                                 relative_, type_, std::move(timing_));
   }
   /// @cond internal
   clock::duration amount_;
@@ -73,13 +79,6 @@ auto timing_of(Target&& target) {
   return timing_holder<executor>{executor(delay_target<std::remove_cvref_t<Target>>::get(target))};
 }
 
-template <class Timing, class Token>
-auto make_cancel_after(Token&& token, clock::duration amount, bool relative, net::cancellation_type_t type,
-                       timing_holder<Timing> timing) {
-  return cancel_after_t<std::decay_t<Token>, Timing>(std::forward<Token>(token), amount, relative, type,
-                                                     std::move(timing));
-}
-
 template <class D>
 inline constexpr bool is_duration_v = false;
 template <class Rep, class Period>
@@ -90,105 +89,6 @@ template <class C, class D>
 inline constexpr bool is_time_point_v<std::chrono::time_point<C, D>> = true;
 
 } // namespace detail
-
-/// Adapts `token` so that the operation it completes is cancelled after `timeout`.
-/**
- * `co_await sock.async_read_some(buf, metronome::cancel_after(5s, asio::use_awaitable))`
- * completes with `asio::error::operation_aborted` (as the operation reports a
- * cancellation) when 5 s pass first. Works with any completion token (callbacks,
- * `use_awaitable`, `use_future`, `deferred`: the timeout counts from the launch).
- * Asio's forms and order: `cancel_after(timeout[, type], token)`,
- * `cancel_after(timing, timeout[, type], token)`, and the partial forms without a token
- * (partial_cancel_after), e.g. `sock.async_read_some(buf, metronome::cancel_after(5s))`.
- *
- * When time is up, `type` (default terminal) is emitted on the cancellation slot the
- * operation sees, from the handler's associated executor (the rule for any Asio slot:
- * use a serialised one — a strand, an `io_context` thread, a coroutine — when the
- * operation may complete on another thread at the same moment). A slot already
- * associated with the token's handler keeps working: what it emits is forwarded to the
- * operation. The timer is one node in a metronome delay queue: the pool behind the
- * operation's I/O executor (else the handler's executor), or the timing service of that
- * executor's context (an `io_context`'s, driven by its own threads);
- * pass `timing` (an executor or execution context, e.g. a pool on a manual clock) to
- * choose. When the operation completes first, the node leaves the queue at once. If the
- * pool that times it has terminated (or the context of its timing service has shut
- * down), the operation runs without a timeout; if the timer cannot
- * be queued for lack of memory, the cancellation is emitted at once.
- */
-template <class Rep, class Period, class CompletionToken>
-  requires(!std::is_same_v<std::remove_cvref_t<CompletionToken>, net::cancellation_type_t>)
-auto cancel_after(std::chrono::duration<Rep, Period> timeout, CompletionToken&& token) {
-  return detail::make_cancel_after<void>(std::forward<CompletionToken>(token), detail::saturating_duration(timeout),
-                                         true, net::cancellation_type::terminal, {});
-}
-
-/// As above, emitting `type` (e.g. `cancellation_type::partial`) when time is up.
-template <class Rep, class Period, class CompletionToken>
-auto cancel_after(std::chrono::duration<Rep, Period> timeout, net::cancellation_type_t type,
-                  CompletionToken&& token) {
-  return detail::make_cancel_after<void>(std::forward<CompletionToken>(token), detail::saturating_duration(timeout),
-                                         true, type, {});
-}
-
-/// As above, with the timer in the delay queue behind `timing` (an executor or execution
-/// context: a pool, e.g. on a manual clock, or an `io_context`'s timing service). The
-/// argument order is Asio's `cancel_after(timer, timeout[, type], token)`.
-template <class Target, class Rep, class Period, class CompletionToken>
-  requires(!detail::is_duration_v<std::remove_cvref_t<Target>>)
-auto cancel_after(Target&& timing, std::chrono::duration<Rep, Period> timeout, net::cancellation_type_t type,
-                  CompletionToken&& token) {
-  auto t = detail::timing_of(std::forward<Target>(timing));
-  using executor = typename decltype(t)::executor_type;
-  return detail::make_cancel_after<executor>(std::forward<CompletionToken>(token),
-                                             detail::saturating_duration(timeout), true, type, std::move(t));
-}
-
-/// As above, emitting `cancellation_type::terminal`.
-template <class Target, class Rep, class Period, class CompletionToken>
-  requires(!detail::is_duration_v<std::remove_cvref_t<Target>> &&
-           !std::is_same_v<std::remove_cvref_t<CompletionToken>, net::cancellation_type_t>)
-auto cancel_after(Target&& timing, std::chrono::duration<Rep, Period> timeout, CompletionToken&& token) {
-  return cancel_after(std::forward<Target>(timing), timeout, net::cancellation_type::terminal,
-                      std::forward<CompletionToken>(token));
-}
-
-/// Adapts `token` so that the operation is cancelled at `deadline`; see cancel_after.
-/// Asio's order: `cancel_at(deadline[, type], token)`.
-template <class Duration, class CompletionToken>
-auto cancel_at(std::chrono::time_point<clock, Duration> deadline, net::cancellation_type_t type,
-               CompletionToken&& token) {
-  return detail::make_cancel_after<void>(std::forward<CompletionToken>(token),
-                                         detail::saturating_duration(deadline.time_since_epoch()), false, type, {});
-}
-
-/// As above, emitting `cancellation_type::terminal`.
-template <class Duration, class CompletionToken>
-  requires(!std::is_same_v<std::remove_cvref_t<CompletionToken>, net::cancellation_type_t>)
-auto cancel_at(std::chrono::time_point<clock, Duration> deadline, CompletionToken&& token) {
-  return cancel_at(deadline, net::cancellation_type::terminal, std::forward<CompletionToken>(token));
-}
-
-/// As above, with the timer in the delay queue behind `timing`:
-/// `cancel_at(timing, deadline[, type], token)`.
-template <class Target, class Duration, class CompletionToken>
-  requires(!detail::is_time_point_v<std::remove_cvref_t<Target>>)
-auto cancel_at(Target&& timing, std::chrono::time_point<clock, Duration> deadline, net::cancellation_type_t type,
-               CompletionToken&& token) {
-  auto t = detail::timing_of(std::forward<Target>(timing));
-  using executor = typename decltype(t)::executor_type;
-  return detail::make_cancel_after<executor>(std::forward<CompletionToken>(token),
-                                             detail::saturating_duration(deadline.time_since_epoch()), false, type,
-                                             std::move(t));
-}
-
-/// As above, emitting `cancellation_type::terminal`.
-template <class Target, class Duration, class CompletionToken>
-  requires(!detail::is_time_point_v<std::remove_cvref_t<Target>> &&
-           !std::is_same_v<std::remove_cvref_t<CompletionToken>, net::cancellation_type_t>)
-auto cancel_at(Target&& timing, std::chrono::time_point<clock, Duration> deadline, CompletionToken&& token) {
-  return cancel_at(std::forward<Target>(timing), deadline, net::cancellation_type::terminal,
-                   std::forward<CompletionToken>(token));
-}
 
 /// The partial forms (no token), as Asio's: `cancel_after(timeout[, type])`,
 /// `cancel_after(timing, timeout[, type])`, `cancel_at(deadline[, type])`,
@@ -222,6 +122,93 @@ auto cancel_at(Target&& timing, std::chrono::time_point<clock, Duration> deadlin
   using executor = typename decltype(t)::executor_type;
   return partial_cancel_after<executor>(detail::saturating_duration(deadline.time_since_epoch()), false, type,
                                         std::move(t));
+}
+
+/// Adapts `token` so that the operation it completes is cancelled after `timeout`.
+/**
+ * `co_await sock.async_read_some(buf, metronome::cancel_after(5s, asio::use_awaitable))`
+ * completes with `asio::error::operation_aborted` (as the operation reports a
+ * cancellation) when 5 s pass first. Works with any completion token (callbacks,
+ * `use_awaitable`, `use_future`, `deferred`: the timeout counts from the launch).
+ * Asio's forms and order: `cancel_after(timeout[, type], token)`,
+ * `cancel_after(timing, timeout[, type], token)`, and the partial forms without a token
+ * (partial_cancel_after), e.g. `sock.async_read_some(buf, metronome::cancel_after(5s))`.
+ *
+ * When time is up, `type` (default terminal) is emitted on the cancellation slot the
+ * operation sees, from the handler's associated executor (the rule for any Asio slot:
+ * use a serialised one — a strand, an `io_context` thread, a coroutine — when the
+ * operation may complete on another thread at the same moment). A slot already
+ * associated with the token's handler keeps working: what it emits is forwarded to the
+ * operation. The timer is one node in a metronome delay queue: the pool behind the
+ * operation's I/O executor (else the handler's executor), or the timing service of that
+ * executor's context (an `io_context`'s, driven by its own threads);
+ * pass `timing` (an executor or execution context, e.g. a pool on a manual clock) to
+ * choose. When the operation completes first, the node leaves the queue at once. If the
+ * pool that times it has terminated (or the context of its timing service has shut
+ * down), the operation runs without a timeout; if the timer cannot
+ * be queued for lack of memory, the cancellation is emitted at once.
+ */
+template <class Rep, class Period, class CompletionToken>
+  requires(!std::is_same_v<std::remove_cvref_t<CompletionToken>, net::cancellation_type_t>)
+auto cancel_after(std::chrono::duration<Rep, Period> timeout, CompletionToken&& token) {
+  return metronome::cancel_after(timeout)(std::forward<CompletionToken>(token));
+}
+
+/// As above, emitting `type` (e.g. `cancellation_type::partial`) when time is up.
+template <class Rep, class Period, class CompletionToken>
+auto cancel_after(std::chrono::duration<Rep, Period> timeout, net::cancellation_type_t type,
+                  CompletionToken&& token) {
+  return metronome::cancel_after(timeout, type)(std::forward<CompletionToken>(token));
+}
+
+/// As above, with the timer in the delay queue behind `timing` (an executor or execution
+/// context: a pool, e.g. on a manual clock, or an `io_context`'s timing service). The
+/// argument order is Asio's `cancel_after(timer, timeout[, type], token)`.
+template <class Target, class Rep, class Period, class CompletionToken>
+  requires(!detail::is_duration_v<std::remove_cvref_t<Target>>)
+auto cancel_after(Target&& timing, std::chrono::duration<Rep, Period> timeout, net::cancellation_type_t type,
+                  CompletionToken&& token) {
+  return metronome::cancel_after(std::forward<Target>(timing), timeout, type)(std::forward<CompletionToken>(token));
+}
+
+/// As above, emitting `cancellation_type::terminal`.
+template <class Target, class Rep, class Period, class CompletionToken>
+  requires(!detail::is_duration_v<std::remove_cvref_t<Target>> &&
+           !std::is_same_v<std::remove_cvref_t<CompletionToken>, net::cancellation_type_t>)
+auto cancel_after(Target&& timing, std::chrono::duration<Rep, Period> timeout, CompletionToken&& token) {
+  return metronome::cancel_after(std::forward<Target>(timing), timeout)(std::forward<CompletionToken>(token));
+}
+
+/// Adapts `token` so that the operation is cancelled at `deadline`; see cancel_after.
+/// Asio's order: `cancel_at(deadline[, type], token)`.
+template <class Duration, class CompletionToken>
+auto cancel_at(std::chrono::time_point<clock, Duration> deadline, net::cancellation_type_t type,
+               CompletionToken&& token) {
+  return metronome::cancel_at(deadline, type)(std::forward<CompletionToken>(token));
+}
+
+/// As above, emitting `cancellation_type::terminal`.
+template <class Duration, class CompletionToken>
+  requires(!std::is_same_v<std::remove_cvref_t<CompletionToken>, net::cancellation_type_t>)
+auto cancel_at(std::chrono::time_point<clock, Duration> deadline, CompletionToken&& token) {
+  return metronome::cancel_at(deadline)(std::forward<CompletionToken>(token));
+}
+
+/// As above, with the timer in the delay queue behind `timing`:
+/// `cancel_at(timing, deadline[, type], token)`.
+template <class Target, class Duration, class CompletionToken>
+  requires(!detail::is_time_point_v<std::remove_cvref_t<Target>>)
+auto cancel_at(Target&& timing, std::chrono::time_point<clock, Duration> deadline, net::cancellation_type_t type,
+               CompletionToken&& token) {
+  return metronome::cancel_at(std::forward<Target>(timing), deadline, type)(std::forward<CompletionToken>(token));
+}
+
+/// As above, emitting `cancellation_type::terminal`.
+template <class Target, class Duration, class CompletionToken>
+  requires(!detail::is_time_point_v<std::remove_cvref_t<Target>> &&
+           !std::is_same_v<std::remove_cvref_t<CompletionToken>, net::cancellation_type_t>)
+auto cancel_at(Target&& timing, std::chrono::time_point<clock, Duration> deadline, CompletionToken&& token) {
+  return metronome::cancel_at(std::forward<Target>(timing), deadline)(std::forward<CompletionToken>(token));
 }
 
 } // namespace metronome
