@@ -228,32 +228,23 @@ std::string shutdown_round(std::uint64_t seed) {
 
 BOOST_AUTO_TEST_SUITE(stress_io)
 
+namespace {
+// A round function that describes its failure, or returns "", as run_rounds takes it.
+template <class Round>
+auto described(Round round) {
+  return [round](std::uint64_t seed, errors& errs) {
+    if (const std::string failure = round(seed); !failure.empty()) errs.add(failure);
+    return true;
+  };
+}
+} // namespace
+
 BOOST_AUTO_TEST_CASE(sockets_timers_posts_delayed_work_and_a_wheel_share_the_pool_s_workers) {
-  const auto give_up = std::chrono::steady_clock::now() + std::chrono::milliseconds(scaled(4000, 6000));
-  int rounds = 0;
-  std::uint64_t seed = run_seed;
-  do {
-    const std::string failure = io_round(seed);
-    BOOST_TEST(failure.empty(), "round seed " << seed << ": " << failure);
-    ++rounds;
-    seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
-  } while (std::chrono::steady_clock::now() < give_up && rounds < 200);
-  BOOST_TEST_MESSAGE("stress_io: " << rounds << " rounds");
-  BOOST_TEST(rounds >= 1);
+  run_rounds("stress_io", 41, budget(ms(4000, 6000), 1, 200), described(io_round));
 }
 
 BOOST_AUTO_TEST_CASE(shutdown_races_pending_socket_reads_and_every_handler_is_accounted_once) {
-  const auto give_up = std::chrono::steady_clock::now() + std::chrono::milliseconds(scaled(3000, 5000));
-  int rounds = 0;
-  std::uint64_t seed = run_seed ^ 0x5eed5eedULL;
-  do {
-    const std::string failure = shutdown_round(seed);
-    BOOST_TEST(failure.empty(), "round seed " << seed << ": " << failure);
-    ++rounds;
-    seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
-  } while (std::chrono::steady_clock::now() < give_up && rounds < 2000);
-  BOOST_TEST_MESSAGE("stress_io shutdown: " << rounds << " rounds");
-  BOOST_TEST(rounds >= 1);
+  run_rounds("stress_io shutdown", 42, budget(ms(3000, 5000), 1, 2000), described(shutdown_round));
 }
 
 BOOST_AUTO_TEST_SUITE_END()
