@@ -327,7 +327,7 @@ task_base* pool_engine::park(worker& w, std::unique_lock<std::mutex>& lk) {
   bool clock_told = false; // this worker let the clock decide since it last woke
   for (;;) {
     // Terminated first: a task pushed after termination belongs to its producer, which
-    // sees the termination and drops it (or runs a strand's invoker itself); a worker woken
+    // sees the termination and drops it (a strand's invoker too); a worker woken
     // by the termination that took it instead would run it, and everything it posts
     // would be dropped - a strand's follow-up invoker with it, leaving the strand locked.
     if (state_.terminated()) return nullptr;

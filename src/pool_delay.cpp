@@ -91,6 +91,23 @@ void pool_engine::reject_scheduled(scheduled_task_base* t, bool timed) {
   rejection_policy policy = opts_.rejection;
   // caller_runs never runs delayed or periodic work early, on the caller: refused as abort.
   if (policy == rejection_policy::caller_runs && (timed || t->is_periodic())) policy = rejection_policy::abort;
+  // A bound task whose executor runs on this pool (a strand over it) runs there: the
+  // pool must not terminate before the hand-over has reached that strand's queue, and a
+  // terminated pool could never run it (refused as abort). Tested by
+  // `caller_runs_hands_a_task_bound_to_a_strand_over_the_pool_to_it_until_the_pool_terminates`.
+  if (policy == rejection_policy::caller_runs && t->bound_ && t->bound_context() == context_) {
+    if (!begin_hand_over()) {
+      policy = rejection_policy::abort;
+      why = "metronome: the pool has terminated";
+    } else {
+      pool_anchor* const a = anchor_;
+      const std::uint32_t g = generation_;
+      METRONOME_POOL_CALL_DISMISS(calls_);
+      run_detached(t); // takes a hold of its own for the strand's queue
+      end_hand_over(a, g); // through the anchor: the run may have destroyed the pool
+      return;
+    }
+  }
   switch (policy) {
   case rejection_policy::abort:
     t->finish_cancelled();

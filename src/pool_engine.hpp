@@ -244,6 +244,11 @@ public:
   // aborts such waits, so none is left waiting long).
   void wheel_wait_started() noexcept { wheel_waits_.fetch_add(1, std::memory_order_seq_cst); }
   void wheel_wait_done() noexcept;
+  // Work handed to an executor over this pool that is not the pool's own (an Asio strand
+  // over it), until it runs or is destroyed: see begin_hand_over() in pool_lifecycle.cpp.
+  bool begin_hand_over() noexcept;
+  void end_hand_over_here() noexcept { hand_overs_.fetch_sub(1, std::memory_order_relaxed); }
+  static void end_hand_over(pool_anchor* anchor, std::uint32_t generation) noexcept;
   std::size_t thread_count() const noexcept { return threads_.load(std::memory_order_relaxed); }
   std::size_t max_thread_count() const noexcept { return max_threads_; }
 
@@ -454,6 +459,8 @@ private:
   std::mutex wheels_mtx_;
   std::vector<pool_shutdown_listener*> wheels_;
   std::atomic<std::size_t> wheel_waits_{0}; // see wheel_wait_started()
+  // See begin_hand_over(). Its own line: workers count it up and down without the mutex.
+  alignas(64) std::atomic<int> hand_overs_{0};
 };
 
 // The engine behind a pool's surface (pool_engine is the only class derived from it).

@@ -38,6 +38,15 @@ pool_stats pool_core::stats() const { return engine(*this).stats(); }
 std::size_t pool_core::thread_count() const noexcept { return engine(*this).thread_count(); }
 void pool_core::wheel_wait_started() noexcept { engine(*this).wheel_wait_started(); }
 void pool_core::wheel_wait_done() noexcept { engine(*this).wheel_wait_done(); }
+bool pool_core::begin_hand_over() noexcept { return engine(*this).begin_hand_over(); }
+void pool_core::end_hand_over(const pool_core* core, pool_anchor* anchor, std::uint32_t generation) noexcept {
+  // On a worker of that pool, the pool exists and that worker is awake.
+  if (pool_engine* here = pool_engine::current(); here != nullptr && static_cast<const pool_core*>(here) == core) {
+    here->end_hand_over_here();
+    return;
+  }
+  pool_engine::end_hand_over(anchor, generation);
+}
 void pool_core::report(const std::exception_ptr& e) noexcept { engine(*this).report(e); }
 
 } // namespace metronome::detail

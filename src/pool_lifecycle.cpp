@@ -51,7 +51,54 @@ bool pool_engine::idle_for_termination(const held_lock& lk, int awake_expected) 
   assert_held(lk, mtx_);
   return awake_ == awake_expected && ready_.empty() && heap_.size() == ticks_in_heap_ && in_transit_ == 0 &&
          wheel_waits_.load() == 0 &&
+         (hand_overs_.load() == 0 || state_.at_least(lifecycle::stop) || ending_.closer_in_pool) &&
          (tracked_work_.load() == 0 || state_.at_least(lifecycle::shutdown) || ending_.closing);
+}
+
+// ---------------------------------------------------------------- hand-overs to a strand
+
+// The library hands work the pool accepted (a bound task, an operation's completion, a
+// wheel timeout bound to an executor) to an executor over this pool that is not the
+// pool's own: an Asio strand over it, a serial executor, any_io_executor holding one.
+// When another thread has just locked that strand (its post of the strand's invoker has
+// not reached the pool yet), the work waits in the strand's queue where the pool cannot
+// see it. Were the pool to terminate meanwhile, it would refuse that invoker (a
+// terminated pool runs nothing, and `post` never runs a handler inline) and the work
+// would be lost.
+//
+// Invariant: after shutdown() (or during join() or the destructor), the pool does not
+// terminate while a hand-over is counted, i.e. between begin_hand_over() and the work's
+// run (end_hand_over_here(), on a worker of this pool) or its destruction unrun
+// (end_hand_over(), through the anchor). The locked strand's invoker is on its way
+// then (queued, running, or being posted by the thread that locked it), so the count
+// always comes down while the pool lives. shutdown_now() and a destructor called from
+// one of the pool's own tasks do not wait for it: they destroy strand invokers anyway.
+//
+// Who counts it up keeps the pool from terminating at that moment: a worker of this pool
+// (awake: the termination check, under mtx_, comes after its park), else the caller
+// takes mtx_ and counts nothing on a terminated pool. Counted down on a worker of this
+// pool, it needs no lock either: that worker is awake and looks for the termination when
+// it parks. Stop-here tests (hook outside_post_before_push, test/handover/pool.cpp):
+// `a_bound_task_queued_behind_a_strand_an_outside_poster_locked_runs_before_the_pool_terminates`
+// and its completion and coroutine variants.
+bool pool_engine::begin_hand_over() noexcept {
+  if (running_in_this_thread()) {
+    hand_overs_.fetch_add(1, std::memory_order_relaxed);
+    return true;
+  }
+  std::lock_guard lk(mtx_);
+  if (state_.terminated()) return false;
+  hand_overs_.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+void pool_engine::end_hand_over(pool_anchor* anchor, std::uint32_t generation) noexcept {
+  std::unique_lock lk(anchor->mtx);
+  pool_engine* core = engine(anchor->core.load(std::memory_order_relaxed));
+  if (!core || anchor->generation != generation) return; // the pool is gone
+  if (core->hand_overs_.fetch_sub(1, std::memory_order_relaxed) == 1 &&
+      (core->state_.at_least(lifecycle::shutdown) || core->ending_.joining))
+    core->wake_all(lk); // parked workers look for the termination again
 }
 
 void pool_engine::wheel_wait_done() noexcept {

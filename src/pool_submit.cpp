@@ -55,10 +55,9 @@ bool pool_engine::push_ready_chain(task_base* first, task_base* last, std::size_
 }
 
 // A push lost the race with termination: nobody will run what is in the ready queue.
-// Drops and reports it, save an Asio strand's invoker posted from outside, which runs
-// here (runs_if_terminated_: the handlers queued behind it include work the pool
-// accepted), and a typed task still pending: marked handed back and
-// not touched again - its submission, which holds a reference, rejects it by its policy
+// Drops and reports it (an Asio strand's invoker too: `post` never runs a handler
+// inline; work the pool accepted cannot be queued behind it, see begin_hand_over()),
+// save a typed task still pending: marked handed back and not touched again - its submission, which holds a reference, rejects it by its policy
 // (submit_scheduled).
 void pool_engine::clear_after_termination() noexcept {
   task_base* left = nullptr;
@@ -76,14 +75,6 @@ void pool_engine::clear_after_termination() noexcept {
   while (left) {
     task_base* x = left;
     left = x->next_.load(std::memory_order_relaxed);
-    if (x->runs_if_terminated_) {
-      try {
-        x->complete(true);
-      } catch (...) {
-        report(std::current_exception());
-      }
-      continue;
-    }
     if (x->is_scheduled()) { // cancelled in place by discard_oldest, which counted it
       static_cast<scheduled_task_base*>(x)->release();
       continue;
@@ -119,7 +110,7 @@ void pool_engine::post(task_base* t, bool continuation, bool internal) noexcept 
     w->local_tail = t;
     return;
   }
-  t->runs_if_terminated_ = !inside && internal; // a strand's invoker
+  if (!inside) METRONOME_TEST_HOOK(hook_point::outside_post_before_push);
   push_ready(t);
 }
 

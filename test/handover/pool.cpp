@@ -1060,4 +1060,140 @@ BOOST_AUTO_TEST_CASE(a_worker_that_ran_a_cancelled_bound_task_inline_waits_for_t
   BOOST_CHECK(!ran.load());
 }
 
+// ---- work the pool accepted, queued behind a strand an outside thread has locked
+// (pool_engine::begin_hand_over). The outside poster stops after the strand locked
+// itself and before its invoker reached the pool; the pool's worker hands accepted work
+// to that strand (queued, unseen by the pool), and the pool is shut down. It must not
+// terminate: a terminated pool refuses the invoker (post never runs a handler inline),
+// and the accepted work would be lost. Released, the invoker runs both on the pool.
+
+BOOST_AUTO_TEST_CASE(a_bound_task_queued_behind_a_strand_an_outside_poster_locked_runs_before_the_pool_terminates) {
+  scheduled_thread_pool pool(1);
+  auto strand = metronome::net::make_strand(pool.get_executor());
+  recorder rec;
+  std::atomic<bool> bound_on_pool{false};
+  std::optional<metronome::scheduled_future<void>> bound;
+  {
+    metronome::test::hook_stops stops{{hook_point::outside_post_before_push, false},
+                                      {hook_point::bound_dispatch_returned}};
+    std::thread poster([&] {
+      hook_stop::arm_this_thread();
+      metronome::net::post(strand, rec.task(1));
+    });
+    BOOST_REQUIRE(stops.arrived(hook_point::outside_post_before_push)); // strand locked, invoker not queued
+    bound.emplace(pool.submit(metronome::net::bind_executor(strand, [&, t = rec.task(2)] {
+      bound_on_pool = pool.get_executor().running_in_this_thread();
+      t();
+    })));
+    BOOST_REQUIRE(stops.arrived(hook_point::bound_dispatch_returned)); // queued in the strand
+    stops.release(hook_point::bound_dispatch_returned);
+    pool.shutdown();
+    BOOST_TEST(!pool.await_termination(200ms)); // the bound task waits in the strand
+    BOOST_TEST(rec.ran.value() == 0);
+    stops.release(hook_point::outside_post_before_push);
+    poster.join();
+  }
+  BOOST_TEST(pool.await_termination(20s));
+  BOOST_TEST((rec.snapshot() == std::vector<int>{1, 2}));
+  BOOST_TEST(bound_on_pool.load()); // on the pool, not inside the poster's post
+  BOOST_TEST(bound->is_done());
+  BOOST_TEST(!bound->is_cancelled());
+}
+
+BOOST_AUTO_TEST_CASE(a_completion_queued_behind_a_strand_an_outside_poster_locked_runs_before_the_pool_terminates) {
+  scheduled_thread_pool pool(1);
+  auto strand = metronome::net::make_strand(pool.get_executor());
+  recorder rec;
+  std::atomic<int> completions{0};
+  std::atomic<bool> aborted_on_pool{false};
+  {
+    hook_stop stop(hook_point::outside_post_before_push);
+    metronome::async_delay(pool, 1h, metronome::net::bind_executor(strand, [&](metronome::error_code ec) {
+                             aborted_on_pool = ec == metronome::net::error::operation_aborted &&
+                                               pool.get_executor().running_in_this_thread();
+                             ++completions;
+                           }));
+    std::thread poster([&] {
+      hook_stop::arm_this_thread();
+      metronome::net::post(strand, rec.task(1));
+    });
+    BOOST_REQUIRE(stop.arrived()); // strand locked, invoker not queued
+    pool.shutdown(); // aborts the wait: a worker hands its completion to the strand
+    BOOST_TEST(!pool.await_termination(200ms));
+    BOOST_TEST(completions.load() == 0);
+    stop.release();
+    poster.join();
+  }
+  BOOST_TEST(pool.await_termination(20s));
+  BOOST_TEST(completions.load() == 1);
+  BOOST_TEST(aborted_on_pool.load());
+  BOOST_TEST(rec.ran.value() == 1);
+}
+
+// The same through an any_io_executor holding the strand: a coroutine's resumption.
+BOOST_AUTO_TEST_CASE(a_coroutine_on_a_strand_resumed_behind_an_outside_poster_runs_before_the_pool_terminates) {
+  scheduled_thread_pool pool(1);
+  auto strand = metronome::net::make_strand(pool.get_executor());
+  std::atomic<int> resumed{0};
+  std::atomic<bool> started{false};
+  recorder rec;
+  metronome::net::co_spawn(
+      strand,
+      [&]() -> metronome::net::awaitable<void> {
+        started = true;
+        try {
+          co_await metronome::async_delay(pool, 1h, metronome::net::use_awaitable);
+        } catch (const metronome::system_error& e) {
+          if (e.code() == metronome::net::error::operation_aborted && pool.get_executor().running_in_this_thread())
+            ++resumed;
+        }
+      },
+      metronome::net::detached);
+  BOOST_REQUIRE(poll_until([&] { return started.load(); }));
+  {
+    hook_stop stop(hook_point::outside_post_before_push);
+    std::thread poster([&] {
+      hook_stop::arm_this_thread();
+      metronome::net::post(strand, rec.task(1));
+    });
+    BOOST_REQUIRE(stop.arrived());
+    pool.shutdown();
+    BOOST_TEST(!pool.await_termination(200ms));
+    stop.release();
+    poster.join();
+  }
+  BOOST_TEST(pool.await_termination(20s));
+  BOOST_TEST(resumed.load() == 1);
+  BOOST_TEST(rec.ran.value() == 1);
+}
+
+// shutdown_now() does not wait for it: it destroys strand invokers anyway. The bound
+// task, queued in the strand that stays locked, ends cancelled when the pool's strands go
+// with the pool (its hold let go through the pool's anchor; no use after free).
+BOOST_AUTO_TEST_CASE(shutdown_now_does_not_wait_for_a_bound_task_queued_behind_a_locked_strand) {
+  std::optional<metronome::scheduled_future<void>> bound;
+  std::atomic<int> ran{0};
+  {
+    scheduled_thread_pool pool(1);
+    auto strand = metronome::net::make_strand(pool.get_executor());
+    metronome::test::hook_stops stops{{hook_point::outside_post_before_push, false},
+                                      {hook_point::bound_dispatch_returned}};
+    std::thread poster([&] {
+      hook_stop::arm_this_thread();
+      metronome::net::post(strand, [&] { ++ran; });
+    });
+    BOOST_REQUIRE(stops.arrived(hook_point::outside_post_before_push));
+    bound.emplace(pool.submit(metronome::net::bind_executor(strand, [&] { ++ran; })));
+    BOOST_REQUIRE(stops.arrived(hook_point::bound_dispatch_returned));
+    stops.release(hook_point::bound_dispatch_returned);
+    BOOST_TEST(pool.shutdown_now().empty());
+    BOOST_TEST(pool.await_termination(20s));
+    stops.release(hook_point::outside_post_before_push); // its invoker meets a terminated pool: refused
+    poster.join();
+    BOOST_TEST(!bound->is_done());
+  }
+  BOOST_TEST(ran.load() == 0);
+  BOOST_TEST(bound->is_cancelled());
+}
+
 BOOST_AUTO_TEST_SUITE_END()

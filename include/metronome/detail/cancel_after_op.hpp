@@ -2,6 +2,7 @@
 #define METRONOME_DETAIL_CANCEL_AFTER_OP_HPP
 
 #include <metronome/async_delay.hpp>
+#include <metronome/detail/hand_over_hold.hpp>
 #include <metronome/detail/internal_post.hpp>
 #include <metronome/detail/node_cache.hpp>
 #include <metronome/detail/pool_core.hpp>
@@ -166,7 +167,7 @@ private:
     emitter e(n);
     try {
       internal_post_scope internal; // the library's own completion work
-      net::post(n->executor_, std::move(e));
+      net::post(n->executor_, with_hand_over_hold(n->executor_, std::move(e)));
     } catch (...) {
       report_here(std::current_exception(), "cancel_after");
     }

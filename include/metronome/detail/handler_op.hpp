@@ -3,6 +3,7 @@
 #ifndef METRONOME_DETAIL_HANDLER_OP_HPP
 #define METRONOME_DETAIL_HANDLER_OP_HPP
 
+#include <metronome/detail/hand_over_hold.hpp>
 #include <metronome/detail/internal_post.hpp>
 #include <metronome/detail/node_cache.hpp>
 #include <metronome/detail/report.hpp>
@@ -36,7 +37,10 @@ namespace metronome::detail {
 // - the cancellation slot is cleared in the handler's context; the node, which the
 //   slot's cancel handler reaches, lives until then;
 // - the node is released before the handler runs, so the handler may start another
-//   operation in the same memory.
+//   operation in the same memory;
+// - a completion handed to an executor over a pool that is not the pool's own (a strand
+//   over it) keeps a shut-down pool from terminating until it runs or is destroyed
+//   (hand_over_hold): it may wait in the strand's queue, unseen by the pool.
 // A handler that throws is reported like other work of the pool it runs on (else
 // printed): it never escapes into the library code that completed it.
 template <class Derived, class Handler, class DefaultExecutor>
@@ -127,7 +131,7 @@ protected:
     work_.reset();
     try {
       const executor_type ex(executor_);
-      completion<Args...> c(static_cast<Derived*>(this), std::move(args)...);
+      completion<Args...> c(static_cast<Derived*>(this), hold_type::for_executor(ex), std::move(args)...);
       internal_post_scope internal; // a completion: a shut-down pool still takes it
       if (may_run_inline)
         net::dispatch(ex, std::move(c));
@@ -149,20 +153,23 @@ protected:
     [[maybe_unused]] std::optional<work_type> work(std::move(work_));
     work_.reset();
     const executor_type ex(executor_);
-    completion<Args...> c(static_cast<Derived*>(this), std::move(args)...);
+    completion<Args...> c(static_cast<Derived*>(this), hold_type::for_executor(ex), std::move(args)...);
     internal_post_scope internal;
     net::post(ex, std::move(c));
   }
 
 private:
+  using hold_type = hand_over_hold_for<executor_type>;
+
   // Owns the node until the handler's executor runs it (or destroys it unrun).
   template <class... Args>
   class completion {
   public:
-    explicit completion(Derived* op, Args&&... args)
-        : op_(op), alloc_(net::get_associated_allocator(op->handler_)), args_(std::move(args)...) {}
+    completion(Derived* op, hold_type hold, Args&&... args)
+        : op_(op), alloc_(net::get_associated_allocator(op->handler_)), hold_(std::move(hold)),
+          args_(std::move(args)...) {}
     completion(completion&& o) noexcept(std::is_nothrow_move_constructible_v<std::tuple<Args...>>)
-        : op_(std::exchange(o.op_, nullptr)), alloc_(o.alloc_), args_(std::move(o.args_)) {}
+        : op_(std::exchange(o.op_, nullptr)), alloc_(o.alloc_), hold_(std::move(o.hold_)), args_(std::move(o.args_)) {}
     completion& operator=(completion&&) = delete;
     ~completion() {
       if (op_) finish(op_, nullptr);
@@ -176,6 +183,7 @@ private:
     // this function, as any Asio handler's does (out of io_context::run()); inside an
     // Asio handler of metronome's own (a drive, a drain) it leaves that one instead.
     void operator()() {
+      hold_.release(); // on the pool's worker: the pool cannot terminate under the handler
       rethrow_scope scope;
       finish(std::exchange(op_, nullptr), &args_);
       scope.rethrow_if_any();
@@ -199,6 +207,7 @@ private:
 
     Derived* op_;
     handler_allocator alloc_;
+    [[no_unique_address]] hold_type hold_; // let go after ~completion()'s body has finished the node
     std::tuple<Args...> args_;
   };
 

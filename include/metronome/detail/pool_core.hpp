@@ -116,6 +116,13 @@ public:
   // completion: the pool does not terminate meanwhile.
   void wheel_wait_started() noexcept;
   void wheel_wait_done() noexcept;
+  // Work the pool accepted, handed to an executor over it that is not its own (an Asio
+  // strand over it): after shutdown() the pool does not terminate until that work has run
+  // or been destroyed (hand_over_hold, detail/hand_over_hold.hpp). False, nothing
+  // counted, when the pool has terminated.
+  bool begin_hand_over() noexcept;
+  // The work ran or was destroyed. `core` is only compared: the pool may be gone.
+  static void end_hand_over(const pool_core* core, pool_anchor* anchor, std::uint32_t generation) noexcept;
 
   void report(const std::exception_ptr& e) noexcept;
 

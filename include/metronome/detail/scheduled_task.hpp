@@ -2,6 +2,7 @@
 #ifndef METRONOME_DETAIL_SCHEDULED_TASK_HPP
 #define METRONOME_DETAIL_SCHEDULED_TASK_HPP
 
+#include <metronome/detail/hand_over_hold.hpp>
 #include <metronome/detail/node_cache.hpp>
 #include <metronome/detail/pool_anchor.hpp>
 #include <metronome/detail/task.hpp>
@@ -244,19 +245,31 @@ void drop_bound_task(scheduled_task_base* t, bool detached) noexcept;
 // The function object a bound task is dispatched as: it owns the pool's reference on the
 // task until it runs or is destroyed unrun, so an executor that destroys it (its
 // io_context destroyed, a terminated pool) ends the task cancelled instead of losing it.
+// Handed by a worker to a strand over its own pool, it also keeps that pool from
+// terminating until then (Hold: hand_over_hold), as the strand's queue hides it.
+template <class Hold>
 class bound_run {
 public:
   bound_run(scheduled_task_base* t, bool detached) noexcept : t_(t), detached_(detached) {}
-  bound_run(bound_run&& o) noexcept : t_(std::exchange(o.t_, nullptr)), detached_(o.detached_) {}
+  bound_run(bound_run&& o) noexcept
+      : t_(std::exchange(o.t_, nullptr)), detached_(o.detached_), hold_(std::move(o.hold_)) {}
   bound_run& operator=(bound_run&&) = delete;
   ~bound_run() {
     if (t_) drop_bound_task(t_, detached_);
   }
-  void operator()() { run_bound_task(std::exchange(t_, nullptr), detached_); }
+  template <class Executor>
+  void hold_for(const Executor& ex) noexcept {
+    hold_ = Hold::for_executor(ex);
+  }
+  void operator()() {
+    hold_.release(); // on the pool's worker: the pool cannot terminate under the run
+    run_bound_task(std::exchange(t_, nullptr), detached_);
+  }
 
 private:
   scheduled_task_base* t_;
   bool detached_;
+  [[no_unique_address]] Hold hold_; // let go after the destructor's body dropped the task
 };
 
 // Whether a callable has an associated executor of its own (bind_executor): the one
@@ -359,9 +372,11 @@ public:
       this->enter_dispatch(frame);
       std::exception_ptr failed;
       {
-        bound_run job(this, detached);
+        using executor = typename bound_executor_of<F, Bound>::executor;
+        bound_run<hand_over_hold_for<executor>> job(this, detached);
         // None: a cancel() destroyed the callable, and the job drops the task.
         if (auto ex = bound_ex_.copy()) {
+          job.hold_for(*ex); // a pool behind it exists: the executor would be dangling otherwise
           try {
             net::dispatch(*ex, std::move(job));
             METRONOME_TEST_HOOK(hook_point::bound_dispatch_returned);

@@ -51,11 +51,6 @@ struct task_base {
   std::atomic<task_base*> next_{nullptr};
   complete_fn complete_;
   task_kind kind_ : 4 = task_kind::op;
-  // An Asio strand's invoker posted from outside the pool: if it meets a terminated pool
-  // it runs on the posting thread rather than being dropped (a dropped invoker leaves
-  // its strand locked, and every handler queued behind it - completions of operations
-  // that ran on the pool, bound tasks the pool accepted - lost). Set by the pool's post().
-  bool runs_if_terminated_ : 1 = false;
   // An Asio strand's invoker queued on the pool (post_op): shutdown_now() destroys it
   // rather than hand it out (it holds the pool's executor, and runs handlers that post
   // to the pool). Shares kind_'s byte (the wheel's nodes use the padding after it).

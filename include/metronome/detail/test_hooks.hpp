@@ -59,6 +59,7 @@ enum class hook_point {
   reactor_in_poll,             // a busy worker took the reactor role to poll it (mutex released); not polled yet
   reactor_after_poll,          // ... polled it and gave the role back (mutex released); not back to its tasks yet
   follower_before_wait,        // a parking worker holds the mutex, counted as a follower; not waiting yet
+  outside_post_before_push,    // a thread outside the pool passed post()'s shutdown check (a strand's invoker, say); not queued yet
 };
 
 using hook_function = void (*)(hook_point);

@@ -2,6 +2,7 @@
 #ifndef METRONOME_IMPL_INTERVAL_HPP
 #define METRONOME_IMPL_INTERVAL_HPP
 
+#include <metronome/detail/hand_over_hold.hpp>
 #include <metronome/detail/internal_post.hpp>
 #include <metronome/detail/slot_handler.hpp>
 
@@ -91,17 +92,17 @@ public:
     if (s.pending) { // one tick at a time: the second completes at once with already_started
       auto hex = net::get_associated_executor(h, ex_);
       internal_post_scope internal; // a completion: a shut-down pool still takes it (not outside work)
-      net::post(hex, [h = std::move(h)]() mutable {
-        std::move(h)(error_code(net::error::already_started), clock::time_point());
-      });
+      net::post(hex, with_hand_over_hold(hex, [h = std::move(h)]() mutable {
+                  std::move(h)(error_code(net::error::already_started), clock::time_point());
+                }));
       return;
     }
     if (s.ended) { // the grid ended at time_point::max(): no tick will ever fall due again
       auto hex = net::get_associated_executor(h, ex_);
       internal_post_scope internal; // as above
-      net::post(hex, [h = std::move(h)]() mutable {
-        std::move(h)(error_code(net::error::eof), clock::time_point::max());
-      });
+      net::post(hex, with_hand_over_hold(hex, [h = std::move(h)]() mutable {
+                  std::move(h)(error_code(net::error::eof), clock::time_point::max());
+                }));
       return;
     }
     auto user = net::get_associated_cancellation_slot(h);

@@ -3,6 +3,7 @@
 #define METRONOME_IMPL_POOL_EXECUTOR_HPP
 
 #include <metronome/detail/executor_op.hpp>
+#include <metronome/detail/hand_over_hold.hpp>
 #include <metronome/detail/node_cache.hpp>
 
 #include <metronome/detail/asio.hpp>
@@ -22,6 +23,9 @@ namespace metronome::detail {
 // (detail/asio_internals.hpp; test/unit/scheduled_thread_pool/lifecycle.cpp breaks if it moves.)
 template <class F>
 using is_strand_invoker = asio_internals::is_strand_invoker<F>;
+
+template <class Allocator, unsigned Bits>
+struct is_own_pool_executor<scheduled_thread_pool::basic_executor_type<Allocator, Bits>> : std::true_type {};
 
 } // namespace metronome::detail
 

@@ -163,7 +163,7 @@ inline wheel_timer::timeout wheel_timer::schedule(F&& f, std::chrono::duration<R
     return schedule_callable(
         [fn = D(std::forward<F>(f))]() mutable {
           const auto ex = net::get_associated_executor(fn);
-          net::dispatch(ex, std::move(fn));
+          net::dispatch(ex, detail::with_hand_over_hold(ex, std::move(fn)));
         },
         delay);
   } else {

@@ -36,6 +36,32 @@ BOOST_AUTO_TEST_CASE(caller_runs_runs_on_the_submitting_thread_after_shutdown) {
   BOOST_TEST(pool.stats().rejected == 1u);
 }
 
+// A task bound to a strand over the pool itself, refused under caller_runs, is handed to
+// that strand: it runs there, on the pool, while the shut-down pool has not terminated
+// (the pool waits for it); once the pool has terminated nothing could run it there, so
+// it is refused as under abort.
+BOOST_AUTO_TEST_CASE(caller_runs_hands_a_task_bound_to_a_strand_over_the_pool_to_it_until_the_pool_terminates) {
+  pool_options o = pool_options::fixed(1);
+  o.rejection = rejection_policy::caller_runs;
+  held_pool hp(o);
+  auto strand = metronome::net::make_strand(hp.pool.get_executor());
+  hp.pool.shutdown();
+  std::atomic<bool> on_pool{false};
+  auto f = hp.pool.submit(metronome::net::bind_executor(strand, [&] {
+    on_pool = hp.pool.get_executor().running_in_this_thread();
+    return 7;
+  }));
+  BOOST_TEST(!f.is_done()); // handed to the strand, behind the held worker
+  hp.release();
+  BOOST_TEST(hp.pool.await_termination(20s));
+  BOOST_TEST(f.is_done());
+  BOOST_TEST(f.get() == 7);
+  BOOST_TEST(on_pool.load());
+  BOOST_CHECK_THROW(hp.pool.submit(metronome::net::bind_executor(strand, [] { return 1; })),
+                    metronome::rejected_execution);
+  BOOST_TEST(hp.pool.stats().rejected == 2u);
+}
+
 BOOST_AUTO_TEST_CASE(discard_cancels_the_handle) {
   pool_options o;
   o.rejection = rejection_policy::discard;
