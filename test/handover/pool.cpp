@@ -22,6 +22,8 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -1194,6 +1196,42 @@ BOOST_AUTO_TEST_CASE(shutdown_now_does_not_wait_for_a_bound_task_queued_behind_a
   }
   BOOST_TEST(ran.load() == 0);
   BOOST_TEST(bound->is_cancelled());
+}
+
+// A serial executor's drain over an io_context that stops for a task's exception (it
+// leaves run(), Asio's rule) settles the count and re-posts itself for the rest. Stopped
+// between the two (hook serial_before_repost), producers push more: the count is not 0,
+// so they post no drain of their own. Released, the one re-posted drain runs all of them,
+// in order, on the next run(): none lost, none run twice.
+BOOST_AUTO_TEST_CASE(a_serial_drain_stopped_by_an_exception_re_posts_itself_for_work_pushed_meanwhile) {
+  metronome::net::io_context io;
+  auto serial = metronome::make_serial_executor(io.get_executor());
+  std::vector<int> order; // touched only by serial tasks, read after the runs
+  metronome::net::post(serial, [&] {
+    order.push_back(0);
+    throw std::runtime_error("boom");
+  });
+  metronome::net::post(serial, [&] { order.push_back(1); });
+  std::string thrown;
+  {
+    hook_stop stop(hook_point::serial_before_repost, true);
+    std::thread runner([&] {
+      try {
+        io.run();
+      } catch (const std::runtime_error& e) {
+        thrown = e.what();
+      }
+    });
+    BOOST_REQUIRE(stop.arrived()); // task 0 threw; the count settled at 1; no drain queued
+    for (int i = 2; i < 6; ++i) metronome::net::post(serial, [&order, i] { order.push_back(i); });
+    stop.release();
+    runner.join();
+  }
+  BOOST_TEST(thrown == "boom");
+  BOOST_TEST((order == std::vector<int>{0}));
+  io.restart();
+  io.run();
+  BOOST_TEST((order == std::vector<int>{0, 1, 2, 3, 4, 5}));
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -5,6 +5,9 @@
 // Bounded in time like every stress case; seeds as in common/stress_rounds.hpp.
 
 #include "common/stress_rounds.hpp"
+#include "common/poll_until.hpp"
+
+#include <metronome/async_delay.hpp>
 #include "common/manual_pool.hpp"
 
 #include <metronome/detail/asio.hpp>
@@ -476,6 +479,96 @@ BOOST_AUTO_TEST_CASE(serial_over_an_asio_thread_pool) {
                }
                check_destroyed_once(keep, errs, "serial over net::thread_pool");
                return true;
+             });
+}
+
+// Handlers that throw over an io_context (Asio's rule: the exception leaves run(), the
+// rest waits for the next run()): two threads run the io_context, each calling run()
+// again after every exception; two producers post to four serial executors, a strand and
+// async_delay waits, one task in eight throwing. Every task runs once, each serial
+// executor keeps each producer's order and never overlaps, and every exception comes out
+// of run() exactly once.
+BOOST_AUTO_TEST_CASE(throwing_handlers_over_an_io_context_lose_nothing) {
+  struct thrown {};
+  run_rounds("throwing handlers over io_context", 12, budget(ms(2000, 3000), 2, 100000),
+             [](std::uint64_t seed, errors& errs) {
+               constexpr int serials = 4;
+               constexpr int producers = 2;
+               const int per_producer = scaled(2000, 300);
+               net::io_context ioc;
+               auto guard = net::make_work_guard(ioc);
+               std::vector<metronome::serial_executor<net::io_context::executor_type>> ex;
+               for (int i = 0; i < serials; ++i) ex.push_back(make_serial_executor(ioc.get_executor()));
+               auto strand = net::make_strand(ioc);
+               struct lane {
+                 std::atomic<bool> inside{false};
+                 int last[producers] = {-1, -1};
+               };
+               std::vector<lane> lanes(serials);
+               std::atomic<int> ran{0}, threw{0}, caught{0}, overlaps{0}, breaks{0}, twice{0};
+               std::unique_ptr<std::atomic<int>[]> runs(new std::atomic<int>[producers * per_producer]());
+               auto run_io = [&] {
+                 for (;;) {
+                   try {
+                     ioc.run();
+                     return;
+                   } catch (const thrown&) {
+                     caught.fetch_add(1);
+                   }
+                 }
+               };
+               std::thread r1(run_io), r2(run_io);
+               std::vector<std::thread> ps;
+               for (int p = 0; p < producers; ++p)
+                 ps.emplace_back([&, p] {
+                   std::minstd_rand rng(static_cast<unsigned>(seed) + p);
+                   for (int i = 0; i < per_producer; ++i) {
+                     const int id = p * per_producer + i;
+                     const bool throws = rng() % 8 == 0;
+                     auto body = [&, id, throws] {
+                       if (runs[id].fetch_add(1) != 0) twice.fetch_add(1);
+                       ran.fetch_add(1);
+                       if (throws) {
+                         threw.fetch_add(1);
+                         throw thrown{};
+                       }
+                     };
+                     switch (rng() % 3) {
+                     case 0: { // a serial executor: order and exclusion checked
+                       const int k = static_cast<int>(rng() % serials);
+                       net::post(ex[k], [&, k, p, i, body] {
+                         lane& l = lanes[k];
+                         if (l.inside.exchange(true)) overlaps.fetch_add(1);
+                         if (l.last[p] >= i) breaks.fetch_add(1);
+                         l.last[p] = i;
+                         l.inside.store(false);
+                         body();
+                       });
+                       break;
+                     }
+                     case 1:
+                       net::post(strand, body);
+                       break;
+                     default:
+                       metronome::async_delay(ioc.get_executor(), std::chrono::microseconds(rng() % 500),
+                                              [body](metronome::error_code) { body(); });
+                       break;
+                     }
+                   }
+                 });
+               for (auto& t : ps) t.join();
+               const int total = producers * per_producer;
+               const bool all = metronome::test::poll_until([&] { return ran.load() == total; }, std::chrono::seconds(60));
+               guard.reset();
+               r1.join();
+               r2.join();
+               if (!all) errs.add(fmt("ran %d of %d tasks", ran.load(), total));
+               if (twice.load() != 0) errs.add(fmt("%d tasks ran more than once", twice.load()));
+               if (overlaps.load() != 0) errs.add(fmt("%d overlapping runs on a serial executor", overlaps.load()));
+               if (breaks.load() != 0) errs.add(fmt("%d tasks ran before an earlier one of their producer", breaks.load()));
+               if (caught.load() != threw.load())
+                 errs.add(fmt("%d exceptions thrown, %d came out of run()", threw.load(), caught.load()));
+               return all;
              });
 }
 
