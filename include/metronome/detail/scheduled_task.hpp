@@ -78,6 +78,28 @@ struct task_extras {
 // The state shared by a scheduled task and its handles. One allocation holds the
 // node, the callable and the result. Reference counted: one reference per handle
 // and one while the pool holds it (queued or running).
+//
+// The state word's phases, and what each event does to them (one atomic word: every
+// transition is one compare-exchange, so of two racing events exactly one wins). Who
+// acts: R the runner (the worker that took the task, or the thread a bound task was
+// handed to), H a handle (any thread), L a thread holding the pool's mutex, D whoever
+// drops a task unrun (shutdown_now's pending_task destroyed, a terminated pool, an
+// executor destroying a bound task's hand-over). "no" is a refusal: false, nothing
+// changes. `finish()` is the runner's alone, from running; every other cell is walked
+// by `every_transition_of_the_task_state_table` (test/unit/detail/task_states.cpp).
+//
+// | from \ event         | try_start (R) | try_rearm (R, periodic) | finish_cancelled (R, D) | begin_cancel (L) | cancel() (H)                          |
+// |----------------------|---------------|-------------------------|-------------------------|------------------|---------------------------------------|
+// | pending              | running       | no                      | cancelled               | cancelled        | cancelled (bound: settling until no dispatch of it is left) |
+// | running              | no            | pending                 | cancelled               | no               | periodic: running + cancel_requested; one-shot: no |
+// | running + cancel_req | no            | no                      | cancelled               | no               | no                                    |
+// | done, cancelled      | no            | no                      | no                      | no               | no                                    |
+//
+// Flags beside the phase: has_waiters (kept through every transition: a wait() blocks
+// on the word), cancel_requested (a cancel() during a periodic run: that run ends it),
+// settling (a bound task's cancel() still destroying its callable: cancelled for the
+// pool, not yet done for its handles), and how a task still pending left the ready
+// queue, set once and never cleared (handed_back, returned, handed_over).
 class scheduled_task_base : public timed_node {
 public:
   // State word: low bits are the phase, high bits flags.
