@@ -1,9 +1,11 @@
 // The system-specific calls of src/platform.hpp: Linux, and the portable fallbacks.
 #include "platform.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <new>
+#include <thread>
 #include <type_traits>
 
 #ifdef METRONOME_PLATFORM_LINUX
@@ -11,6 +13,10 @@
 #include <sched.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <linux/futex.h>
+#include <unistd.h>
+#include <climits>
 #include <cstring>
 #include <ctime>
 #endif
@@ -63,7 +69,32 @@ void populate_pages(void* p, std::size_t bytes) noexcept {
   (void)::madvise(p, bytes, MADV_POPULATE_WRITE);
 }
 
+static_assert(sizeof(std::atomic<std::uint32_t>) == sizeof(std::uint32_t) &&
+              std::atomic<std::uint32_t>::is_always_lock_free);
+
+void wait_while_equal(const std::atomic<std::uint32_t>& word, std::uint32_t expected,
+                      std::chrono::nanoseconds timeout) noexcept {
+  const auto s = std::chrono::duration_cast<std::chrono::seconds>(timeout);
+  timespec ts{static_cast<time_t>(s.count()), static_cast<long>((timeout - s).count())};
+  // NOLINTNEXTLINE(cppcoreguidelines-pro-type-const-cast): the kernel only reads the word
+  (void)::syscall(SYS_futex, const_cast<std::atomic<std::uint32_t>*>(&word), FUTEX_WAIT_PRIVATE, expected, &ts,
+                  nullptr, 0);
+}
+
+void wake_all(const std::atomic<std::uint32_t>& word) noexcept {
+  // NOLINTNEXTLINE(cppcoreguidelines-pro-type-const-cast): as above
+  (void)::syscall(SYS_futex, const_cast<std::atomic<std::uint32_t>*>(&word), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr,
+                  nullptr, 0);
+}
+
 #else
+
+void wait_while_equal(const std::atomic<std::uint32_t>& word, std::uint32_t expected,
+                      std::chrono::nanoseconds timeout) noexcept {
+  if (word.load(std::memory_order_acquire) == expected)
+    std::this_thread::sleep_for(std::min<std::chrono::nanoseconds>(timeout, std::chrono::microseconds(50)));
+}
+void wake_all(const std::atomic<std::uint32_t>&) noexcept {}
 
 void name_this_thread(const char*) noexcept {}
 void wake_on_time() noexcept {}

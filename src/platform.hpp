@@ -6,7 +6,10 @@
 
 #include <metronome/options.hpp>
 
+#include <atomic>
+#include <chrono>
 #include <cstddef>
+#include <cstdint>
 
 #if defined(__linux__) && !defined(METRONOME_PORTABLE_FALLBACK)
 #define METRONOME_PLATFORM_LINUX 1
@@ -30,6 +33,14 @@ void free_aligned_pages(void* p, std::size_t bytes) noexcept;
 // Faults in the pages of [p, p + bytes) in one system call where there is one
 // (Linux 5.14+); otherwise they fault in one by one on first use.
 void populate_pages(void* p, std::size_t bytes) noexcept;
+
+// Blocks the calling thread while `word` holds `expected`, until wake_all(word) or
+// `timeout` (a bound: a caller may have missed its wake-up; spurious returns too). Linux:
+// a private futex; fallback: a sleep of at most 50 us (the caller looks again).
+void wait_while_equal(const std::atomic<std::uint32_t>& word, std::uint32_t expected,
+                      std::chrono::nanoseconds timeout) noexcept;
+// Wakes every thread blocked in wait_while_equal(word, ...). Fallback: nothing.
+void wake_all(const std::atomic<std::uint32_t>& word) noexcept;
 
 } // namespace metronome::detail::platform
 

@@ -40,7 +40,10 @@ void pool_engine::submit_scheduled(scheduled_task_base* t, clock::time_point due
       // until it has left. Handed back: the submission came too late after all. (Else a
       // worker ran it before the pool went idle, or shutdown_now() returns it.)
       while (!t->has_left_queue()) {
-        std::this_thread::yield();
+        {
+          ready_queue::consumer_guard g(ready_);
+          ready_.wait_for_link(g); // spin briefly, then block until the producer has linked
+        }
         clear_after_termination();
       }
       if (t->is_handed_back()) reject_scheduled(t, false);

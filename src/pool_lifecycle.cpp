@@ -259,7 +259,7 @@ pool_engine::taken_tasks pool_engine::shutdown_now() {
           continue;
         }
         if (ready_.empty()) break;
-        std::this_thread::yield(); // a producer between its exchange and its link
+        ready_.wait_for_link(g); // a producer between its exchange and its link
       }
     }
     if (waits.count) ready_.push_chain(waits.first, waits.last, waits.count);

@@ -2,11 +2,14 @@
 #ifndef METRONOME_SRC_READY_QUEUE_HPP
 #define METRONOME_SRC_READY_QUEUE_HPP
 
+#include "platform.hpp"
+
 #include <metronome/detail/task.hpp>
 #include <metronome/detail/test_hooks.hpp>
 
 #include <atomic>
 #include <cassert>
+#include <chrono>
 #include <cstdint>
 #include <thread>
 
@@ -33,6 +36,16 @@ inline void cpu_relax() noexcept {
 // everything the producer wrote before push) are visible to the consumer. Between
 // a producer's exchange and its link the chain is briefly broken: pop then reports
 // `busy` rather than empty, and callers never park on `busy`.
+//
+// Waiting out the break (wait_for_link): a consumer that must have the next node spins
+// briefly (the break is two instructions of a running producer), then blocks until a
+// producer stores a link: a producer that sees link_waiters_ raised after its link
+// wakes the waiters. Invariant: a blocked consumer wakes when the link it waits for is
+// stored, or after at most link_wait_bound when the producer's look (relaxed, on its own
+// cache line, so that a push costs no fence) missed the raise - so it never spins, and a
+// missed wake-up costs that bound, never more. Tested by
+// `a_consumer_waiting_for_a_stopped_producer_s_link_blocks_and_takes_the_node_when_linked`
+// (hook ready_push_before_link, test/unit/detail/ready_queue.cpp).
 //
 // When Counted (the pool's ready queue), pushed_/popped_ count nodes; their difference
 // is the queue length. They are seq_cst so that the pool's sleep/wake handshake
@@ -62,9 +75,11 @@ public:
   void push_chain(task_base* first, task_base* last, std::uint64_t count) noexcept {
     last->next_.store(nullptr, std::memory_order_relaxed);
     task_base* prev = tail_.exchange(last, std::memory_order_acq_rel);
-    if constexpr (Counted) METRONOME_TEST_HOOK(hook_point::ready_push_before_link);
+    METRONOME_TEST_HOOK(hook_point::ready_push_before_link);
     prev->next_.store(first, std::memory_order_release);
     if constexpr (Counted) pushed_.fetch_add(count, std::memory_order_seq_cst);
+    if (link_waiters_.load(std::memory_order_relaxed) != 0) [[unlikely]]
+      wake_link_waiters();
   }
 
   std::uint64_t size() const noexcept
@@ -94,31 +109,41 @@ public:
   task_base* pop_wait() noexcept
     requires Counted
   {
+    if (empty()) return nullptr;
+    consumer_guard g(*this);
     for (;;) {
+      if (task_base* t = pop_head()) return t;
       if (empty()) return nullptr;
-      lock_.lock();
-      task_base* t = pop_head();
-      lock_.unlock();
-      if (t) return t;
-      std::this_thread::yield();
+      wait_for_link(g);
     }
   }
 
+  // The consumer lock: held for the few loads of one pop (or, rarely, across a wait for
+  // a producer's link). lock() spins briefly, then blocks; unlock() wakes a blocked
+  // locker when it sees one (its look is relaxed: a missed wake-up costs
+  // link_wait_bound, as for the links above).
   struct spin_lock {
-    std::atomic<bool> locked_{false};
+    std::atomic<std::uint32_t> locked_{0};
+    std::atomic<std::uint32_t> waiters_{0};
     bool try_lock() noexcept {
-      return !locked_.load(std::memory_order_relaxed) && !locked_.exchange(true, std::memory_order_acquire);
+      return locked_.load(std::memory_order_relaxed) == 0 && locked_.exchange(1, std::memory_order_acquire) == 0;
     }
     void lock() noexcept {
-      for (int spins = 0; !try_lock(); ++spins) {
-        if (spins < 64)
-          cpu_relax();
-        else
-          std::this_thread::yield();
+      for (int spins = 0; spins < 64; ++spins) {
+        if (try_lock()) return;
+        cpu_relax();
       }
+      waiters_.fetch_add(1, std::memory_order_seq_cst);
+      while (!try_lock()) platform::wait_while_equal(locked_, 1, link_wait_bound);
+      waiters_.fetch_sub(1, std::memory_order_relaxed);
     }
-    void unlock() noexcept { locked_.store(false, std::memory_order_release); }
+    void unlock() noexcept {
+      locked_.store(0, std::memory_order_release);
+      if (waiters_.load(std::memory_order_relaxed) != 0) [[unlikely]]
+        platform::wake_all(locked_);
+    }
   };
+
 
   // Holds the consumer lock for a scope. The functions that need the lock held take one
   // as proof (debug builds check it is this queue's).
@@ -146,6 +171,15 @@ public:
   // The same for the queue's only consumer (a serial executor's drain: one drain at a
   // time), which needs no lock.
   task_base* pop_sole_consumer() noexcept { return pop_head(); }
+  // A pop found the chain broken behind the head: waits (spin, then block) until the
+  // head's link is stored, or no producer is linking past the head any more. The caller
+  // holds the consumer lock (the head is its), and pops again after.
+  void wait_for_link([[maybe_unused]] const consumer_guard& g) noexcept {
+    assert(&g.q_ == this);
+    wait_for_head_link();
+  }
+  // wait_for_link() for the queue's only consumer.
+  void wait_for_link_sole_consumer() noexcept { wait_for_head_link(); }
 
 private:
   task_base* pop_head() noexcept {
@@ -222,6 +256,31 @@ public:
 
 
 private:
+  static constexpr std::chrono::milliseconds link_wait_bound{1};
+
+  void wait_for_head_link() noexcept {
+    const task_base* h = head_.load(std::memory_order_relaxed);
+    auto linked = [this, h] {
+      return h->next_.load(std::memory_order_acquire) != nullptr || tail_.load(std::memory_order_acquire) == h;
+    };
+    for (int spins = 0; spins < 128; ++spins) {
+      if (linked()) return;
+      cpu_relax();
+    }
+    link_waiters_.fetch_add(1, std::memory_order_seq_cst);
+    for (;;) {
+      const std::uint32_t epoch = link_epoch_.load(std::memory_order_acquire);
+      if (linked()) break;
+      platform::wait_while_equal(link_epoch_, epoch, link_wait_bound);
+    }
+    link_waiters_.fetch_sub(1, std::memory_order_relaxed);
+  }
+
+  void wake_link_waiters() noexcept {
+    link_epoch_.fetch_add(1, std::memory_order_release);
+    platform::wake_all(link_epoch_);
+  }
+
   task_base* taken(task_base* t) noexcept {
     if constexpr (Counted) popped_.store(popped_.load(std::memory_order_relaxed) + 1, std::memory_order_seq_cst);
     return t;
@@ -241,6 +300,8 @@ private:
   // Producer side, on its own cache line (the class is padded to a multiple of 64).
   alignas(64) std::atomic<task_base*> tail_;
   std::atomic<std::uint64_t> pushed_{0};
+  std::atomic<std::uint32_t> link_waiters_{0}; // consumers blocked in wait_for_head_link()
+  std::atomic<std::uint32_t> link_epoch_{0};   // their futex word: bumped by a producer that wakes them
 };
 
 using ready_queue = basic_task_queue<true>;

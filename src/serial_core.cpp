@@ -147,13 +147,11 @@ void serial_core::post_owed_drain() noexcept {
 }
 
 task_base* serial_core::pop_one() noexcept {
-  // pending_ > 0 promises a node; a producer may still be linking it.
-  for (int spins = 0;; ++spins) {
+  // pending_ > 0 promises a node; a producer may still be linking it (the queue's
+  // wait_for_link: spin briefly, then block until it has).
+  for (;;) {
     if (task_base* t = s_->queue_.pop_sole_consumer()) return t;
-    if (spins < 64)
-      cpu_relax();
-    else
-      std::this_thread::yield();
+    s_->queue_.wait_for_link_sole_consumer();
   }
 }
 

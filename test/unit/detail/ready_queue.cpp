@@ -4,6 +4,9 @@
 #include <boost/test/unit_test.hpp>
 
 #include <atomic>
+#include <chrono>
+#include <ctime>
+#include <pthread.h>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -100,6 +103,61 @@ BOOST_AUTO_TEST_CASE(repair_after_fork_cuts_the_queue_at_a_producer_stopped_mid_
   BOOST_TEST(q.empty());
   let_go = true; // in the test the stopped producer still exists: it links into a node already popped
   producer.join();
+}
+// wait_for_link: a consumer that must have the next node while its producer is stopped
+// between its exchange and its link blocks - it does not spin (its CPU time over 300 ms
+// stays a small part of it) - and takes the node once the producer links (its wake-up).
+template <bool Counted>
+void a_consumer_blocks_on_a_stopped_producer() {
+  held = false;
+  let_go = false;
+  metronome::detail::basic_task_queue<Counted> q;
+  std::vector<std::unique_ptr<item>> items;
+  for (int i = 0; i < 2; ++i) items.push_back(std::make_unique<item>(0, i));
+  q.push(items[0].get());
+  test_hook = &hold_before_link;
+  std::thread producer([&] { q.push(items[1].get()); });
+  while (!held.load()) std::this_thread::yield();
+  test_hook = nullptr;
+  std::atomic<int> got{-1};
+  std::atomic<bool> first{false};
+  std::thread consumer([&] {
+    auto pop = [&]() -> task_base* {
+      if constexpr (Counted) {
+        return q.pop_wait();
+      } else {
+        for (;;) {
+          if (task_base* t = q.pop_sole_consumer()) return t;
+          q.wait_for_link_sole_consumer();
+        }
+      }
+    };
+    first = static_cast<item*>(pop())->seq == 0;
+    got = static_cast<item*>(pop())->seq; // blocks: the second node is not linked yet
+  });
+  clockid_t cpu{};
+  BOOST_REQUIRE(::pthread_getcpuclockid(consumer.native_handle(), &cpu) == 0);
+  auto cpu_ms = [&] {
+    timespec ts{};
+    ::clock_gettime(cpu, &ts);
+    return ts.tv_sec * 1000.0 + ts.tv_nsec / 1e6;
+  };
+  std::this_thread::sleep_for(std::chrono::milliseconds(50)); // let it reach the wait
+  const double before = cpu_ms();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300)); // (the measured window; nothing waits on it)
+  const double burnt = cpu_ms() - before;
+  BOOST_TEST(got.load() == -1);
+  BOOST_TEST(burnt < 60.0, "the waiting consumer used " << burnt << " ms of CPU in 300 ms: it spins");
+  let_go = true;
+  producer.join();
+  consumer.join();
+  BOOST_TEST(first.load());
+  BOOST_TEST(got.load() == 1);
+}
+
+BOOST_AUTO_TEST_CASE(a_consumer_waiting_for_a_stopped_producer_s_link_blocks_and_takes_the_node_when_linked) {
+  a_consumer_blocks_on_a_stopped_producer<true>();  // the pool's ready queue: pop_wait
+  a_consumer_blocks_on_a_stopped_producer<false>(); // a serial executor's queue: its drain's wait
 }
 #endif
 
