@@ -8,8 +8,10 @@
 
 #include <metronome/detail/asio.hpp>
 
+#include <concepts>
 #include <cstdint>
 #include <type_traits>
+#include <typeinfo>
 #include <utility>
 
 namespace metronome {
@@ -84,14 +86,21 @@ public:
 private:
   // any_io_executor and its kin: what they hold is known only at run time. Recognised:
   // an Asio strand over a pool's executor (the pool's executor itself needs no hold);
-  // another wrapper over a pool, erased, carries none.
+  // another wrapper over a pool, erased, carries none, and none is recognised without
+  // RTTI. The type is compared here: Asio 1.22's target<T>() casts without looking.
   template <class Executor>
   static hand_over_hold for_type_erased([[maybe_unused]] const Executor& ex) noexcept {
+#if defined(__cpp_rtti) || defined(__GXX_RTTI)
     using strand = net::strand<typename scheduled_thread_pool_of<Executor>::executor_type>;
-    if constexpr (requires { ex.template target<strand>(); }) {
-      if (const strand* s = ex.template target<strand>())
-        return hand_over_hold(&core_access::core(net::query(s->get_inner_executor(), net::execution::context)));
+    if constexpr (requires {
+                    { ex.target_type() == typeid(strand) } -> std::convertible_to<bool>;
+                    ex.template target<strand>();
+                  }) {
+      if (ex.target_type() == typeid(strand))
+        if (const strand* s = ex.template target<strand>())
+          return hand_over_hold(&core_access::core(net::query(s->get_inner_executor(), net::execution::context)));
     }
+#endif
     return {};
   }
 

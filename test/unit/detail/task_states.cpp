@@ -48,6 +48,11 @@ constexpr look cancel_requested_look{scheduled_task_base::running, true, false, 
 constexpr look done_look{scheduled_task_base::done, false, true, false};
 constexpr look cancelled_look{scheduled_task_base::cancelled, false, true, true};
 
+look look_of(from f) {
+  constexpr look looks[] = {pending_look, running_look, cancel_requested_look, done_look, cancelled_look};
+  return looks[static_cast<int>(f)];
+}
+
 // The allowed cells of the table, and the state each leads to. try_rearm is the periodic
 // runner's (a one-shot runner never calls it); running + cancel_requested exists for
 // periodic tasks only.
@@ -144,6 +149,7 @@ void walk(int& allowed_seen, int& refused_seen) {
         scheduled_task_base* t = make_task<Bound>(pool, io, k);
         bring_to(*t, f);
         const look before = look_at(*t);
+        BOOST_TEST((before == look_of(f)), name(f) << ": not reached");
         const bool accepted = apply(*t, e);
         const look after = look_at(*t);
         const std::string where = std::string(k == kind::periodic ? "periodic" : "one-shot") + (Bound ? ", bound" : "") +
