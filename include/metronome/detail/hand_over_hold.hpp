@@ -25,6 +25,17 @@ namespace metronome::detail {
 template <class E>
 struct is_own_pool_executor : std::false_type {};
 
+// The execution context an executor names (void when it names none).
+template <class E>
+struct context_of {
+  using type = void;
+};
+template <class E>
+  requires requires(const E& ex) { net::query(ex, net::execution::context); }
+struct context_of<E> {
+  using type = std::remove_cvref_t<decltype(net::query(std::declval<const E&>(), net::execution::context))>;
+};
+
 // The library hands work a pool accepted (a bound task, an operation's completion, a
 // wheel timeout bound to an executor) to its executor. When that executor runs on the
 // pool but is not the pool's own (an Asio strand over it, a serial executor, an
@@ -67,20 +78,14 @@ public:
   // not that pool's own executor.
   template <class Executor>
   static hand_over_hold for_executor(const Executor& ex) noexcept {
-    if constexpr (is_own_pool_executor<Executor>::value) {
+    using context = typename context_of<Executor>::type;
+    constexpr bool own = is_own_pool_executor<Executor>::value;
+    if constexpr (!own && std::is_same_v<context, net::execution_context>)
+      return for_type_erased(ex);
+    else if constexpr (!own && std::is_base_of_v<scheduled_thread_pool, context>)
+      return hand_over_hold(&core_access::core(net::query(ex, net::execution::context)));
+    else
       return {};
-    } else if constexpr (requires { net::query(ex, net::execution::context); }) {
-      using context = std::remove_reference_t<decltype(net::query(ex, net::execution::context))>;
-      if constexpr (std::is_base_of_v<scheduled_thread_pool, std::remove_cv_t<context>>) {
-        return hand_over_hold(&core_access::core(net::query(ex, net::execution::context)));
-      } else if constexpr (std::is_same_v<std::remove_cv_t<context>, net::execution_context>) {
-        return for_type_erased(ex);
-      } else {
-        return {};
-      }
-    } else {
-      return {};
-    }
   }
 
 private:
@@ -135,7 +140,7 @@ template <class F, class Hold>
 class held_function {
 public:
   held_function(F f, Hold hold) : f_(std::move(f)), hold_(std::move(hold)) {}
-  held_function(held_function&&) = default;
+  held_function(held_function&&) noexcept(std::is_nothrow_move_constructible_v<F>) = default;
   held_function& operator=(held_function&&) = delete;
 
   using allocator_type = net::associated_allocator_t<F>;
@@ -153,14 +158,9 @@ private:
 
 template <class Executor>
 constexpr bool may_run_on_a_pool() noexcept {
-  if constexpr (is_own_pool_executor<Executor>::value) {
-    return false;
-  } else if constexpr (requires(const Executor& ex) { net::query(ex, net::execution::context); }) {
-    using context = std::remove_cvref_t<decltype(net::query(std::declval<const Executor&>(), net::execution::context))>;
-    return std::is_base_of_v<scheduled_thread_pool, context> || std::is_same_v<context, net::execution_context>;
-  } else {
-    return false;
-  }
+  using context = typename context_of<Executor>::type;
+  return !is_own_pool_executor<Executor>::value &&
+         (std::is_same_v<context, net::execution_context> || std::is_base_of_v<scheduled_thread_pool, context>);
 }
 
 // The hold that work handed to an Executor carries.
