@@ -95,9 +95,117 @@ void delayed_wakeups(errors& errs, std::uint64_t seed, int& rounds, long long& w
   }
 }
 
+// Far tasks of the delay queue (due 0-40 ms ahead: most wait in its far levels and move
+// into its heap as the time comes) while two threads cancel and reset them as they move.
+// Each runs once or is cancelled (cancel() true), never both; none runs before its due
+// time; and on a one-thread pool the tasks that kept their key and were queued with it
+// (due after the last submission) run in (due, submission) order.
+void far_tasks_race_cancels(errors& errs, std::uint64_t seed, int& rounds) {
+  std::mt19937_64 rng(seed);
+  scheduled_thread_pool pool(1);
+  budget b(std::chrono::milliseconds(scaled(3000, 4000)), 5, 3000);
+  struct item {
+    scheduled_future<void> h;
+    long long due = 0;           // metronome::clock, ns
+    long long not_before = 0;    // after a reset: its new due time is at least this
+    std::atomic<int> runs{0};
+    std::atomic<long long> started{0};
+    bool cancelled = false, reset = false;
+  };
+  using mclock = metronome::clock;
+  auto ns_of = [](mclock::time_point t) { return static_cast<long long>(t.time_since_epoch().count()); };
+  while (b.next()) {
+    const int n = 200 + static_cast<int>(rng() % 300);
+    std::vector<item> items(static_cast<std::size_t>(n));
+    std::vector<int> order; // appended by the pool's one thread only
+    order.reserve(static_cast<std::size_t>(n));
+    const auto base = mclock::now();
+    for (int i = 0; i < n; ++i) {
+      const auto due = base + std::chrono::microseconds(rng() % 40000);
+      item& it = items[static_cast<std::size_t>(i)];
+      it.due = it.not_before = ns_of(due);
+      it.h = pool.schedule_at(
+          [&it, &order, i, ns_of] {
+            it.started.store(ns_of(mclock::now()));
+            it.runs.fetch_add(1);
+            order.push_back(i);
+          },
+          due);
+    }
+    const long long submitted = ns_of(mclock::now());
+    // Two threads on disjoint halves (even, odd) cancel or reset at random while the
+    // tasks move from the far levels into the heap and run.
+    auto meddle = [&](int parity, std::uint64_t s) {
+      std::mt19937_64 r(s);
+      for (int k = 0; k < n; ++k) {
+        const int i = static_cast<int>(r() % static_cast<std::uint64_t>((n + 1 - parity) / 2)) * 2 + parity;
+        if (i >= n) continue;
+        item& it = items[static_cast<std::size_t>(i)];
+        if (it.cancelled) continue;
+        if (r() % 3 == 0) {
+          const auto d = std::chrono::microseconds(r() % 20000);
+          const long long before = ns_of(mclock::now()) + std::chrono::nanoseconds(d).count();
+          if (it.h.reset(d)) {
+            it.reset = true;
+            it.not_before = before;
+          }
+        } else if (r() % 2 == 0) {
+          it.cancelled = it.h.cancel();
+        }
+        if (r() % 8 == 0) std::this_thread::sleep_for(std::chrono::microseconds(r() % 300));
+      }
+    };
+    std::thread other(meddle, 1, rng());
+    meddle(0, rng());
+    other.join();
+    for (int i = 0; i < n; ++i) {
+      item& it = items[static_cast<std::size_t>(i)];
+      if (it.cancelled) continue;
+      if (it.h.wait_for(std::chrono::seconds(scaled(10, 30))) != std::future_status::ready) {
+        errs.add(fmt("round %d: task %d (not cancelled) never ran", b.rounds(), i));
+        pool.shutdown_now();
+        return;
+      }
+    }
+    // Every run is over (each handle is ready, and cancelled ones never start): the pool's
+    // thread wrote `order` before it completed them.
+    for (int i = 0; i < n; ++i) {
+      const item& it = items[static_cast<std::size_t>(i)];
+      const int runs = it.runs.load();
+      if (runs != (it.cancelled ? 0 : 1))
+        errs.add(fmt("round %d: task %d ran %d times (cancel() said %s)", b.rounds(), i, runs,
+                     it.cancelled ? "true" : "false"));
+      else if (runs == 1 && it.started.load() < it.not_before)
+        errs.add(fmt("round %d: task %d ran %lld us early", b.rounds(), i, (it.not_before - it.started.load()) / 1000));
+    }
+    const item* prev = nullptr;
+    int prev_i = -1;
+    for (int i : order) {
+      const item& it = items[static_cast<std::size_t>(i)];
+      if (it.reset || it.due <= submitted) continue;
+      if (prev && (it.due < prev->due || (it.due == prev->due && i < prev_i)))
+        errs.add(fmt("round %d: task %d (due +%lld us) ran after task %d (due +%lld us)", b.rounds(), i,
+                     (it.due - ns_of(base)) / 1000, prev_i, (prev->due - ns_of(base)) / 1000));
+      prev = &it;
+      prev_i = i;
+    }
+    ++rounds;
+  }
+}
+
 } // namespace
 
 BOOST_AUTO_TEST_SUITE(stress_suite)
+
+BOOST_AUTO_TEST_CASE(far_tasks_move_into_the_heap_while_others_cancel_and_reset_them) {
+  errors errs;
+  int rounds = 0;
+  far_tasks_race_cancels(errs, run_seed, rounds);
+  findings f;
+  f.take(errs, fmt("seed %llu", static_cast<unsigned long long>(run_seed)));
+  f.report("far tasks against cancels", rounds + 1);
+  BOOST_TEST_MESSAGE("far tasks against cancels: " << rounds << " rounds, seed " << run_seed);
+}
 
 BOOST_AUTO_TEST_CASE(delayed_wakeups_are_not_lost) {
   errors errs;
