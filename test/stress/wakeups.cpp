@@ -95,12 +95,14 @@ void delayed_wakeups(errors& errs, std::uint64_t seed, int& rounds, long long& w
   }
 }
 
-// Far tasks of the delay queue (due 0-40 ms ahead: most wait in its far levels and move
-// into its heap as the time comes) while two threads cancel and reset them as they move.
-// Each runs once or is cancelled (cancel() true), never both; none runs before its due
-// time; and on a one-thread pool the tasks that kept their key and were queued with it
-// (due after the last submission) run in (due, submission) order.
-void far_tasks_race_cancels(errors& errs, std::uint64_t seed, int& rounds) {
+// A few hundred delayed tasks at random due times (0-40 ms ahead, out of order, so they
+// sit in the delay queue's heap, not its run) while two threads cancel and reset them as
+// they fall due. Each runs once or is cancelled (cancel() true), never both; none runs
+// before its due time; and on a one-thread pool the tasks that kept their key and were
+// queued with it (due after the last submission) run in (due, submission) order.
+// (Written for a timing-wheel delay queue that was measured and not kept - see the
+// "Delay queue" card in docs/design.md - and kept as the delay queue's stress test.)
+void delayed_tasks_race_cancels(errors& errs, std::uint64_t seed, int& rounds) {
   std::mt19937_64 rng(seed);
   scheduled_thread_pool pool(1);
   budget b(std::chrono::milliseconds(scaled(3000, 4000)), 5, 3000);
@@ -134,7 +136,7 @@ void far_tasks_race_cancels(errors& errs, std::uint64_t seed, int& rounds) {
     }
     const long long submitted = ns_of(mclock::now());
     // Two threads on disjoint halves (even, odd) cancel or reset at random while the
-    // tasks move from the far levels into the heap and run.
+    // tasks fall due and run.
     auto meddle = [&](int parity, std::uint64_t s) {
       std::mt19937_64 r(s);
       for (int k = 0; k < n; ++k) {
@@ -197,14 +199,14 @@ void far_tasks_race_cancels(errors& errs, std::uint64_t seed, int& rounds) {
 
 BOOST_AUTO_TEST_SUITE(stress_suite)
 
-BOOST_AUTO_TEST_CASE(far_tasks_move_into_the_heap_while_others_cancel_and_reset_them) {
+BOOST_AUTO_TEST_CASE(delayed_tasks_race_cancels_and_resets_and_run_in_due_order) {
   errors errs;
   int rounds = 0;
-  far_tasks_race_cancels(errs, run_seed, rounds);
+  delayed_tasks_race_cancels(errs, run_seed, rounds);
   findings f;
   f.take(errs, fmt("seed %llu", static_cast<unsigned long long>(run_seed)));
-  f.report("far tasks against cancels", rounds + 1);
-  BOOST_TEST_MESSAGE("far tasks against cancels: " << rounds << " rounds, seed " << run_seed);
+  f.report("delayed tasks against cancels", rounds + 1);
+  BOOST_TEST_MESSAGE("delayed tasks against cancels: " << rounds << " rounds, seed " << run_seed);
 }
 
 BOOST_AUTO_TEST_CASE(delayed_wakeups_are_not_lost) {
