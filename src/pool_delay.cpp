@@ -67,7 +67,7 @@ void pool_engine::submit_scheduled(scheduled_task_base* t, clock::time_point due
     return;
   }
   try {
-    heap_push(lk, t); // grows the heap here, on the caller, or throws with nothing queued
+    heap_push(lk, t, current); // grows the heap here, on the caller, or throws with nothing queued
   } catch (...) {
     lk.unlock();
     t->finish_cancelled();
@@ -131,10 +131,10 @@ void pool_engine::reject_scheduled(scheduled_task_base* t, bool timed) {
 // ---------------------------------------------------------------- heap
 
 // May throw (std::bad_alloc, std::length_error) with nothing changed.
-void pool_engine::heap_push(const held_lock& lk, timed_node* n) {
+void pool_engine::heap_push(const held_lock& lk, timed_node* n, clock::time_point current) {
   assert_held(lk, mtx_);
   n->timed_ = true;
-  if (heap_.push(n, next_seq_++)) heap_changed(lk);
+  if (heap_.push(n, next_seq_++, current.time_since_epoch().count())) heap_changed(lk);
   if (is_tick(n)) ++ticks_in_heap_;
 }
 
@@ -193,6 +193,7 @@ std::size_t pool_engine::promote_due(const held_lock& lk, clock::time_point curr
   task_chain ready;
   bool popped = false;
   const clock::rep limit = current.time_since_epoch().count();
+  heap_.advance(limit); // the buckets' window follows the time
   while (!heap_.empty() && heap_.top_due() <= limit) {
     timed_node* n = heap_.pop();
     popped = true;
@@ -341,7 +342,7 @@ bool pool_engine::add_wait(wait_node* n, clock::time_point due, clock::time_poin
     std::unique_lock lk(mtx_);
     if (state_.terminated()) return false;
     if (!state_.at_least(lifecycle::shutdown) || n->untracked_) {
-      heap_push(lk, n); // may throw std::bad_alloc with nothing queued
+      heap_push(lk, n, current); // may throw std::bad_alloc with nothing queued
       ask_clock_after_outside_push(lk);
       return true;
     }
@@ -677,7 +678,7 @@ void pool_engine::reschedule(scheduled_task_base* t, clock::time_point started) 
   t->timed_ = true; // every run after the first has a due time, even one already passed
   if (next > current) {
     try {
-      heap_push(lk, t);
+      heap_push(lk, t, current);
       return;
     } catch (...) {
       // Out of memory for the next run: the task ends with the error (its handle's get()

@@ -352,7 +352,7 @@ private:
   enum class promoter { by_worker, by_producer, by_clock }; // see promote() in pool_delay.cpp
   void promote(clock::time_point current, promoter who) noexcept;
   void update_next_due(const held_lock& lk) noexcept;
-  void heap_push(const held_lock& lk, timed_node* n);
+  void heap_push(const held_lock& lk, timed_node* n, clock::time_point current);
   void ask_clock_after_outside_push(std::unique_lock<std::mutex>& lk) noexcept;
   // Takes n out of the heap if it is there
   // (keeping next_due_ and the heap's storage in step). True when it did.

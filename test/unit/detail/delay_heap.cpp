@@ -22,7 +22,8 @@ struct node : timed_node {
   }
   std::uint64_t seq;
 };
-bool push(delay_heap& heap, timed_node* n) { return heap.push(n, static_cast<node*>(n)->seq); }
+// `now`: the pool's time at the push (where the buckets' window starts).
+bool push(delay_heap& heap, timed_node* n, long long now = 0) { return heap.push(n, static_cast<node*>(n)->seq, now); }
 bool due_before(const timed_node* a, const timed_node* b) {
   return a->due() < b->due() ||
          (a->due() == b->due() && static_cast<const node*>(a)->seq < static_cast<const node*>(b)->seq);
@@ -164,6 +165,7 @@ BOOST_AUTO_TEST_CASE(holes_left_by_removals_are_squeezed_and_storage_given_back)
 // the clock's range), pops, removals, re-keys, remove_if, drain. The head, the size and
 // each node's "queued" mark agree with the reference after every step.
 BOOST_AUTO_TEST_CASE(random_operations_agree_with_an_ordered_set) {
+  bool bucketed_seen = false, beyond_seen = false; // every part took part
   for (unsigned seed = 1; seed <= 20; ++seed) {
     std::mt19937 rng(seed);
     delay_heap heap;
@@ -189,11 +191,15 @@ BOOST_AUTO_TEST_CASE(random_operations_agree_with_an_ordered_set) {
     for (int step = 0; step < 4000; ++step) {
       const unsigned op = rng() % 100;
       clock += static_cast<long long>(rng() % 3);
+      if (rng() % 50 == 0) { // time moves on by up to 2^31 ns: the buckets' window follows
+        clock += static_cast<long long>(rng() % (1u << 31));
+        heap.advance(clock);
+      }
       if (op < 40 || model.empty()) { // push: mostly "now + one length", sometimes anything
         const long long due = any_due(rng, clock);
         nodes.push_back(std::make_unique<node>(due, seq++));
         node* n = nodes.back().get();
-        const bool head = push(heap, n);
+        const bool head = push(heap, n, clock);
         model.insert(key_of(n));
         BOOST_REQUIRE(head == (std::get<2>(*model.begin()) == n));
       } else if (op < 60) { // pop
@@ -231,6 +237,8 @@ BOOST_AUTO_TEST_CASE(random_operations_agree_with_an_ordered_set) {
       }
       if (step % 7 == 0) heap.shrink_if_sparse();
       check();
+      bucketed_seen = bucketed_seen || heap.bucketed() > 0;
+      beyond_seen = beyond_seen || heap.beyond() > 0;
       for (const auto& k : model) BOOST_REQUIRE(std::get<2>(k)->heap_index_ != not_in_heap);
     }
     std::vector<timed_node*> out;
@@ -240,6 +248,8 @@ BOOST_AUTO_TEST_CASE(random_operations_agree_with_an_ordered_set) {
     for (const auto& k : model) BOOST_REQUIRE(out[i++] == std::get<2>(k));
     BOOST_REQUIRE(heap.empty());
   }
+  BOOST_TEST(bucketed_seen);
+  BOOST_TEST(beyond_seen);
 }
 
 BOOST_AUTO_TEST_CASE(push_reports_a_new_head) {
@@ -310,6 +320,91 @@ BOOST_AUTO_TEST_CASE(drain_gives_due_then_fifo_order) {
     BOOST_TEST(!due_before(out[i], out[i - 1]));
     BOOST_TEST(out[i]->heap_index_ == not_in_heap);
   }
+}
+
+// With a million-timer spread (random delays of 0-200 ms, pushed at the same time), the
+// nodes wait in buckets and the near heap holds only the earliest: every node still comes
+// out in order, also after 5,000 cancels of any of them, and the storage goes back.
+BOOST_AUTO_TEST_CASE(spread_nodes_wait_in_buckets_and_come_out_in_order) {
+  std::mt19937 rng(5);
+  delay_heap heap;
+  const long long start = 3'000'000'000'000LL;
+  std::vector<std::unique_ptr<node>> nodes;
+  for (std::uint64_t i = 0; i < 20000; ++i) {
+    nodes.push_back(std::make_unique<node>(start + static_cast<long long>(rng() % 200'000'000), i));
+    push(heap, nodes.back().get(), start);
+  }
+  BOOST_TEST(heap.size() == 20000u);
+  BOOST_TEST(heap.bucketed() > 18000u); // the run and the near heap hold the few records
+  std::shuffle(nodes.begin(), nodes.end(), rng);
+  for (std::size_t i = 0; i < 5000; ++i) {
+    heap.remove(nodes[i].get());
+    BOOST_TEST(nodes[i]->heap_index_ == not_in_heap);
+  }
+  std::vector<timed_node*> out;
+  while (!heap.empty()) {
+    heap.advance(heap.top_due()); // the pool's time reaches each node as it pops
+    out.push_back(heap.pop());
+  }
+  BOOST_TEST(out.size() == 15000u);
+  BOOST_TEST(std::is_sorted(out.begin(), out.end(), due_before));
+  BOOST_TEST(heap.bucketed() == 0u);
+  heap.shrink_if_sparse();
+  BOOST_TEST(heap.capacity() <= 1024u); // the arena and the near heap's room given back
+}
+
+// Nodes due after the window (a second ahead) wait in the beyond heap and move into
+// buckets as the window follows the time, whole units at a time; a jump of the time past
+// some of them puts those in the near heap. Order holds throughout.
+BOOST_AUTO_TEST_CASE(beyond_nodes_move_into_the_window_as_time_moves) {
+  std::mt19937 rng(9);
+  delay_heap heap;
+  const long long start = 1'000'000'000LL, second = 1'000'000'000LL;
+  std::vector<std::unique_ptr<node>> nodes;
+  for (std::uint64_t i = 0; i < 6000; ++i) {
+    nodes.push_back(std::make_unique<node>(start + second + static_cast<long long>(rng() % (10 * second)), i));
+    push(heap, nodes.back().get(), start);
+  }
+  BOOST_TEST(heap.beyond() > 5000u);
+  heap.advance(start + 3 * second); // about 2/10 of them come within the window
+  BOOST_TEST(heap.beyond() < 5000u);
+  BOOST_TEST(heap.bucketed() > 0u);
+  heap.advance(start + 6 * second); // a jump past some of them
+  std::vector<timed_node*> out;
+  while (!heap.empty()) out.push_back(heap.pop());
+  BOOST_TEST(out.size() == 6000u);
+  BOOST_TEST(std::is_sorted(out.begin(), out.end(), due_before));
+}
+
+// A node re-keyed between the parts (buckets, the near heap, beyond the window) lands
+// where its new key puts it, and reports the head.
+BOOST_AUTO_TEST_CASE(rekey_moves_nodes_between_the_parts) {
+  delay_heap heap;
+  const long long ms = 1'000'000, start = 5'000 * ms;
+  node a(start + 500 * ms, 0), h(start + 10 * ms, 1), c(start + 900 * ms, 2), b(start + 100 * ms, 3),
+      d(start + 5'000 * ms, 4);
+  push(heap, &a, start); // the run
+  push(heap, &h, start); // before the run's last: a bucket, taken into the near heap
+  push(heap, &c, start); // the run
+  push(heap, &b, start); // a bucket
+  push(heap, &d, start); // the run
+  BOOST_TEST(heap.bucketed() == 1u);
+  bool head = false;
+  BOOST_TEST(heap.rekey(&b, start + 5 * ms, 5, head)); // bucket -> the head
+  b.seq = 5;
+  b.set_due(mclock::time_point(mclock::duration(start + 5 * ms)));
+  BOOST_TEST(head);
+  BOOST_TEST(heap.rekey(&h, start + 3'000 * ms, 6, head)); // in the near heap, in place: later
+  h.seq = 6;
+  h.set_due(mclock::time_point(mclock::duration(start + 3'000 * ms)));
+  BOOST_TEST(!head);
+  BOOST_TEST(heap.rekey(&a, start + 2'000 * ms, 7, head)); // run -> beyond the window
+  a.seq = 7;
+  a.set_due(mclock::time_point(mclock::duration(start + 2'000 * ms)));
+  BOOST_TEST(!head);
+  const std::vector<timed_node*> want{&b, &c, &a, &h, &d};
+  for (timed_node* n : want) BOOST_TEST(heap.pop() == n);
+  BOOST_TEST(heap.empty());
 }
 
 BOOST_AUTO_TEST_SUITE_END()
