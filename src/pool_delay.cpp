@@ -349,7 +349,11 @@ bool pool_engine::add_wait(wait_node* n, clock::time_point due, clock::time_poin
   }
   if (state_.at_least(lifecycle::shutdown)) n->aborted_ = true;
   // Its time had passed at initiation: its start counts as queue wait from now, as typed
-  // work's whose delay had passed (record_wait_start).
+  // work's whose delay had passed (record_wait_start). It queues behind the waits and
+  // tasks already due (promoted first, one load when none is), as typed work due now
+  // does: waits of one due time complete in initiation order. Tested by
+  // `a_wait_initiated_past_its_due_time_queues_behind_waits_already_due`.
+  promote_due_before(current);
   if (due < current) n->set_due(current);
   push_ready(n);
   return true;

@@ -21,6 +21,7 @@
 #include <memory>
 #include <stdexcept>
 #include <thread>
+#include <vector>
 
 namespace net = metronome::net;
 using metronome::detail::as_tuple; // net::experimental::as_tuple in Asio 1.22
@@ -46,6 +47,30 @@ BOOST_AUTO_TEST_CASE(callback_completes_when_due_not_before) {
   BOOST_TEST((f.wait_for(20ms) == std::future_status::timeout));
   c.advance(1ms);
   BOOST_TEST(!f.get());
+}
+
+// A wait initiated after its due time has passed queues behind the waits already due:
+// two waits with one due time complete in initiation order, also when nobody promoted the
+// first before the second was initiated (the pool's only worker is held busy meanwhile).
+BOOST_AUTO_TEST_CASE(a_wait_initiated_past_its_due_time_queues_behind_waits_already_due) {
+  scheduled_thread_pool pool(1);
+  metronome::test::gate release;
+  metronome::test::counter started, done;
+  BOOST_REQUIRE(metronome::test::occupy_worker(pool, release, started));
+  std::vector<int> order; // written by the pool's one thread only
+  const auto due = metronome::clock::now() + 1ms;
+  async_delay_until(pool.get_executor(), due, [&](error_code) {
+    order.push_back(1);
+    done.add();
+  });
+  while (metronome::clock::now() <= due) std::this_thread::yield(); // its time passes; nobody promotes it
+  async_delay_until(pool.get_executor(), due, [&](error_code) {
+    order.push_back(2);
+    done.add();
+  });
+  release.open();
+  BOOST_REQUIRE(done.wait_for_at_least(2));
+  BOOST_TEST(order == (std::vector<int>{1, 2}), boost::test_tools::per_element());
 }
 
 BOOST_AUTO_TEST_CASE(zero_delay_never_completes_inside_the_initiating_call) {
