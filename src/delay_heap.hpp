@@ -103,11 +103,7 @@ public:
       if (count_ == ring_size_ && !try_grow_ring()) squeeze_run(); // the hole makes room
       append_run(e);
     } else { // anywhere else: the room first, so that nothing has changed on failure
-      try {
-        reserve_room(fits_run(e));
-      } catch (...) {
-        return false;
-      }
+      if (!succeeds([&] { reserve_room(fits_run(e)); })) return false;
       take_out(n);
       if (fits_run(e))
         append_run(e);
@@ -142,7 +138,7 @@ public:
         beyond_.remove_at(0);
         near_.push(e);
       } else {
-        if (free_ == nil && !try_grow_arena()) break;
+        if (free_ == nil && !succeeds([&] { grow_arena(); })) break;
         beyond_.remove_at(0);
         bucket_link(take_free(), e);
       }
@@ -317,14 +313,6 @@ private:
     arena_.back().next = free_;
     free_ = static_cast<std::uint32_t>(arena_.size() - 1);
   }
-  bool try_grow_arena() noexcept {
-    try {
-      grow_arena();
-      return true;
-    } catch (...) {
-      return false;
-    }
-  }
   std::uint32_t take_free() noexcept { // free_ != nil
     const std::uint32_t i = free_;
     free_ = arena_[i].next;
@@ -470,20 +458,18 @@ private:
   }
 
   void grow_ring() { resize_ring_or_throw(ring_size_ == 0 ? 64 : ring_size_ * 2); }
-  bool try_grow_ring() noexcept {
+  // Runs f, which may throw with nothing changed: whether it succeeded.
+  template <class F>
+  static bool succeeds(F&& f) noexcept {
     try {
-      grow_ring();
+      f();
       return true;
     } catch (...) {
       return false;
     }
   }
-  void resize_ring(std::size_t size) noexcept {
-    try {
-      resize_ring_or_throw(size);
-    } catch (...) {
-    }
-  }
+  bool try_grow_ring() noexcept { return succeeds([&] { grow_ring(); }); }
+  void resize_ring(std::size_t size) noexcept { succeeds([&] { resize_ring_or_throw(size); }); }
   // Moves the run to a ring of `size` (a power of two, at least count_), front first;
   // the nodes keep their numbers.
   void resize_ring_or_throw(std::size_t size) {
