@@ -22,6 +22,18 @@ inline bool key_before(const delay_entry& a, const delay_entry& b) noexcept {
   return a.due < b.due || (a.due == b.due && a.seq < b.seq);
 }
 
+// Runs f, which may throw with nothing changed: whether it succeeded. The delay queue's
+// parts grow their storage this way inside noexcept removals and re-keys.
+template <class F>
+bool succeeds(F&& f) noexcept {
+  try {
+    f();
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
+
 // A 4-ary min-heap of entries (the four children of a slot share two cache lines). A
 // node's heap_index_ is tag | its slot, so that it can be removed from anywhere in
 // O(log n). Slots stay below max_size.
