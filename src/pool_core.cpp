@@ -345,8 +345,7 @@ task_base* pool_engine::park(worker& w, std::unique_lock<std::mutex>& lk) {
         return retry_marker;
       }
     }
-    if ((state_.at_least(lifecycle::shutdown) || ending_.joining) &&
-        idle_for_termination(lk, ending_.closer_in_pool ? 2 : 1)) {
+    if (state_.seeks_termination() && idle_for_termination(lk, state_.closer_in_pool ? 2 : 1)) {
       terminate(lk);
       if (state_.terminated()) return nullptr;
       if (reactor_waiter_ == nullptr) return retry_marker; // backed off: a producer got in

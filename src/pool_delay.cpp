@@ -22,7 +22,7 @@ void pool_engine::submit_scheduled(scheduled_task_base* t, clock::time_point due
   if (due <= current) {
     promote_due_before(current);
     t->set_due(current);
-    if (state_.at_least(lifecycle::shutdown) || state_.terminated()) {
+    if (state_.refuses_new_work()) {
       reject_scheduled(t, false);
       return;
     }
@@ -61,7 +61,7 @@ void pool_engine::submit_scheduled(scheduled_task_base* t, clock::time_point due
     t->release();
     return;
   }
-  if (state_.at_least(lifecycle::shutdown) || state_.terminated()) {
+  if (state_.refuses_new_work()) {
     lk.unlock();
     reject_scheduled(t, true);
     return;
@@ -242,7 +242,7 @@ void pool_engine::leave_transit(const held_lock& lk) noexcept {
   assert_held(lk, mtx_);
   if (--in_transit_ != 0) return;
   if (host_) terminated_cv_.notify_all(); // close_hosted() waits for the last one
-  if (state_.at_least(lifecycle::shutdown) || ending_.joining) wake_all(lk);
+  if (state_.seeks_termination()) wake_all(lk);
 }
 
 void pool_engine::cancel_delivered() noexcept {
@@ -670,9 +670,7 @@ void pool_engine::reschedule(scheduled_task_base* t, clock::time_point started) 
                : next_periodic_due(x.fixed_delay, x.periodic.missed, x.period, t->due(), started, current);
 
   std::unique_lock lk(mtx_);
-  const bool stop = state_.at_least(lifecycle::stop) || ending_.closing ||
-                    (state_.at_least(lifecycle::shutdown) && !opts_.continue_periodic_after_shutdown);
-  if (stop || !t->try_rearm()) {
+  if (state_.ends_periodic(opts_.continue_periodic_after_shutdown) || !t->try_rearm()) {
     lk.unlock();
     t->finish_cancelled(true);
     t->release();

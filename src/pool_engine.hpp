@@ -12,6 +12,7 @@
 
 #include "delay_heap.hpp"
 #include "held_lock.hpp"
+#include "lifecycle.hpp"
 
 #include <metronome/detail/asio.hpp>
 #include <metronome/detail/asio_internals.hpp>
@@ -41,43 +42,6 @@ void init_library_thread(const std::string& name) noexcept;
 
 struct worker;
 struct reactor_timer;
-
-// The pool's lifecycle in one atomic word, as Java's ThreadPoolExecutor keeps its run
-// state in `ctl`: a phase that only moves forward, running -> shutdown -> stop, and
-// whether the pool has terminated. Termination is a bit beside the phase, not a fourth
-// phase: a pool terminates from any phase (join() without shutdown() ends a running pool
-// once its work runs out; a failed start ends it at once), and terminate() takes
-// a termination back when a producer pushed meanwhile. Each phase's bits contain the
-// previous one's, so that moving forward is one fetch_or and never moves back (close()
-// after shutdown_now() asks for shutdown and stays stopped). Writers hold mtx_; readers
-// need no lock. Every access is seq_cst unless the caller asks for less.
-class lifecycle {
-public:
-  enum phase : std::uint8_t { running = 0, shutdown = 1, stop = 3 };
-
-  bool at_least(phase p, std::memory_order o = std::memory_order_seq_cst) const noexcept {
-    return (word_.load(o) & p) == p;
-  }
-  bool terminated(std::memory_order o = std::memory_order_seq_cst) const noexcept {
-    return (word_.load(o) & terminated_bit) != 0;
-  }
-  // running -> shutdown (shutdown(), close()), -> stop (shutdown_now(), close_hosted()).
-  void advance_to(phase p) noexcept {
-    assert(p != running && "metronome: the lifecycle never moves back to running");
-    word_.fetch_or(p, std::memory_order_seq_cst);
-  }
-  // terminate(), a failed start, close_hosted(), a forked child.
-  void set_terminated() noexcept { word_.fetch_or(terminated_bit, std::memory_order_seq_cst); }
-  // terminate()'s back-off: work was pushed between its check and its store.
-  void take_back_termination() noexcept {
-    assert(terminated(std::memory_order_relaxed) && "metronome: no termination to take back");
-    word_.fetch_and(static_cast<std::uint8_t>(~terminated_bit), std::memory_order_seq_cst);
-  }
-
-private:
-  static constexpr std::uint8_t terminated_bit = 4;
-  std::atomic<std::uint8_t> word_{running};
-};
 
 // The counters behind pool_stats::queue_wait and ::lateness.
 struct latency_counters {
@@ -291,7 +255,7 @@ public:
   // child, keep this one going (a hosted core: restart_after_fork(); its context's
   // threads drive it) or leave it terminated (a pool: its work stays the parent's; it is
   // dropped unrun when the child destroys the pool).
-  void restart_after_fork() noexcept { ending_.restart_after_fork.store(true, std::memory_order_relaxed); }
+  void restart_after_fork() noexcept { state_.restart_after_fork.store(true, std::memory_order_relaxed); }
   void lock_for_fork() noexcept;
   void unlock_after_fork() noexcept;
   void restart_in_child() noexcept;
@@ -423,19 +387,6 @@ private:
   int awake_ = 0;       // live workers not parked
   int in_transit_ = 0;  // promotions whose serial drains, and cancels whose completions, are not delivered yet
   std::size_t ticks_in_heap_ = 0; // untracked waits (wheels' ticks) in heap_: not work that keeps the pool busy
-  // How the pool is being ended, beside its lifecycle (state_): who ends it and from
-  // where, not phases - none orders with another or with the phase (join() ends a pool
-  // that is not shut down), so each is a flag of its own. Under mtx_, except
-  // forked_child (written in a forked child before it has other threads) and
-  // restart_after_fork (atomic: set before the pool is shared, read by the fork hooks).
-  struct ending_flags {
-    bool joining = false;                        // join() waits: idle workers terminate the pool once its work runs out
-    bool closing = false;                        // close() (the destructor): tracked work no longer keeps the pool
-    bool closer_in_pool = false;                 // ... and close() runs on one of our workers, which stays awake
-    bool forked_child = false;                   // a pool of the parent, in a forked child (terminate_in_child)
-    std::atomic<bool> restart_after_fork{false}; // in a forked child, keep going (a hosted core)
-  };
-  ending_flags ending_;
   pool_engine* fork_prev_ = nullptr; // the fork registry's list (pool_lifecycle.cpp)
   pool_engine* fork_next_ = nullptr;
   std::size_t next_worker_id_ = 1;
@@ -445,7 +396,7 @@ private:
   // head changes, read without it by workers deciding whether to promote.
   std::atomic<clock::rep> next_due_;
 
-  lifecycle state_; // stop: shutdown_now(), nothing more starts
+  lifecycle state_; // its phase, its ending flags and their rules (lifecycle.hpp)
   std::atomic<std::size_t> threads_{0};
   std::atomic<std::size_t> largest_{0};
   std::atomic<std::size_t> rejected_{0};

@@ -49,10 +49,11 @@ Node* reversed(Node* head) noexcept {
 // sees the termination and drops (and reports) its work.
 bool pool_engine::idle_for_termination(const held_lock& lk, int awake_expected) const noexcept {
   assert_held(lk, mtx_);
-  return awake_ == awake_expected && ready_.empty() && heap_.size() == ticks_in_heap_ && in_transit_ == 0 &&
-         wheel_waits_.load() == 0 &&
-         (hand_overs_.load() == 0 || state_.at_least(lifecycle::stop) || ending_.closer_in_pool) &&
-         (tracked_work_.load() == 0 || state_.at_least(lifecycle::shutdown) || ending_.closing);
+  return awake_ == awake_expected &&
+         state_.may_terminate({.queued = !ready_.empty() || heap_.size() != ticks_in_heap_ || in_transit_ != 0,
+                               .wheel_waits = wheel_waits_.load() != 0,
+                               .hand_overs = hand_overs_.load() != 0,
+                               .tracked_work = tracked_work_.load() != 0});
 }
 
 // ---------------------------------------------------------------- hand-overs to a strand
@@ -97,14 +98,14 @@ void pool_engine::end_hand_over(pool_anchor* anchor, std::uint32_t generation) n
   pool_engine* core = engine(anchor->core.load(std::memory_order_relaxed));
   if (!core || anchor->generation != generation) return; // the pool is gone
   if (core->hand_overs_.fetch_sub(1, std::memory_order_relaxed) == 1 &&
-      (core->state_.at_least(lifecycle::shutdown) || core->ending_.joining))
+      core->state_.seeks_termination())
     core->wake_all(lk); // parked workers look for the termination again
 }
 
 void pool_engine::wheel_wait_done() noexcept {
   if (wheel_waits_.fetch_sub(1, std::memory_order_seq_cst) == 1) {
     std::unique_lock lk(mtx_);
-    if (state_.at_least(lifecycle::shutdown) || ending_.joining || ending_.closing) wake_all(lk);
+    if (state_.seeks_termination() || state_.closing) wake_all(lk);
   }
 }
 
@@ -332,7 +333,7 @@ task_base* pool_engine::next_taken(taken_tasks& taken, const net::execution_cont
 }
 
 void pool_engine::close() noexcept {
-  if (ending_.forked_child) {
+  if (state_.forked_child) {
     discard_left_in_child();
     return;
   }
@@ -342,7 +343,7 @@ void pool_engine::close() noexcept {
     {
       std::unique_lock lk(mtx_);
       state_.advance_to(lifecycle::shutdown);
-      ending_.closing = true;
+      state_.closing = true;
       promote_due(lk, now(), owed);
       gone = drain_heap(lk);
       // In transit until discard_chain() has ended them: the tasks' handles queue their
@@ -369,7 +370,7 @@ void pool_engine::close() noexcept {
       run_task(self, t);
     }
     std::unique_lock lk(mtx_);
-    ending_.closer_in_pool = true;
+    state_.closer_in_pool = true;
     if (!state_.terminated() && idle_for_termination(lk, 1)) terminate(lk);
     wake_all(lk);
     this_thread_orphaned = true;
@@ -383,7 +384,7 @@ void pool_engine::join() {
     throw std::logic_error("metronome: join() called from one of the pool's threads");
   {
     std::unique_lock lk(mtx_);
-    ending_.joining = true;
+    state_.joining = true;
     wake_all(lk);
     terminated_cv_.wait(lk, [this] { return state_.terminated(); });
   }
@@ -492,7 +493,7 @@ struct fork_registry {
     for (pool_engine* p = r.head; p; p = p->fork_next_) {
       p->ready_.repair_after_fork(); // a producer of the parent may have stopped mid-push
       p->unlock_after_fork();
-      if (p->ending_.restart_after_fork.load(std::memory_order_relaxed))
+      if (p->state_.restart_after_fork.load(std::memory_order_relaxed))
         p->restart_in_child();
       else
         p->terminate_in_child();
@@ -579,7 +580,7 @@ void pool_engine::restart_in_child() noexcept {
 void pool_engine::terminate_in_child() noexcept {
   std::lock_guard lk(mtx_);
   forget_threads_in_child();
-  ending_.forked_child = true;
+  state_.forked_child = true;
   state_.advance_to(lifecycle::shutdown);
   state_.set_terminated();
 }

@@ -96,8 +96,7 @@ void pool_engine::post(task_base* t, bool continuation, bool internal) noexcept 
   METRONOME_POOL_CALL(calls_);
   worker* w = this_worker;
   const bool inside = w != nullptr && w->pool == this;
-  if (state_.at_least(lifecycle::stop, std::memory_order_acquire) ||
-      (!inside && state_.at_least(lifecycle::shutdown, std::memory_order_acquire) && !internal && !posting_internal)) {
+  if (state_.refuses_post(inside, internal || posting_internal)) {
     drop_outside(t);
     return;
   }
@@ -177,7 +176,7 @@ bool pool_engine::discard_oldest_user_task() noexcept {
 void pool_engine::work_finished() noexcept {
   if (tracked_work_.fetch_sub(1) == 1) {
     std::unique_lock lk(mtx_);
-    if (state_.at_least(lifecycle::shutdown) || ending_.joining) wake_all(lk);
+    if (state_.seeks_termination()) wake_all(lk);
   }
 }
 
