@@ -228,7 +228,7 @@ void pool_engine::worker_main(worker& w) {
       if (stop_hook) run_thread_hook(stop_hook, id, nullptr); // w and the pool are gone
       return;
     }
-    if (!w.has_reactor && (++w.io_tick % 64) == 0) w.has_reactor = reactor_.load(std::memory_order_relaxed) != nullptr;
+    if (!w.has_reactor && (++w.io_tick % 64) == 0) w.has_reactor = reactor_.exists();
     if (w.has_reactor) poll_reactor_if_due(w); // the fairness of I/O under load
   }
   // Continuations left behind by shutdown_now are dropped, and reported.
@@ -266,7 +266,7 @@ task_base* pool_engine::next_task(worker& w) {
 
     // Spin briefly: a producer that sees a spinning worker does not wake anybody. (Not
     // with a reactor: I/O completions wait for a parked worker, as Asio's threads do not spin.)
-    if (reactor_.load(std::memory_order_relaxed) == nullptr) {
+    if (!reactor_.exists()) {
       spinning_.fetch_add(1, std::memory_order_seq_cst);
       for (int i = 0; i < spin_rounds; ++i) {
         if (ready_.maybe_nonempty()) {
@@ -348,7 +348,7 @@ task_base* pool_engine::park(worker& w, std::unique_lock<std::mutex>& lk) {
     if (state_.seeks_termination() && idle_for_termination(lk, state_.closer_in_pool ? 2 : 1)) {
       terminate(lk);
       if (state_.terminated()) return nullptr;
-      if (reactor_waiter_ == nullptr) return retry_marker; // backed off: a producer got in
+      if (reactor_.holder() == nullptr) return retry_marker; // backed off: a producer got in
       // Else the worker in the reactor terminates the pool on its way out: park meanwhile.
     }
 
@@ -361,7 +361,7 @@ task_base* pool_engine::park(worker& w, std::unique_lock<std::mutex>& lk) {
     // when no leader does); else the first to find the heap untimed leads (waits for its
     // head), the others follow (wait to be woken).
     clock_told = false;
-    if (reactor_.load(std::memory_order_relaxed) != nullptr && reactor_waiter_ == nullptr) {
+    if (reactor_.exists() && reactor_.holder() == nullptr) {
       park_in_reactor(w, lk, !heap_.empty() && !manual_ && leader_ == nullptr);
       if (w.local_head) return retry_marker; // a completion deferred work on this thread
       continue;
@@ -457,7 +457,7 @@ void pool_engine::wake_some(const held_lock& lk, std::size_t n) noexcept {
     --n;
   }
   if (n == 0) return;
-  if (leader_ != nullptr && leader_ != reactor_waiter_)
+  if (leader_ != nullptr && leader_ != reactor_.holder())
     leader_cv_.notify_one();
   else
     interrupt_reactor(lk);

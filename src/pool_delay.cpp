@@ -160,14 +160,14 @@ void pool_engine::wake_for_new_head(const held_lock& lk) noexcept {
     return;
   }
   if (leader_ != nullptr) {
-    if (leader_ == reactor_waiter_)
+    if (leader_ == reactor_.holder())
       interrupt_reactor(lk);
     else
       leader_cv_.notify_one();
   } else if (followers_ > wake_tokens_) {
     ++wake_tokens_;
     follower_cv_.notify_one();
-  } else if (reactor_waiter_ != nullptr) {
+  } else if (reactor_.holder() != nullptr) {
     interrupt_reactor(lk); // it waits without a deadline: it comes back to time the heap
   } else if (spinning_.load() == 0 && threads_.load() < max_threads_ && !state_.at_least(lifecycle::shutdown)) {
     // Every worker is busy and none times the heap: an elastic pool below its maximum

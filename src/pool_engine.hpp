@@ -13,6 +13,7 @@
 #include "delay_heap.hpp"
 #include "held_lock.hpp"
 #include "lifecycle.hpp"
+#include "reactor_adapter.hpp"
 
 #include <metronome/detail/asio.hpp>
 #include <metronome/detail/asio_internals.hpp>
@@ -41,7 +42,6 @@ namespace metronome::detail {
 void init_library_thread(const std::string& name) noexcept;
 
 struct worker;
-struct reactor_timer;
 
 // The counters behind pool_stats::queue_wait and ::lateness.
 struct latency_counters {
@@ -231,8 +231,9 @@ public:
   // the pool reach their reactor through it, and the pool's idle workers run it. The
   // reactor appears (attach_reactor, from the scheduler's init_task) with the first I/O
   // object; from then on one parked worker waits in it (park_in_reactor).
-  void attach_io(asio_internals::scheduler* io) noexcept { io_ = io; }
-  void attach_reactor(asio_internals::scheduler_task* reactor) noexcept;
+  // The pool's constructor, once (reactor_adapter::install); may throw.
+  void attach_io(net::execution_context& pool, int concurrency_hint);
+  void attach_reactor(asio_internals::scheduler_task& reactor) noexcept;
   // After close(), before the pool's services shut down: lets go of what the pool holds
   // of them (its reactor timer).
   void release_io() noexcept;
@@ -285,9 +286,6 @@ private:
   // io_poll_interval.
   void poll_reactor_if_due(worker& w) noexcept;
   void poll_reactor(worker& w) noexcept;
-  void take_reactor_role(worker& w, const held_lock& lk) noexcept;
-  void leave_reactor_role(const held_lock& lk) noexcept;
-  void after_reactor_run(bool threw) noexcept;
   void run_task(worker& w, task_base* t) noexcept;
   void record_start(const timed_node* t, clock::time_point started) noexcept;
   void record_post_wait(worker& w, const op_node* t) noexcept;
@@ -370,18 +368,9 @@ private:
   delay_heap heap_;
   std::uint64_t next_seq_ = 0;
   worker* leader_ = nullptr;
-  // I/O (attach_io): Asio's scheduler registered in the pool, its reactor once an I/O
-  // object exists (atomic: read by workers before they take mtx_), and the worker waiting
-  // in it (mtx_).
-  asio_internals::scheduler* io_ = nullptr;
-  // Read by busy workers between tasks (poll_reactor_if_due): a line of their own, away
-  // from the parking counters below that every wake-up writes.
-  alignas(64) std::atomic<asio_internals::scheduler_task*> reactor_{nullptr};
-  std::atomic<bool> reactor_held_{false};   // reactor_waiter_ != nullptr, for a look without mtx_
-  std::atomic<clock::rep> reactor_ran_at_{0}; // when the reactor last ran (written by the role's holder)
-  alignas(64) worker* reactor_waiter_ = nullptr; // who holds the reactor role: waits in it, or polls it
-  reactor_timer* reactor_timer_ = nullptr; // the reactor waiter's alone (pool_reactor.cpp)
-  clock::time_point reactor_timer_due_ = clock::time_point::max();
+  // I/O on the workers (attach_io, attach_reactor): Asio's scheduler, its reactor once an
+  // I/O object exists, and who holds the reactor role (reactor_adapter.hpp).
+  reactor_adapter reactor_;
   int followers_ = 0;   // workers in follower_cv_ wait
   int wake_tokens_ = 0; // notifications not yet consumed
   int awake_ = 0;       // live workers not parked

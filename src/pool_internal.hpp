@@ -107,12 +107,6 @@ struct task_chain {
   }
 };
 
-// The reactor's timer (pool_reactor.cpp): times the heap's head while a worker waits in
-// the reactor. Touched only by the worker holding the reactor role, and by release_io().
-reactor_timer* make_reactor_timer(pool_engine& core);
-void arm_reactor_timer(reactor_timer& t, clock::time_point due); // max(): disarm
-void destroy_reactor_timer(reactor_timer* t) noexcept;
-
 inline task_base* pop_local(worker& w) noexcept {
   task_base* t = w.local_head;
   w.local_head = t->next_.load(std::memory_order_relaxed);

@@ -118,7 +118,7 @@ void pool_engine::wheel_wait_done() noexcept {
 // (hook reactor_before_wait, test/unit/scheduled_thread_pool/io.cpp).
 void pool_engine::terminate(const held_lock& lk) noexcept {
   assert_held(lk, mtx_);
-  if (reactor_waiter_ != nullptr && reactor_waiter_ != this_worker) {
+  if (reactor_.holder() != nullptr && reactor_.holder() != this_worker) {
     interrupt_reactor(lk);
     return;
   }

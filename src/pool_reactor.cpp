@@ -1,13 +1,14 @@
-// The pool's reactor: Asio's scheduler registered in the pool (scheduled_thread_pool.cpp)
-// with no thread of its own, run by a parked worker (the reactor role of park()).
+// I/O on the pool's workers: who waits in the reactor (a parked worker), who polls it (a
+// busy one), and the pool's side of its reactor adapter (reactor_adapter.hpp: the runs of
+// Asio's scheduler).
 #include "pool_engine.hpp"
+#include <metronome/detail/pool_locator.hpp>
 #include <metronome/detail/test_hooks.hpp>
 #include <metronome/scheduled_thread_pool.hpp>
 
 #include "pool_internal.hpp"
 
 #include <metronome/detail/asio.hpp>
-#include <metronome/detail/asio_internals.hpp>
 
 #include <utility>
 
@@ -38,28 +39,39 @@ private:
   scheduled_thread_pool::executor_type ex_;
 };
 
+// The pool's reactor timer: on an executor of the pool that tracks no work.
+std::unique_ptr<reactor_timer> make_pool_reactor_timer(void* pool) {
+  class pool_timer final : public reactor_timer {
+  public:
+    explicit pool_timer(scheduled_thread_pool& pool) : timer_(untracked_executor(pool.get_executor())) {}
+    void arm(clock::time_point due) override {
+      if (due == clock::time_point::max()) {
+        timer_.cancel();
+        return;
+      }
+      timer_.expires_at(due); // a wait still pending completes with operation_aborted: a no-op
+      timer_.async_wait([](const error_code&) {}); // its completion ends the reactor's wait
+    }
+
+  private:
+    net::basic_waitable_timer<clock, net::wait_traits<clock>, untracked_executor> timer_;
+  };
+  return std::make_unique<pool_timer>(*static_cast<scheduled_thread_pool*>(pool));
+}
+
+// Asio's scheduler asks for its reactor when the first I/O object is made on the pool:
+// the pool's workers start waiting in it from then on.
+asio_internals::scheduler_task* pool_reactor_of(net::execution_context& ctx) {
+  asio_internals::scheduler_task& reactor = reactor_adapter::reactor_of(ctx);
+  if (pool_core* core = pool_locator::find(ctx)) engine(core)->attach_reactor(reactor);
+  return &reactor;
+}
+
 } // namespace
 
-struct reactor_timer {
-  explicit reactor_timer(scheduled_thread_pool& pool) : timer(untracked_executor(pool.get_executor())) {}
-  net::basic_waitable_timer<clock, net::wait_traits<clock>, untracked_executor> timer;
-};
-
-reactor_timer* make_reactor_timer(pool_engine& core) {
-  auto* ctx = const_cast<net::execution_context*>(core.context());
-  return new reactor_timer(*static_cast<scheduled_thread_pool*>(ctx));
+void pool_engine::attach_io(net::execution_context& pool, int concurrency_hint) {
+  reactor_.install(pool, concurrency_hint, &pool_reactor_of, &make_pool_reactor_timer, &pool);
 }
-
-void arm_reactor_timer(reactor_timer& t, clock::time_point due) {
-  if (due == clock::time_point::max()) {
-    t.timer.cancel();
-    return;
-  }
-  t.timer.expires_at(due); // a wait still pending completes with operation_aborted: a no-op
-  t.timer.async_wait([](const error_code&) {}); // its completion ends wait_one()
-}
-
-void destroy_reactor_timer(reactor_timer* t) noexcept { delete t; }
 
 // ---------------------------------------------------------------- the reactor
 
@@ -70,42 +82,19 @@ void destroy_reactor_timer(reactor_timer* t) noexcept { delete t; }
 // role is taken and given up under mtx_, and an interrupt made before the waiter enters
 // epoll_wait still ends that wait (Asio's interrupter is edge-triggered and re-armed by
 // the interrupt). Stop-here test: hook reactor_before_wait (test/unit/scheduled_thread_pool/io.cpp).
-void pool_engine::attach_reactor(asio_internals::scheduler_task* reactor) noexcept {
+void pool_engine::attach_reactor(asio_internals::scheduler_task& reactor) noexcept {
   std::unique_lock lk(mtx_); // (the scheduler's mutex is held: its lock comes before ours)
-  reactor_.store(reactor, std::memory_order_relaxed);
+  reactor_.attach(reactor);
   wake_some(lk, 1); // a worker parked on a condition variable moves into the reactor
 }
 
 void pool_engine::interrupt_reactor(const held_lock& lk) noexcept {
   assert_held(lk, mtx_);
-  if (reactor_waiter_ == nullptr || reactor_waiter_ == this_worker) return; // (itself: it looks again after its completion)
-  asio_internals::interrupt(*reactor_.load(std::memory_order_relaxed));
-}
-
-void pool_engine::take_reactor_role(worker& w, const held_lock& lk) noexcept {
-  assert_held(lk, mtx_);
-  reactor_waiter_ = &w;
-  reactor_held_.store(true, std::memory_order_relaxed);
-}
-
-void pool_engine::leave_reactor_role(const held_lock& lk) noexcept {
-  assert_held(lk, mtx_);
-  reactor_waiter_ = nullptr;
-  reactor_held_.store(false, std::memory_order_relaxed);
-}
-
-// What every run of the reactor leaves behind, by the worker holding the role: a timer
-// that expired meanwhile (its completion may have run in a poll) must be armed again for
-// a head due at the same time; a throw leaves the timer's state unknown.
-void pool_engine::after_reactor_run(bool threw) noexcept {
-  const clock::time_point now = clock::now();
-  reactor_ran_at_.store(now.time_since_epoch().count(), std::memory_order_relaxed);
-  if (threw || (reactor_timer_due_ != clock::time_point::max() && now >= reactor_timer_due_))
-    reactor_timer_due_ = clock::time_point::min();
+  reactor_.interrupt_unless(this_worker);
 }
 
 void pool_engine::park_in_reactor(worker& w, std::unique_lock<std::mutex>& lk, bool times_heap) {
-  take_reactor_role(w, lk);
+  reactor_.take(&w);
   clock::time_point due = clock::time_point::max();
   if (times_heap) {
     leader_ = &w;
@@ -115,26 +104,14 @@ void pool_engine::park_in_reactor(worker& w, std::unique_lock<std::mutex>& lk, b
   lk.unlock();
   METRONOME_TEST_HOOK(hook_point::reactor_before_wait);
   try {
-    // The heap's head is timed by a timer of the reactor (a timerfd: as precise as the
-    // condition variable, where epoll's own timeout counts milliseconds). Only the
-    // worker holding the role touches it.
-    if (due != reactor_timer_due_) {
-      if (!reactor_timer_) reactor_timer_ = make_reactor_timer(*this);
-      arm_reactor_timer(*reactor_timer_, due);
-      reactor_timer_due_ = due;
-    }
-    // One completion (the timer's, or I/O), on this worker; then every other one already
-    // ready, in one go (poll(): no blocking), before the pool's queues are looked at again.
-    asio_internals::run_ready(*io_);
-    after_reactor_run(false);
+    reactor_.wait(due);
   } catch (...) {
     report(std::current_exception()); // a completion handler threw, or no memory to arm the timer
-    after_reactor_run(true);
   }
   lk.lock();
   ++awake_;
   if (leader_ == &w) leader_ = nullptr;
-  leave_reactor_role(lk);
+  reactor_.leave();
 }
 
 // ---------------------------------------------------------------- fairness under load
@@ -144,20 +121,16 @@ void pool_engine::park_in_reactor(worker& w, std::unique_lock<std::mutex>& lk, b
 // would leave I/O completions unrun until the load stops. Asio's scheduler puts its
 // reactor back in the queue on each pass, Tokio polls its driver every 61 tasks
 // (event_interval). Here, a worker between two tasks polls the reactor, without
-// blocking, when nobody holds the reactor role and it has not run for io_poll_interval:
-// an I/O completion waits at most that long plus one task. A time, not a task count:
-// where workers park often (a service that is mostly I/O) the reactor runs anyway and
-// nobody polls; where tasks are long, 61 of them would be far too long. A pool with no
-// I/O object pays a counter per task (worker_main); one with a reactor, a relaxed load
-// while a waiter holds the role, and a clock read while nobody does.
-namespace {
-constexpr clock::rep io_poll_interval = std::chrono::nanoseconds(std::chrono::microseconds(200)).count();
-} // namespace
-
+// blocking, when nobody holds the reactor role and it has not run for
+// reactor_adapter::poll_interval (200 us): an I/O completion waits at most that long plus
+// one task. A time, not a task count: where workers park often (a service that is mostly
+// I/O) the reactor runs anyway and nobody polls; where tasks are long, 61 of them would be
+// far too long. A pool with no I/O object pays a counter per task (worker_main); one with
+// a reactor, a relaxed load while a waiter holds the role, and a clock read while nobody
+// does.
 void pool_engine::poll_reactor_if_due(worker& w) noexcept {
-  if (reactor_held_.load(std::memory_order_relaxed)) return; // a waiter runs completions as they come
-  if (clock::now().time_since_epoch().count() - reactor_ran_at_.load(std::memory_order_relaxed) < io_poll_interval)
-    return;
+  if (reactor_.held()) return; // a waiter runs completions as they come
+  if (!reactor_.poll_due(clock::now().time_since_epoch().count())) return;
   poll_reactor(w);
 }
 
@@ -172,30 +145,26 @@ void pool_engine::poll_reactor_if_due(worker& w) noexcept {
 void pool_engine::poll_reactor(worker& w) noexcept {
   {
     std::unique_lock lk(mtx_);
-    if (reactor_waiter_ != nullptr || state_.terminated()) return;
-    take_reactor_role(w, lk);
+    if (reactor_.holder() != nullptr || state_.terminated()) return;
+    reactor_.take(&w);
   }
   METRONOME_TEST_HOOK(hook_point::reactor_in_poll);
   try {
-    asio_internals::poll_ready(*io_);
-    after_reactor_run(false);
+    reactor_.poll();
   } catch (...) {
     report(std::current_exception()); // a completion handler threw
-    after_reactor_run(true);
   }
   {
     std::unique_lock lk(mtx_);
-    leave_reactor_role(lk);
+    reactor_.leave();
     if (followers_ > wake_tokens_ || leader_ != nullptr) wake_some(lk, 1); // into the reactor
   }
   METRONOME_TEST_HOOK(hook_point::reactor_after_poll);
 }
 
-
 void pool_engine::release_io() noexcept {
   // Before the pool's services (the reactor's timer service among them) shut down.
-  destroy_reactor_timer(reactor_timer_);
-  reactor_timer_ = nullptr;
+  reactor_.release();
 }
 
 } // namespace metronome::detail

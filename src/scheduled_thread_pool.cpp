@@ -7,23 +7,10 @@
 #include "pool_engine.hpp"
 
 #include <metronome/detail/asio.hpp>
-#include <metronome/detail/asio_internals.hpp>
 
 #include <stdexcept>
 
 namespace metronome {
-
-namespace {
-
-// Asio's scheduler asks for its reactor when the first I/O object is made on the pool:
-// the pool's workers start waiting in it from then on.
-detail::asio_internals::scheduler_task* pool_reactor(net::execution_context& ctx) {
-  detail::asio_internals::scheduler_task* reactor = detail::asio_internals::reactor_of(ctx);
-  if (detail::pool_core* core = detail::pool_locator::find(ctx)) detail::engine(core)->attach_reactor(reactor);
-  return reactor;
-}
-
-} // namespace
 
 scheduled_thread_pool::scheduled_thread_pool(std::size_t threads)
     : scheduled_thread_pool(pool_options::fixed(threads)) {}
@@ -35,12 +22,9 @@ scheduled_thread_pool::scheduled_thread_pool(pool_options options)
     net::make_service<detail::pool_locator>(*this, *core_);
     // Asio's scheduler for I/O objects made on the pool, registered before any exists,
     // with no thread of its own (Asio's reactor makes one for any other context): the
-    // pool's workers run it. One unit of work, never finished, so that it never stops
-    // for lack of work between sockets.
+    // pool's workers run it (src/reactor_adapter.hpp).
     const int hint = detail::engine(*core_).max_thread_count() == 1 ? 1 : 0; // 1: Asio's single-thread shortcuts
-    auto& io = detail::asio_internals::make_scheduler(*this, hint, &pool_reactor);
-    io.work_started();
-    detail::engine(*core_).attach_io(&io);
+    detail::engine(*core_).attach_io(*this, hint);
   } catch (...) {
     detail::engine(*core_).close(); // the workers are running: join them before the core goes
     throw;
