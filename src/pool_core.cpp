@@ -90,8 +90,7 @@ pool_engine::pool_engine(pool_options&& opts, core_host* host, checked_options)
       for (std::size_t i = 0; i < core_threads_; ++i) start_worker(true);
     } catch (...) {
       state_.set_terminated();
-      follower_cv_.notify_all();
-      leader_cv_.notify_all();
+      parking_.wake_all();
       throw;
     }
   } catch (...) {
@@ -267,12 +266,12 @@ task_base* pool_engine::next_task(worker& w) {
     // Spin briefly: a producer that sees a spinning worker does not wake anybody. (Not
     // with a reactor: I/O completions wait for a parked worker, as Asio's threads do not spin.)
     if (!reactor_.exists()) {
-      spinning_.fetch_add(1, std::memory_order_seq_cst);
+      parking_.start_spinning();
       for (int i = 0; i < spin_rounds; ++i) {
         if (ready_.maybe_nonempty()) {
           if (task_base* t = ready_.try_pop()) {
             // The last spinner found work: if more is queued, get another worker going.
-            spinning_.fetch_sub(1, std::memory_order_seq_cst);
+            parking_.stop_spinning();
             if (ready_.maybe_nonempty()) maybe_wake_after_push();
             return t;
           }
@@ -283,7 +282,7 @@ task_base* pool_engine::next_task(worker& w) {
           std::this_thread::yield();
         }
       }
-      spinning_.fetch_sub(1, std::memory_order_seq_cst);
+      parking_.stop_spinning();
     }
     METRONOME_TEST_HOOK(hook_point::worker_before_park);
     // Idle: unmap a little of the node chunks a burst left empty, then look for work
@@ -301,26 +300,20 @@ task_base* pool_engine::next_task(worker& w) {
 }
 
 // Called with mtx_ held. Returns retry_marker when there may be work, nullptr to exit.
-// The park invariant (docs/design.md): a worker waits only after seeing, under mtx_
-// and after raising sleepers_, an empty ready queue and no due heap node; a producer
-// that pushes and then sees sleepers_ > 0 notifies under mtx_, so it cannot slip in
-// between that check and the wait.
+// The park invariant (parking_lot.hpp (P)): a worker waits only after seeing, under
+// mtx_ and after entering the parking lot, an empty ready queue and no due heap node; a
+// producer that pushes and then sees someone parking notifies under mtx_, so it cannot
+// slip in between that check and the wait.
 task_base* pool_engine::park(worker& w, std::unique_lock<std::mutex>& lk) {
-  sleepers_.fetch_add(1, std::memory_order_seq_cst);
+  parking_.enter();
   struct leave_guard {
     pool_engine* p;
     const held_lock& lk; // held again whenever the guard runs: park() returns with it
     ~leave_guard() {
-      p->sleepers_.fetch_sub(1, std::memory_order_seq_cst);
+      p->parking_.leave();
       // A leader that leaves hands the heap to a follower (Java's DelayedWorkQueue).
-      if (!p->manual_ && p->leader_ == nullptr && !p->heap_.empty()) {
-        if (p->followers_ > p->wake_tokens_) {
-          ++p->wake_tokens_;
-          p->follower_cv_.notify_one();
-        } else {
-          p->interrupt_reactor(lk); // the worker in the reactor times it
-        }
-      }
+      if (!p->manual_ && p->parking_.leader() == nullptr && !p->heap_.empty() && !p->parking_.wake_follower())
+        p->interrupt_reactor(lk); // the worker in the reactor times it
     }
   } guard{this, lk};
 
@@ -362,19 +355,19 @@ task_base* pool_engine::park(worker& w, std::unique_lock<std::mutex>& lk) {
     // head), the others follow (wait to be woken).
     clock_told = false;
     if (reactor_.exists() && reactor_.holder() == nullptr) {
-      park_in_reactor(w, lk, !heap_.empty() && !manual_ && leader_ == nullptr);
+      park_in_reactor(w, lk, !heap_.empty() && !manual_ && parking_.leader() == nullptr);
       if (w.local_head) return retry_marker; // a completion deferred work on this thread
       continue;
     }
     --awake_;
     bool timed_out = false;
-    if (!heap_.empty() && !manual_ && leader_ == nullptr)
+    if (!heap_.empty() && !manual_ && parking_.leader() == nullptr)
       wait_as_leader(w, lk);
     else
       timed_out = wait_as_follower(w, lk);
     ++awake_;
     if (state_.terminated()) METRONOME_TEST_HOOK(hook_point::worker_woken_by_termination);
-    if (timed_out && ready_.empty() && !state_.terminated() && (heap_.empty() || leader_ != nullptr)) {
+    if (timed_out && ready_.empty() && !state_.terminated() && (heap_.empty() || parking_.leader() != nullptr)) {
       --awake_; // this elastic thread retires
       return nullptr;
     }
@@ -406,34 +399,22 @@ void pool_engine::let_manual_clock_decide(std::unique_lock<std::mutex>& lk) {
 // woken by a new earlier head, a termination, or the due time. Caller holds mtx_.
 void pool_engine::wait_as_leader(worker& w, std::unique_lock<std::mutex>& lk) {
   assert(lk.owns_lock());
-  leader_ = &w;
   const auto due = heap_.top()->due();
-  if (node_cache_trim_pending()) // wake to unmap the node chunks a burst left empty
-    leader_cv_.wait_until(lk, std::min(due, clock::now() + node_cache_trim_delay));
-  else if (due == clock::time_point::max())
-    leader_cv_.wait(lk);
-  else
-    leader_cv_.wait_until(lk, due);
-  leader_ = nullptr;
+  // With node chunks a burst left empty, it wakes in time to unmap them.
+  parking_.wait_as_leader(lk, &w, node_cache_trim_pending() ? std::min(due, clock::now() + node_cache_trim_delay) : due);
 }
 
 // A follower waits to be woken (a wake token) - an elastic thread at most keep_alive:
 // returns true when that ran out. Caller holds mtx_.
 bool pool_engine::wait_as_follower(worker& w, std::unique_lock<std::mutex>& lk) {
   assert(lk.owns_lock());
-  bool timed_out = false;
-  ++followers_;
-  METRONOME_TEST_HOOK(hook_point::follower_before_wait);
-  if (node_cache_trim_pending()) // wake to unmap the node chunks a burst left empty
-    follower_cv_.wait_for(lk, node_cache_trim_delay);
-  else if (const auto until = w.core ? clock::time_point::max() : saturating_add(clock::now(), opts_.keep_alive);
-           until != clock::time_point::max())
-    timed_out = follower_cv_.wait_until(lk, until) == std::cv_status::timeout; // (wait_for overflowed on a huge keep_alive)
-  else
-    follower_cv_.wait(lk); // a core thread, or an elastic one kept for ever
-  --followers_;
-  if (wake_tokens_ > 0) --wake_tokens_;
-  return timed_out;
+  if (node_cache_trim_pending()) { // wake to unmap the node chunks a burst left empty (not a time-out)
+    parking_.wait_as_follower(lk, clock::now() + node_cache_trim_delay);
+    return false;
+  }
+  // A core thread, or an elastic one kept for ever, waits without a limit (max()); the
+  // sum saturates (wait_for overflowed on a huge keep_alive).
+  return parking_.wait_as_follower(lk, w.core ? clock::time_point::max() : saturating_add(clock::now(), opts_.keep_alive));
 }
 
 void pool_engine::wake_one() noexcept {
@@ -451,16 +432,7 @@ void pool_engine::wake_some(const held_lock& lk, std::size_t n) noexcept {
     if (n > 0) host_->request_drive();
     return;
   }
-  while (n > 0 && followers_ > wake_tokens_) {
-    ++wake_tokens_;
-    follower_cv_.notify_one();
-    --n;
-  }
-  if (n == 0) return;
-  if (leader_ != nullptr && leader_ != reactor_.holder())
-    leader_cv_.notify_one();
-  else
-    interrupt_reactor(lk);
+  if (parking_.wake_some(n, reactor_.holder())) interrupt_reactor(lk);
 }
 
 void pool_engine::wake_all(const held_lock& lk) noexcept {
@@ -469,9 +441,7 @@ void pool_engine::wake_all(const held_lock& lk) noexcept {
     host_->request_drive();
     return;
   }
-  wake_tokens_ = followers_;
-  follower_cv_.notify_all();
-  leader_cv_.notify_all();
+  parking_.wake_all();
   interrupt_reactor(lk);
 }
 
@@ -481,8 +451,8 @@ void pool_engine::maybe_wake_after_push() noexcept {
     host_->request_drive();
     return;
   }
-  if (spinning_.load(std::memory_order_seq_cst) != 0) return;
-  if (sleepers_.load(std::memory_order_seq_cst) > 0) {
+  if (parking_.someone_spinning()) return;
+  if (parking_.someone_parking()) {
     wake_one();
   } else if (threads_.load(std::memory_order_relaxed) < max_threads_) {
     std::lock_guard lk(mtx_);

@@ -147,7 +147,7 @@ void pool_engine::heap_changed(const held_lock& lk) noexcept {
 
 // Only a new earliest task wakes the leader (or a follower, to become leader). The
 // delay-queue invariant (docs/design.md): every change of the head happens under mtx_;
-// a leader computes its deadline from the head under mtx_ and waits on leader_cv_,
+// a leader computes its deadline from the head under mtx_ and waits on its condition variable,
 // which releases mtx_ atomically; so a head pushed after that is seen by this notify.
 void pool_engine::wake_for_new_head(const held_lock& lk) noexcept {
   assert_held(lk, mtx_);
@@ -159,17 +159,15 @@ void pool_engine::wake_for_new_head(const held_lock& lk) noexcept {
     }
     return;
   }
-  if (leader_ != nullptr) {
-    if (leader_ == reactor_.holder())
+  if (parking_.leader() != nullptr) {
+    if (parking_.leader() == reactor_.holder())
       interrupt_reactor(lk);
     else
-      leader_cv_.notify_one();
-  } else if (followers_ > wake_tokens_) {
-    ++wake_tokens_;
-    follower_cv_.notify_one();
+      parking_.notify_leader();
+  } else if (parking_.wake_follower()) {
   } else if (reactor_.holder() != nullptr) {
     interrupt_reactor(lk); // it waits without a deadline: it comes back to time the heap
-  } else if (spinning_.load() == 0 && threads_.load() < max_threads_ && !state_.at_least(lifecycle::shutdown)) {
+  } else if (!parking_.someone_spinning() && threads_.load() < max_threads_ && !state_.at_least(lifecycle::shutdown)) {
     // Every worker is busy and none times the heap: an elastic pool below its maximum
     // starts a thread, which parks as the leader - as one starts for ready work nobody
     // is free to take. (Without it, delayed work waited for a busy core thread.)
@@ -274,7 +272,7 @@ void pool_engine::promote(clock::time_point current, promoter who) noexcept {
   const std::size_t n = promote_due(lk, current, owed);
   if (who != promoter::by_worker)
     wake_some(lk, n);
-  else if (n > 1 && spinning_.load() == 0)
+  else if (n > 1 && !parking_.someone_spinning())
     wake_some(lk, n - 1);
   lk.unlock();
   post_owed_drains(owed);

@@ -13,6 +13,7 @@
 #include "delay_heap.hpp"
 #include "held_lock.hpp"
 #include "lifecycle.hpp"
+#include "parking_lot.hpp"
 #include "reactor_adapter.hpp"
 
 #include <metronome/detail/asio.hpp>
@@ -355,24 +356,18 @@ private:
 
   ready_queue ready_;
 
-  alignas(64) std::atomic<int> spinning_{0};
-  std::atomic<int> sleepers_{0};
+  // Idle workers: spinning, parked as leader or followers (parking_lot.hpp).
+  parking_lot parking_;
 
   // The pool mutex lives in the anchor, so handles that outlive the pool can lock it.
   std::mutex& mtx_;
-  // What the mutex guards starts on its own line: producers read spinning_/sleepers_ on
-  // every push, and parking workers write the condition variables.
-  alignas(64) std::condition_variable follower_cv_;
-  std::condition_variable leader_cv_;
-  std::condition_variable terminated_cv_;
+  // What the mutex guards starts on its own line.
+  alignas(64) std::condition_variable terminated_cv_;
   delay_heap heap_;
   std::uint64_t next_seq_ = 0;
-  worker* leader_ = nullptr;
   // I/O on the workers (attach_io, attach_reactor): Asio's scheduler, its reactor once an
   // I/O object exists, and who holds the reactor role (reactor_adapter.hpp).
   reactor_adapter reactor_;
-  int followers_ = 0;   // workers in follower_cv_ wait
-  int wake_tokens_ = 0; // notifications not yet consumed
   int awake_ = 0;       // live workers not parked
   int in_transit_ = 0;  // promotions whose serial drains, and cancels whose completions, are not delivered yet
   std::size_t ticks_in_heap_ = 0; // untracked waits (wheels' ticks) in heap_: not work that keeps the pool busy

@@ -130,8 +130,7 @@ void pool_engine::terminate(const held_lock& lk) noexcept {
     state_.take_back_termination();
     return;
   }
-  follower_cv_.notify_all();
-  leader_cv_.notify_all();
+  parking_.wake_all();
   interrupt_reactor(lk);
   terminated_cv_.notify_all();
 }
@@ -553,15 +552,9 @@ void pool_engine::forget_threads_in_child() noexcept {
   // Hand-overs and calls of the parent's other threads never finish here.
   in_transit_ = 0;
   calls_.store(0);
-  ::new (&follower_cv_) std::condition_variable();
-  ::new (&leader_cv_) std::condition_variable();
+  parking_.reset_in_child();
   ::new (&terminated_cv_) std::condition_variable();
   ::new (&join_mtx_) std::mutex();
-  spinning_.store(0);
-  sleepers_.store(0);
-  leader_ = nullptr;
-  followers_ = 0;
-  wake_tokens_ = 0;
   awake_ = 0;
   threads_.store(0);
 }

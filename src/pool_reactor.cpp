@@ -97,7 +97,7 @@ void pool_engine::park_in_reactor(worker& w, std::unique_lock<std::mutex>& lk, b
   reactor_.take(&w);
   clock::time_point due = clock::time_point::max();
   if (times_heap) {
-    leader_ = &w;
+    parking_.lead(&w);
     due = heap_.top()->due();
   }
   --awake_;
@@ -110,7 +110,7 @@ void pool_engine::park_in_reactor(worker& w, std::unique_lock<std::mutex>& lk, b
   }
   lk.lock();
   ++awake_;
-  if (leader_ == &w) leader_ = nullptr;
+  parking_.stop_leading(&w);
   reactor_.leave();
 }
 
@@ -157,7 +157,7 @@ void pool_engine::poll_reactor(worker& w) noexcept {
   {
     std::unique_lock lk(mtx_);
     reactor_.leave();
-    if (followers_ > wake_tokens_ || leader_ != nullptr) wake_some(lk, 1); // into the reactor
+    if (parking_.has_unwoken_follower() || parking_.leader() != nullptr) wake_some(lk, 1); // into the reactor
   }
   METRONOME_TEST_HOOK(hook_point::reactor_after_poll);
 }

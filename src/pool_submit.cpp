@@ -47,7 +47,7 @@ bool pool_engine::push_ready_chain(task_base* first, task_base* last, std::size_
     return true;
   }
   maybe_wake_after_push();
-  if (count > 1 && sleepers_.load(std::memory_order_seq_cst) > 0) {
+  if (count > 1 && parking_.someone_parking()) {
     std::unique_lock lk(mtx_);
     wake_some(lk, count - 1);
   }
