@@ -120,22 +120,30 @@ pool_engine::~pool_engine() {
   retire_pool_anchor(anchor_); // from here on, handles see the pool as gone
 }
 
-clock::time_point pool_engine::now() const noexcept { return manual_ ? manual_->now() : clock::now(); }
+// ---------------------------------------------------------------- pool_core's calls
 
-bool pool_engine::running_in_this_thread() const noexcept { return this_worker != nullptr && this_worker->pool == this; }
+clock::time_point pool_core::now() const noexcept {
+  const pool_engine& e = engine(*this);
+  return e.manual_ ? e.manual_->now() : clock::now();
+}
 
-pool_engine* pool_engine::current() noexcept { return this_worker ? this_worker->pool : nullptr; }
+bool pool_core::running_in_this_thread() const noexcept {
+  return this_worker != nullptr && this_worker->pool == &engine(*this);
+}
 
-void pool_engine::report(const std::exception_ptr& e) noexcept {
-  assert(e && "metronome: reporting a null exception");
-  if (!e) return;
+pool_core* pool_core::current() noexcept { return this_worker ? this_worker->pool : nullptr; }
+
+void pool_core::report(const std::exception_ptr& x) noexcept {
+  assert(x && "metronome: reporting a null exception");
+  if (!x) return;
+  const pool_engine& e = engine(*this);
   // A hosted core's work runs inside an Asio handler of its host context (a drive of an
   // io_context's timing service): Asio's rule, the exception leaves that handler.
-  if (host_ && !opts_.exception_handler && rethrow_scope::keep(e)) return;
-  if (opts_.exception_handler)
-    call_exception_handler(opts_.exception_handler, e, "the pool's exception handler");
+  if (e.host_ && !e.opts_.exception_handler && rethrow_scope::keep(x)) return;
+  if (e.opts_.exception_handler)
+    call_exception_handler(e.opts_.exception_handler, x, "the pool's exception handler");
   else
-    print_unhandled(e, "task");
+    print_unhandled(x, "task");
 }
 
 void pool_engine::report_dropped(const std::exception_ptr& e) noexcept {

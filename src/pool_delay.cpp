@@ -17,21 +17,22 @@ namespace metronome::detail {
 
 // ---------------------------------------------------------------- submission
 
-void pool_engine::submit_scheduled(scheduled_task_base* t, clock::time_point due, clock::time_point current) {
-  METRONOME_POOL_CALL(calls_);
+void pool_core::submit_scheduled(scheduled_task_base* t, clock::time_point due, clock::time_point current) {
+  pool_engine& e = engine(*this);
+  METRONOME_POOL_CALL(e.calls_);
   if (due <= current) {
     promote_due_before(current);
     t->set_due(current);
-    if (state_.refuses_new_work()) {
-      reject_scheduled(t, false);
+    if (e.state_.refuses_new_work()) {
+      e.reject_scheduled(t, false);
       return;
     }
-    if (opts_.max_queued != 0 && ready_.size() >= opts_.max_queued) {
-      if (opts_.rejection != rejection_policy::discard_oldest || !discard_oldest_user_task()) {
-        reject_scheduled(t, false);
+    if (e.opts_.max_queued != 0 && e.ready_.size() >= e.opts_.max_queued) {
+      if (e.opts_.rejection != rejection_policy::discard_oldest || !e.discard_oldest_user_task()) {
+        e.reject_scheduled(t, false);
         return;
       }
-      rejected_.fetch_add(1); // the evicted task
+      e.rejected_.fetch_add(1); // the evicted task
     }
     METRONOME_TEST_HOOK(hook_point::submit_before_push);
     if (push_ready(t)) {
@@ -41,18 +42,18 @@ void pool_engine::submit_scheduled(scheduled_task_base* t, clock::time_point due
       // worker ran it before the pool went idle, or shutdown_now() returns it.)
       while (!t->has_left_queue()) {
         {
-          ready_queue::consumer_guard g(ready_);
-          ready_.wait_for_link(g); // spin briefly, then block until the producer has linked
+          ready_queue::consumer_guard g(e.ready_);
+          e.ready_.wait_for_link(g); // spin briefly, then block until the producer has linked
         }
-        clear_after_termination();
+        e.clear_after_termination();
       }
-      if (t->is_handed_back()) reject_scheduled(t, false);
+      if (t->is_handed_back()) e.reject_scheduled(t, false);
     }
     return;
   }
   t->set_due(due);
   METRONOME_TEST_HOOK(hook_point::delayed_submit_before_lock);
-  std::unique_lock lk(mtx_);
+  std::unique_lock lk(e.mtx_);
   if (t->phase() != scheduled_task_base::pending) {
     // Cancelled before it got here (a serial executor's dispose() cancels what it tracks,
     // and this task was tracked before being queued): the cancel found nothing to take
@@ -61,20 +62,20 @@ void pool_engine::submit_scheduled(scheduled_task_base* t, clock::time_point due
     t->release();
     return;
   }
-  if (state_.refuses_new_work()) {
+  if (e.state_.refuses_new_work()) {
     lk.unlock();
-    reject_scheduled(t, true);
+    e.reject_scheduled(t, true);
     return;
   }
   try {
-    heap_push(lk, t, current); // grows the heap here, on the caller, or throws with nothing queued
+    e.heap_push(lk, t, current); // grows the heap here, on the caller, or throws with nothing queued
   } catch (...) {
     lk.unlock();
     t->finish_cancelled();
     t->release();
     throw;
   }
-  ask_clock_after_outside_push(lk);
+  e.ask_clock_after_outside_push(lk);
 }
 
 // An auto-advancing manual clock decides when the last awake worker parks; with every
@@ -107,7 +108,7 @@ void pool_engine::reject_scheduled(scheduled_task_base* t, bool timed) {
       const std::uint32_t g = generation_;
       METRONOME_POOL_CALL_DISMISS(calls_);
       run_detached(t); // takes a hold of its own for the strand's queue
-      end_hand_over(a, g); // through the anchor: the run may have destroyed the pool
+      end_hand_over_through(a, g); // through the anchor: the run may have destroyed the pool
       return;
     }
   }
@@ -330,22 +331,23 @@ bool pool_engine::on_reset(const held_lock& lk, scheduled_task_base* t, clock::d
 // completes it aborted; a tick goes idle). Tested by
 // `a_wait_added_as_its_pool_terminates_is_refused_and_completes_aborted` (hook
 // wait_before_lock) (test/handover/pool.cpp).
-bool pool_engine::add_wait(wait_node* n, clock::time_point due, clock::time_point current) {
-  METRONOME_POOL_CALL(calls_);
+bool pool_core::add_wait(wait_node* n, clock::time_point due, clock::time_point current) {
+  pool_engine& e = engine(*this);
+  METRONOME_POOL_CALL(e.calls_);
   n->set_due(due);
-  if (state_.terminated()) return false;
+  if (e.state_.terminated()) return false;
   // A wheel's tick is timed after shutdown() too: the wheel delivers until termination.
-  if (due > current && (!state_.at_least(lifecycle::shutdown) || n->untracked_)) {
+  if (due > current && (!e.state_.at_least(lifecycle::shutdown) || n->untracked_)) {
     METRONOME_TEST_HOOK(hook_point::wait_before_lock);
-    std::unique_lock lk(mtx_);
-    if (state_.terminated()) return false;
-    if (!state_.at_least(lifecycle::shutdown) || n->untracked_) {
-      heap_push(lk, n, current); // may throw std::bad_alloc with nothing queued
-      ask_clock_after_outside_push(lk);
+    std::unique_lock lk(e.mtx_);
+    if (e.state_.terminated()) return false;
+    if (!e.state_.at_least(lifecycle::shutdown) || n->untracked_) {
+      e.heap_push(lk, n, current); // may throw std::bad_alloc with nothing queued
+      e.ask_clock_after_outside_push(lk);
       return true;
     }
   }
-  if (state_.at_least(lifecycle::shutdown)) n->aborted_ = true;
+  if (e.state_.at_least(lifecycle::shutdown)) n->aborted_ = true;
   // Its time had passed at initiation: its start counts as queue wait from now, as typed
   // work's whose delay had passed (record_wait_start). It queues behind the waits and
   // tasks already due (promoted first, one load when none is), as typed work due now
@@ -373,7 +375,7 @@ bool pool_engine::heap_remove(const held_lock& lk, timed_node* n) noexcept {
   return true;
 }
 
-pool_engine* pool_engine::withdraw_wait(const held_lock& lk, pool_anchor* anchor, std::uint32_t generation,
+pool_engine* pool_engine::take_wait_out(const held_lock& lk, pool_anchor* anchor, std::uint32_t generation,
                                         wait_node* n) noexcept {
   assert_held(lk, anchor->mtx);
   pool_engine* core = engine(anchor->core.load(std::memory_order_relaxed));
@@ -406,11 +408,11 @@ bool pool_engine::post_completion(pool_anchor* anchor, std::uint32_t generation,
   return true;
 }
 
-void pool_engine::cancel_wait(pool_anchor* anchor, std::uint32_t generation, wait_node* n) noexcept {
+void pool_core::cancel_wait(pool_anchor* anchor, std::uint32_t generation, wait_node* n) noexcept {
   pool_engine* core = nullptr;
   {
     std::unique_lock lk(anchor->mtx);
-    core = withdraw_wait(lk, anchor, generation, n);
+    core = pool_engine::take_wait_out(lk, anchor, generation, n);
     if (!core) return;
     n->aborted_ = true;
     // Into the ready queue before the mutex goes: a pool that is being joined sees it
@@ -423,9 +425,13 @@ void pool_engine::cancel_wait(pool_anchor* anchor, std::uint32_t generation, wai
   core->cancel_delivered();
 }
 
-bool pool_engine::withdraw_wait(pool_anchor* anchor, std::uint32_t generation, wait_node* n) noexcept {
+bool pool_core::withdraw_wait(pool_anchor* anchor, std::uint32_t generation, wait_node* n) noexcept {
   std::unique_lock lk(anchor->mtx);
-  return withdraw_wait(lk, anchor, generation, n) != nullptr;
+  return pool_engine::take_wait_out(lk, anchor, generation, n) != nullptr;
+}
+
+void pool_core::promote_due_before(clock::time_point current) noexcept {
+  engine(*this).promote(current, pool_engine::promoter::by_producer);
 }
 
 // ---------------------------------------------------------------- running scheduled tasks

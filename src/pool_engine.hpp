@@ -68,15 +68,17 @@ struct latency_counters {
   }
 };
 
-// The engine behind scheduled_thread_pool: a lock-free ready queue, a delay heap
-// under one mutex with leader-follower waiting, and worker threads that spin briefly
-// before parking. docs/design.md states each hand-over's invariant. The code is in
-// files by concept: pool_core.cpp (threads, parking), pool_submit.cpp (the ready queue's
-// producers), pool_delay.cpp (delay queue, promotion, periodic runs, waits),
+// The engine behind scheduled_thread_pool: it joins the pool's parts (docs/design.md,
+// "The pool's parts": ready queue, parking lot, delay queue, lifecycle, reactor adapter)
+// and runs the workers. The calls the library's templates make are pool_core's
+// (detail/pool_core.hpp documents each, once); the engine defines them, beside its own,
+// in files by concept: pool_core.cpp (threads, parking), pool_submit.cpp (the ready
+// queue's producers), pool_delay.cpp (delay queue, promotion, periodic runs, waits),
 // pool_lifecycle.cpp (shutdown, join, stats, fork), pool_reactor.cpp (I/O on the
-// workers), pool_hosted.cpp (a core driven by another context's threads); the surface
-// the templates call forwards to it from pool_face.cpp.
+// workers), pool_hosted.cpp (a core driven by another context's threads).
 class pool_engine final : public pool_core, public clock_listener {
+  friend class pool_core; // its calls are defined in the engine's files, on its state
+
 public:
   // `host`: a hosted core (opts.threads is 0): its work runs on the host's threads,
   // through drive_hosted(); it starts no thread.
@@ -85,48 +87,12 @@ public:
   pool_engine(const pool_engine&) = delete;
   pool_engine& operator=(const pool_engine&) = delete;
 
-  clock::time_point now() const noexcept;
   manual_clock* time_source() const noexcept { return manual_; }
   // A wheel's timeout fired onto a pool starts on one of its workers: its lateness, from
   // `due` (the tick it fired on), in that worker's pool. Nothing on any other thread.
   static void record_lateness_here(clock::time_point due) noexcept;
 
-  // ---- Asio executor path: never throws.
-  // continuation: relationship.continuation (defer) -> this thread's local queue.
-  // internal: work another executor queues on behalf of work it already accepted (an
-  // Asio strand's invoker): accepted after shutdown, from any thread, until the pool
-  // terminates - dropping it would wedge everything queued behind it.
-  void post(task_base* t, bool continuation, bool internal = false) noexcept;
-  void post_op(op_node* t, bool continuation, bool internal) noexcept; // pool_core's
-  bool running_in_this_thread() const noexcept;
-  // The pool whose worker the calling thread is (nullptr on any other thread, and on a
-  // worker whose pool was destroyed from inside the task it runs).
-  static pool_engine* current() noexcept;
-  void work_finished() noexcept;
 
-  // ---- Typed API. Takes the pool's reference on t. May throw rejected_execution
-  // (abort policy) or std::bad_alloc (nothing changed: the task is dropped, cancelled).
-  // Returns normally when the task was accepted, discarded or run.
-  // `current`: the pool's time, read once by the caller (who computed `due` from it).
-  void submit_scheduled(scheduled_task_base* t, clock::time_point due, clock::time_point current);
-  void submit_scheduled(scheduled_task_base* t, clock::time_point due) { submit_scheduled(t, due, now()); }
-
-  // A delay wait (async_delay). After shutdown() it is queued already aborted.
-  // Returns false only when the pool has terminated (the caller completes the wait
-  // with operation_aborted itself). @throws std::bad_alloc with nothing queued.
-  // `current`: the pool's time as the caller last read it (saves a clock read).
-  bool add_wait(wait_node* n, clock::time_point due, clock::time_point current);
-  // Per-operation cancellation (a wait's cancellation slot): if the wait is still in the
-  // delay queue, takes it out and queues it aborted; a wait that already fell due
-  // completes normally. The slot may be emitted after the pool is gone (its completion,
-  // aborted by the pool's destruction, not yet run), so it reaches the pool through the
-  // anchor and does nothing when the pool is gone.
-  static void cancel_wait(pool_anchor* anchor, std::uint32_t generation, wait_node* n) noexcept;
-  // Takes a wait out of the delay queue without completing it, if the pool that
-  // `anchor` and `generation` name still exists and the wait is still queued there
-  // (under the pool mutex, which lives in the anchor). True when it did: the caller
-  // now owns the node and the pool never touches it again. Safe after the pool is gone.
-  static bool withdraw_wait(pool_anchor* anchor, std::uint32_t generation, wait_node* n) noexcept;
   // Queues a handle's completion on the pool `anchor`/`generation` name (pool_delay.cpp).
   // False when that pool is gone or terminated: the caller runs it.
   static bool post_completion(pool_anchor* anchor, std::uint32_t generation, task_base* n) noexcept;
@@ -150,18 +116,6 @@ public:
   // Runs a scheduled task here and then completes, reports or reschedules it, as a
   // worker does (serial executors drain their tasks through this).
   void run_scheduled(scheduled_task_base* t) noexcept;
-  // Typed work due now (submit, schedule with a delay <= 0, a serial executor's) queues
-  // behind every heap task already due at `current`: promotes them first, so due work
-  // keeps (due time, submission) order. One load when nothing is due.
-  void promote_due_before(clock::time_point current) noexcept { promote(current, promoter::by_producer); }
-  // Queues ready work on this pool (internal: also after shutdown). True when the push
-  // met a terminated pool: the work was dropped and reported, except a typed task not
-  // yet run, which is left to its producer (see push_ready_chain).
-  bool push_ready(task_base* t) noexcept;
-  // A serial executor's drain re-posting itself from the worker running it: queues t
-  // without waking anybody, because this worker goes back to the queue as soon as the
-  // drain returns. From any other thread it is push_ready().
-  void repost_from_worker(task_base* t) noexcept;
   // Queues a linked chain (first..last through next_, count nodes) with one push. True
   // when it met a terminated pool: everything then in the ready queue is dropped and
   // reported, save a strand's invoker (run here) and a typed task still pending, marked
@@ -191,33 +145,19 @@ public:
   // cancelled while it waited is released; a task bound to `pool` itself is cancelled).
   task_base* next_taken(taken_tasks& taken, const net::execution_context* pool) noexcept;
   void join();
-  bool await_termination(clock::duration timeout);
-  bool is_shutdown() const noexcept { return state_.at_least(lifecycle::shutdown, std::memory_order_acquire); }
-  bool is_terminated() const noexcept { return state_.terminated(std::memory_order_acquire); }
   // The destructor's path: cancel what is not due, run what is ready, join.
   void close() noexcept;
 
-  pool_stats stats() const;
   void note_rejected() noexcept { rejected_.fetch_add(1); } // work refused on the pool's behalf
   // A wheel_timer built over this pool, until it stops: told when the pool shuts down
   // (it aborts its pending waits); stopped or destroyed before the pool (debug builds
   // assert).
   void attach_wheel(pool_shutdown_listener* w);
   void detach_wheel(pool_shutdown_listener* w) noexcept;
-  // A wheel wait over this pool, from its creation until a worker has delivered its
-  // completion: the pool does not terminate meanwhile, shut down or not (its shutdown
-  // aborts such waits, so none is left waiting long).
-  void wheel_wait_started() noexcept { wheel_waits_.fetch_add(1, std::memory_order_seq_cst); }
-  void wheel_wait_done() noexcept;
-  // Work handed to an executor over this pool that is not the pool's own (an Asio strand
-  // over it), until it runs or is destroyed: see begin_hand_over() in pool_lifecycle.cpp.
-  bool begin_hand_over() noexcept;
-  void end_hand_over_here() noexcept { hand_overs_.fetch_sub(1, std::memory_order_relaxed); }
-  static void end_hand_over(pool_anchor* anchor, std::uint32_t generation) noexcept;
-  std::size_t thread_count() const noexcept { return threads_.load(std::memory_order_relaxed); }
   std::size_t max_thread_count() const noexcept { return max_threads_; }
+  // A hand-over (pool_core::begin_hand_over) ends on a worker of this pool: no lock.
+  void end_hand_over_here() noexcept { hand_overs_.fetch_sub(1, std::memory_order_relaxed); }
 
-  void report(const std::exception_ptr& e) noexcept;
   // Work dropped because the user shut the pool down (shutdown(), shutdown_now(), the
   // destructor): to the exception handler the user installed, which sees every drop;
   // the default handler stays quiet, as Asio destroys unrun handlers without a word.
@@ -322,8 +262,10 @@ private:
   bool heap_remove(const held_lock& lk, timed_node* n) noexcept;
   // lk holds anchor->mtx: the live pool `anchor`/`generation` name, once it has taken
   // n out of its heap; nullptr when the pool is gone or n is not in the heap.
-  static pool_engine* withdraw_wait(const held_lock& lk, pool_anchor* anchor, std::uint32_t generation,
+  static pool_engine* take_wait_out(const held_lock& lk, pool_anchor* anchor, std::uint32_t generation,
                                     wait_node* n) noexcept;
+  // The end of a hand-over off the pool's workers, through the anchor (the pool may be gone).
+  static void end_hand_over_through(pool_anchor* anchor, std::uint32_t generation) noexcept;
   void heap_changed(const held_lock& lk) noexcept;
   void reject_scheduled(scheduled_task_base* t, bool timed);
   void drop_outside(task_base* t) noexcept;

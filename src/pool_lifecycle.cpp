@@ -82,30 +82,40 @@ bool pool_engine::idle_for_termination(const held_lock& lk, int awake_expected) 
 // it parks. Stop-here tests (hook outside_post_before_push, test/handover/pool.cpp):
 // `a_bound_task_queued_behind_a_strand_an_outside_poster_locked_runs_before_the_pool_terminates`
 // and its completion and coroutine variants.
-bool pool_engine::begin_hand_over() noexcept {
+bool pool_core::begin_hand_over() noexcept {
+  pool_engine& e = engine(*this);
   if (running_in_this_thread()) {
-    hand_overs_.fetch_add(1, std::memory_order_relaxed);
+    e.hand_overs_.fetch_add(1, std::memory_order_relaxed);
     return true;
   }
-  std::lock_guard lk(mtx_);
-  if (state_.terminated()) return false;
-  hand_overs_.fetch_add(1, std::memory_order_relaxed);
+  std::lock_guard lk(e.mtx_);
+  if (e.state_.terminated()) return false;
+  e.hand_overs_.fetch_add(1, std::memory_order_relaxed);
   return true;
 }
 
-void pool_engine::end_hand_over(pool_anchor* anchor, std::uint32_t generation) noexcept {
+void pool_core::end_hand_over(const pool_core* core, pool_anchor* anchor, std::uint32_t generation) noexcept {
+  // On a worker of that pool, the pool exists and that worker is awake.
+  if (pool_core* here = current(); here != nullptr && here == core) {
+    engine(here)->end_hand_over_here();
+    return;
+  }
+  pool_engine::end_hand_over_through(anchor, generation);
+}
+
+void pool_engine::end_hand_over_through(pool_anchor* anchor, std::uint32_t generation) noexcept {
   std::unique_lock lk(anchor->mtx);
   pool_engine* core = engine(anchor->core.load(std::memory_order_relaxed));
   if (!core || anchor->generation != generation) return; // the pool is gone
-  if (core->hand_overs_.fetch_sub(1, std::memory_order_relaxed) == 1 &&
-      core->state_.seeks_termination())
+  if (core->hand_overs_.fetch_sub(1, std::memory_order_relaxed) == 1 && core->state_.seeks_termination())
     core->wake_all(lk); // parked workers look for the termination again
 }
 
-void pool_engine::wheel_wait_done() noexcept {
-  if (wheel_waits_.fetch_sub(1, std::memory_order_seq_cst) == 1) {
-    std::unique_lock lk(mtx_);
-    if (state_.seeks_termination() || state_.closing) wake_all(lk);
+void pool_core::wheel_wait_done() noexcept {
+  pool_engine& e = engine(*this);
+  if (e.wheel_waits_.fetch_sub(1, std::memory_order_seq_cst) == 1) {
+    std::unique_lock lk(e.mtx_);
+    if (e.state_.seeks_termination() || e.state_.closing) e.wake_all(lk);
   }
 }
 
@@ -414,28 +424,39 @@ void pool_engine::join_threads() {
   }
 }
 
-bool pool_engine::await_termination(clock::duration timeout) {
-  std::unique_lock lk(mtx_);
+bool pool_core::await_termination(clock::duration timeout) {
+  pool_engine& e = engine(*this);
+  std::unique_lock lk(e.mtx_);
   auto deadline = saturating_add(clock::now(), timeout);
-  return terminated_cv_.wait_until(lk, deadline, [this] { return state_.terminated(); });
+  return e.terminated_cv_.wait_until(lk, deadline, [&e] { return e.state_.terminated(); });
 }
 
-pool_stats pool_engine::stats() const {
+bool pool_core::is_shutdown() const noexcept {
+  return engine(*this).state_.at_least(lifecycle::shutdown, std::memory_order_acquire);
+}
+bool pool_core::is_terminated() const noexcept { return engine(*this).state_.terminated(std::memory_order_acquire); }
+std::size_t pool_core::thread_count() const noexcept {
+  return engine(*this).threads_.load(std::memory_order_relaxed);
+}
+void pool_core::wheel_wait_started() noexcept { engine(*this).wheel_waits_.fetch_add(1, std::memory_order_seq_cst); }
+
+pool_stats pool_core::stats() const {
   pool_stats s;
-  std::lock_guard lk(mtx_);
-  s.threads = threads_.load();
-  s.completed = retired_completed_.load();
-  shared_latency_.add_to(s);
-  for (auto& w : workers_) {
+  const pool_engine& e = engine(*this);
+  std::lock_guard lk(e.mtx_);
+  s.threads = e.threads_.load();
+  s.completed = e.retired_completed_.load();
+  e.shared_latency_.add_to(s);
+  for (auto& w : e.workers_) {
     if (w->exited) continue;
     s.active += w->busy.load(std::memory_order_relaxed) ? 1 : 0;
     s.completed += w->completed.load(std::memory_order_relaxed);
     w->latency.add_to(s);
   }
-  s.ready_queued = ready_.size();
-  s.delayed_queued = heap_.size() - ticks_in_heap_; // (wheels' ticks are not the user's work)
-  s.rejected = rejected_.load();
-  s.largest_pool_size = largest_.load();
+  s.ready_queued = e.ready_.size();
+  s.delayed_queued = e.heap_.size() - e.ticks_in_heap_; // (wheels' ticks are not the user's work)
+  s.rejected = e.rejected_.load();
+  s.largest_pool_size = e.largest_.load();
   return s;
 }
 

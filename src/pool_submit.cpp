@@ -29,14 +29,14 @@ bool internal_post_scope::active() noexcept { return posting_internal; }
 
 // ---------------------------------------------------------------- ready queue
 
-bool pool_engine::push_ready(task_base* t) noexcept { return push_ready_chain(t, t, 1); }
+bool pool_core::push_ready(task_base* t) noexcept { return engine(*this).push_ready_chain(t, t, 1); }
 
-void pool_engine::repost_from_worker(task_base* t) noexcept {
+void pool_core::repost_from_worker(task_base* t) noexcept {
   if (!running_in_this_thread()) {
     push_ready(t);
     return;
   }
-  ready_.push(t); // no termination race: this worker is awake, so the pool is not idle
+  engine(*this).ready_.push(t); // no termination race: this worker is awake, so the pool is not idle
 }
 
 bool pool_engine::push_ready_chain(task_base* first, task_base* last, std::size_t count) noexcept {
@@ -92,12 +92,13 @@ bool pool_engine::terminated_for_good() noexcept {
   return state_.terminated();
 }
 
-void pool_engine::post(task_base* t, bool continuation, bool internal) noexcept {
-  METRONOME_POOL_CALL(calls_);
+void pool_core::post(task_base* t, bool continuation, bool internal) noexcept {
+  pool_engine& e = engine(*this);
+  METRONOME_POOL_CALL(e.calls_);
   worker* w = this_worker;
-  const bool inside = w != nullptr && w->pool == this;
-  if (state_.refuses_post(inside, internal || posting_internal)) {
-    drop_outside(t);
+  const bool inside = w != nullptr && w->pool == &e;
+  if (e.state_.refuses_post(inside, internal || posting_internal)) {
+    e.drop_outside(t);
     return;
   }
   if (inside && continuation) {
@@ -113,7 +114,7 @@ void pool_engine::post(task_base* t, bool continuation, bool internal) noexcept 
   push_ready(t);
 }
 
-void pool_engine::post_op(op_node* t, bool continuation, bool internal) noexcept {
+void pool_core::post_op(op_node* t, bool continuation, bool internal) noexcept {
   t->strand_invoker_ = internal; // post_op's internal work is a strand's invoker
   if ((++post_tick & post_sample_mask) == 0) {
     t->queued_at_ = now().time_since_epoch().count();
@@ -173,10 +174,11 @@ bool pool_engine::discard_oldest_user_task() noexcept {
   return false;
 }
 
-void pool_engine::work_finished() noexcept {
+void pool_core::work_finished() noexcept {
   if (tracked_work_.fetch_sub(1) == 1) {
-    std::unique_lock lk(mtx_);
-    if (state_.seeks_termination()) wake_all(lk);
+    pool_engine& e = engine(*this);
+    std::unique_lock lk(e.mtx_);
+    if (e.state_.seeks_termination()) e.wake_all(lk);
   }
 }
 

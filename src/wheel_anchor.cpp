@@ -276,7 +276,7 @@ bool wheel_engine::reset(wheel_entry* e, clock::duration delay) noexcept {
   return moved;
 }
 
-void wheel_engine::report(const wheel_entry* e, std::exception_ptr x) noexcept {
+void wheel_core::report(const wheel_entry* e, std::exception_ptr x) noexcept {
   std::shared_ptr<const std::function<void(std::exception_ptr)>> handler;
   {
     wheel_anchor& a = anchor_registry::get().at(e->wheel_id_);

@@ -11,7 +11,10 @@
 
 namespace metronome::detail {
 
-clock::time_point wheel_engine::now() const noexcept { return manual_ ? manual_->now() : clock::now(); }
+clock::time_point wheel_core::now() const noexcept {
+  const wheel_engine& e = engine(*this);
+  return e.manual_ ? e.manual_->now() : clock::now();
+}
 
 void wheel_engine::on_time_advanced() {
   chain fired;

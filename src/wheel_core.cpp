@@ -153,9 +153,14 @@ void wheel_engine::dispatch_to(pool_core* pool, const net::any_io_executor* ex, 
   }
 }
 
-void wheel_engine::insert(wheel_entry* e, clock::duration delay) {
+std::unique_ptr<wheel_core> wheel_core::make(wheel_options opts, net::any_io_executor ex, pool_core* pool,
+                                             pool_core* host) {
+  return std::make_unique<wheel_engine>(std::move(opts), std::move(ex), pool, host);
+}
+
+void wheel_core::insert(wheel_entry* e, clock::duration delay) {
   try {
-    enter(e, delay);
+    engine(*this).enter(e, delay);
   } catch (...) {
     e->state_.store(wheel_entry::cancelled, std::memory_order_release);
     e->drop(); // never fires: the callable goes, a wait completes with operation_aborted
@@ -292,40 +297,41 @@ bool wheel_engine::reset(const held_lock& lk, wheel_entry* e, clock::duration de
   return true;
 }
 
-std::vector<wheel_entry*> wheel_engine::stop() {
+std::vector<wheel_entry*> wheel_core::stop() {
+  wheel_engine& w = engine(*this);
   std::vector<wheel_entry*> left;
   {
-    std::unique_lock lk(mtx_);
-    if (stopped_) return left;
-    stopped_ = true;
-    for (wheel_entry* e = inbox_.exchange(closed_inbox, std::memory_order_seq_cst); e;) {
-      wheel_entry* next = next_in_slot(e);
+    std::unique_lock lk(w.mtx_);
+    if (w.stopped_) return left;
+    w.stopped_ = true;
+    for (wheel_entry* e = w.inbox_.exchange(closed_inbox, std::memory_order_seq_cst); e;) {
+      wheel_entry* next = wheel_engine::next_in_slot(e);
       e->next_.store(nullptr, std::memory_order_relaxed);
       left.push_back(e);
       e = next;
     }
-    for (auto& list : slots_) {
+    for (auto& list : w.slots_) {
       for (wheel_entry* e = list.head; e;) {
-        wheel_entry* next = next_in_slot(e);
+        wheel_entry* next = wheel_engine::next_in_slot(e);
         e->prev_ = nullptr;
         e->next_.store(nullptr, std::memory_order_relaxed);
         e->slot_index_ = wheel_entry::no_slot;
         left.push_back(e);
         e = next;
       }
-      list = slot_list{};
+      list = wheel_engine::slot_list{};
     }
     for (auto* e : left) e->state_.store(wheel_entry::cancelled, std::memory_order_release);
-    for (auto& o : occupied_) o = 0;
-    for (auto& m : marks_) m.clear();
-    count_removed(lk, left.size());
-    withdraw_tick(lk); // (if it is queued on the host already, it finds the wheel stopped)
+    for (auto& o : w.occupied_) o = 0;
+    for (auto& m : w.marks_) m.clear();
+    w.count_removed(lk, left.size());
+    w.withdraw_tick(lk); // (if it is queued on the host already, it finds the wheel stopped)
   }
   for (auto* e : left) e->drop();
   // Stopped, the wheel hands nothing more to the pool: the pool may go first from here
   // (waits started later do not count on it either: pool() says none).
-  detached_.store(true, std::memory_order_release);
-  if (pool_) engine(pool_)->detach_wheel(this);
+  w.detached_.store(true, std::memory_order_release);
+  if (w.pool_) engine(w.pool_)->detach_wheel(&w);
   return left;
 }
 
@@ -362,12 +368,20 @@ void wheel_engine::on_pool_shutdown() noexcept {
   }
 }
 
-std::size_t wheel_engine::pending() const noexcept {
+std::size_t wheel_core::pending() const noexcept {
   // Removals are counted under the mutex, insertions by producers: read the removals
   // first so that the difference never goes below zero.
-  const std::size_t removed = removed_.load(std::memory_order_acquire);
-  const std::size_t inserted = inserted_.load(std::memory_order_acquire) + linked_.load(std::memory_order_acquire);
+  const wheel_engine& e = engine(*this);
+  const std::size_t removed = e.removed_.load(std::memory_order_acquire);
+  const std::size_t inserted = e.inserted_.load(std::memory_order_acquire) + e.linked_.load(std::memory_order_acquire);
   return inserted > removed ? inserted - removed : 0;
+}
+
+const net::any_io_executor& wheel_core::executor() const noexcept { return engine(*this).ex_; }
+
+pool_core* wheel_core::pool() const noexcept {
+  const wheel_engine& e = engine(*this);
+  return e.detached_.load(std::memory_order_acquire) ? nullptr : e.pool_;
 }
 
 std::size_t wheel_engine::moving(std::size_t level) const {

@@ -73,7 +73,11 @@ void free_wheel_tick(wheel_tick* t) noexcept;
 wait_node* wheel_tick_node(wheel_tick* t) noexcept;
 long wheel_ticks_alive() noexcept; // tick nodes not yet freed, process-wide (for tests)
 
+// The calls wheel_timer's templates make are wheel_core's (detail/wheel_core.hpp
+// documents each, once); they are defined in the engine's files, on its state.
 class wheel_engine final : public wheel_core, public clock_listener, public pool_shutdown_listener {
+  friend class wheel_core;
+
 public:
   // pool: the metronome pool `ex` runs on, if any. host: else, the hosted timing core of
   // ex's context (timing_service.hpp): the wheel's ticks are then a wait in it, driven by
@@ -81,30 +85,15 @@ public:
   wheel_engine(wheel_options opts, net::any_io_executor ex, pool_core* pool, pool_core* host = nullptr);
   ~wheel_engine() override;
 
-  // Takes the wheel's reference on e. Throws rejected_execution (stopped, full) after
-  // cancelling e (it never fires) and letting that reference go.
-  void insert(wheel_entry* e, clock::duration delay);
   // From a handle: unlinks e if its wheel still holds it. The wheel may be gone.
   static bool cancel(wheel_entry* e) noexcept;
   // From a handle: moves e to deadline now + delay if its wheel still holds it (an
   // unlink and a link; delay <= 0: handed to the executor now). The wheel may be gone.
   static bool reset(wheel_entry* e, clock::duration delay) noexcept;
-  // A timeout threw: to its wheel's exception handler, or (none, or the wheel is gone)
-  // to the pool running it, else stderr.
-  static void report(const wheel_entry* e, std::exception_ptr x) noexcept;
   // From a handle, for a pending e: whether its deadline has passed on its wheel. Once
   // the wheel is gone: unless e was cancelled (the wheel cancels all it still holds
   // before it goes, so a pending e is on the executor).
   static bool deadline_passed(const wheel_entry* e) noexcept;
-  // Stops the wheel; returns the entries that never fired (cancelled; the caller
-  // takes the wheel's references).
-  std::vector<wheel_entry*> stop();
-  std::size_t pending() const noexcept;
-  const net::any_io_executor& executor() const noexcept { return ex_; }
-  // The metronome pool the wheel fires onto, or nullptr (another executor, or the wheel
-  // is stopped: the pool may be gone).
-  pool_core* pool() const noexcept { return detached_.load(std::memory_order_acquire) ? nullptr : pool_; }
-  clock::time_point now() const noexcept;
   // Diagnostics (tests): timeouts of `level`'s slot that is moving down, not yet moved.
   std::size_t moving(std::size_t level) const;
   // Diagnostics (tests): timeouts the last touch_next_tick() walked.

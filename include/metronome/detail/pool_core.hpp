@@ -1,7 +1,8 @@
 // pool_core: what the library's templates call of the engine behind a scheduled_thread_pool.
 // The engine itself - its queues, heap, workers and their hand-overs - is pool_engine
-// (src/pool_engine.hpp), the one class derived from this; each function here forwards
-// to it (src/pool_face.cpp). A user's translation unit parses this surface only.
+// (src/pool_engine.hpp), the one class derived from this. Each call is declared and
+// documented here only, and defined in the engine's files (src/pool_*.cpp) on the
+// engine's state. A user's translation unit parses this surface only.
 #ifndef METRONOME_DETAIL_POOL_CORE_HPP
 #define METRONOME_DETAIL_POOL_CORE_HPP
 

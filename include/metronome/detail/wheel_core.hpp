@@ -1,7 +1,7 @@
 // wheel_core: what wheel_timer's templates call of the engine behind a wheel, and the
 // timeout node they build. The engine - slots, levels, inbox, tick and hand-overs - is
-// wheel_engine (src/wheel_engine.hpp), the one class derived from wheel_core; each
-// function here forwards to it (src/wheel_face.cpp).
+// wheel_engine (src/wheel_engine.hpp), the one class derived from wheel_core; each call
+// is declared and documented here only, and defined in the engine's files (src/wheel_*.cpp).
 #ifndef METRONOME_DETAIL_WHEEL_CORE_HPP
 #define METRONOME_DETAIL_WHEEL_CORE_HPP
 
