@@ -40,7 +40,7 @@ private:
 };
 
 // The pool's reactor timer: on an executor of the pool that tracks no work.
-std::unique_ptr<reactor_timer> make_pool_reactor_timer(void* pool) {
+std::unique_ptr<reactor_timer> make_pool_reactor_timer(net::execution_context& pool) {
   class pool_timer final : public reactor_timer {
   public:
     explicit pool_timer(scheduled_thread_pool& pool) : timer_(untracked_executor(pool.get_executor())) {}
@@ -56,7 +56,7 @@ std::unique_ptr<reactor_timer> make_pool_reactor_timer(void* pool) {
   private:
     net::basic_waitable_timer<clock, net::wait_traits<clock>, untracked_executor> timer_;
   };
-  return std::make_unique<pool_timer>(*static_cast<scheduled_thread_pool*>(pool));
+  return std::make_unique<pool_timer>(static_cast<scheduled_thread_pool&>(pool));
 }
 
 // Asio's scheduler asks for its reactor when the first I/O object is made on the pool:
@@ -70,7 +70,7 @@ asio_internals::scheduler_task* pool_reactor_of(net::execution_context& ctx) {
 } // namespace
 
 void pool_engine::attach_io(net::execution_context& pool, int concurrency_hint) {
-  reactor_.install(pool, concurrency_hint, &pool_reactor_of, &make_pool_reactor_timer, &pool);
+  reactor_.install(pool, concurrency_hint, &pool_reactor_of, &make_pool_reactor_timer);
 }
 
 // ---------------------------------------------------------------- the reactor

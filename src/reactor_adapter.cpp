@@ -6,7 +6,7 @@ namespace metronome::detail {
 void reactor_adapter::wait(clock::time_point due) {
   try {
     if (due != timer_due_) {
-      if (!timer_) timer_ = make_timer_(owner_);
+      if (!timer_) timer_ = make_timer_(*ctx_);
       timer_->arm(due);
       timer_due_ = due;
     }

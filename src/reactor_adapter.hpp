@@ -39,7 +39,7 @@ public:
   // A busy worker polls when nobody holds the role and the reactor has not run for this
   // long: an I/O completion waits at most that long plus one task.
   static constexpr clock::rep poll_interval = std::chrono::nanoseconds(std::chrono::microseconds(200)).count();
-  using timer_factory = std::unique_ptr<reactor_timer> (*)(void* owner);
+  using timer_factory = std::unique_ptr<reactor_timer> (*)(net::execution_context& ctx);
 
   reactor_adapter() = default;
   reactor_adapter(const reactor_adapter&) = delete;
@@ -50,15 +50,15 @@ public:
   // thread of its own and one unit of work never finished (so that it never stops for
   // lack of work between sockets). The scheduler calls `get_task` when the first I/O
   // object asks for the reactor; it returns reactor_of(ctx), after attach(). `hint`: the
-  // concurrency hint (1: Asio's single-thread shortcuts). `make_timer(owner)` makes the
+  // concurrency hint (1: Asio's single-thread shortcuts). `make_timer(ctx)` makes the
   // reactor's timer when a wait first needs one. May throw (no memory).
   void install(net::execution_context& ctx, int hint, asio_internals::get_task_function get_task,
-               timer_factory make_timer, void* owner) {
+               timer_factory make_timer) {
     asio_internals::scheduler& io = asio_internals::make_scheduler(ctx, hint, get_task);
     io.work_started();
     io_ = &io;
+    ctx_ = &ctx;
     make_timer_ = make_timer;
-    owner_ = owner;
   }
   static asio_internals::scheduler_task& reactor_of(net::execution_context& ctx) {
     return *asio_internals::reactor_of(ctx);
@@ -106,8 +106,8 @@ private:
   void after_run(bool threw) noexcept;
 
   asio_internals::scheduler* io_ = nullptr;
+  net::execution_context* ctx_ = nullptr;
   timer_factory make_timer_ = nullptr;
-  void* owner_ = nullptr;
   // Read by busy workers between tasks: a line of their own, away from the pool's parking
   // counters that every wake-up writes.
   alignas(64) std::atomic<asio_internals::scheduler_task*> reactor_{nullptr};

@@ -61,9 +61,7 @@ asio_internals::scheduler_task* get_task(net::execution_context& ctx) {
   installed->attach(reactor);
   return &reactor;
 }
-std::unique_ptr<reactor_timer> make_timer(void* ctx) {
-  return std::make_unique<test_timer>(*static_cast<net::execution_context*>(ctx));
-}
+std::unique_ptr<reactor_timer> make_timer(net::execution_context& ctx) { return std::make_unique<test_timer>(ctx); }
 
 // A context with the adapter installed in it (the adapter goes first: its timer is the
 // context's).
@@ -75,7 +73,7 @@ struct fixture {
   fixture() {
     installed = &adapter;
     test_timer::arms = 0;
-    adapter.install(ctx, 1, &get_task, &make_timer, &ctx);
+    adapter.install(ctx, 1, &get_task, &make_timer);
   }
   ~fixture() { adapter.release(); }
 };
