@@ -12,6 +12,7 @@
 
 #include <new>
 #include <thread>
+#include <utility>
 
 namespace metronome::detail {
 
@@ -341,11 +342,14 @@ bool pool_core::add_wait(wait_node* n, clock::time_point due, clock::time_point 
     METRONOME_TEST_HOOK(hook_point::wait_before_lock);
     std::unique_lock lk(e.mtx_);
     if (e.state_.terminated()) return false;
-    if (!e.state_.at_least(lifecycle::shutdown) || n->untracked_) {
+    // Cancelled before it got here (wait_node::adding_): queued aborted, never timed.
+    const bool cancelled = std::exchange(n->adding_, false) && n->cancel_before_add_;
+    if (!cancelled && (!e.state_.at_least(lifecycle::shutdown) || n->untracked_)) {
       e.heap_push(lk, n, current); // may throw std::bad_alloc with nothing queued
       e.ask_clock_after_outside_push(lk);
       return true;
     }
+    if (cancelled) n->aborted_ = true;
   }
   if (e.state_.at_least(lifecycle::shutdown)) n->aborted_ = true;
   // Its time had passed at initiation: its start counts as queue wait from now, as typed
@@ -413,7 +417,13 @@ void pool_core::cancel_wait(pool_anchor* anchor, std::uint32_t generation, wait_
   {
     std::unique_lock lk(anchor->mtx);
     core = pool_engine::take_wait_out(lk, anchor, generation, n);
-    if (!core) return;
+    if (!core) {
+      // Not in the queue yet: add_wait() reads this under the same mutex (wait_node::adding_).
+      // Tested by `a_stop_request_before_the_wait_is_queued_completes_it_stopped`
+      // (hook wait_before_lock, test/handover/execution.cpp).
+      if (n->adding_) n->cancel_before_add_ = true;
+      return;
+    }
     n->aborted_ = true;
     // Into the ready queue before the mutex goes: a pool that is being joined sees it
     // and cannot terminate (and drop the completion) once the heap is empty. In transit

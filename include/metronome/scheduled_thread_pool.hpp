@@ -52,6 +52,8 @@ private:
   detail::task_base* task_ = nullptr;
 };
 
+class pool_scheduler; // metronome/execution.hpp
+
 /// A thread pool that runs immediate, delayed and periodic work: Java's
 /// ScheduledThreadPoolExecutor as an Asio execution context.
 /**
@@ -99,6 +101,9 @@ public:
   executor_type get_executor() noexcept;
   /// Same as get_executor().
   executor_type executor() noexcept;
+  /// The pool as a P2300 timed scheduler (`stdexec::scheduler`, `exec::timed_scheduler`).
+  /// Declared here, defined in <metronome/execution.hpp>: include it (it needs stdexec).
+  pool_scheduler get_scheduler() noexcept;
 
   /// The pool's current time (its manual clock when it has one).
   clock::time_point now() const noexcept { return core_->now(); }

@@ -4,6 +4,7 @@
 #define METRONOME_SERIAL_EXECUTOR_HPP
 
 #include <metronome/detail/pool_of.hpp>
+#include <metronome/detail/serial_properties.hpp>
 #include <metronome/detail/timing_of.hpp>
 #include <metronome/errors.hpp>
 #include <metronome/scheduled_future.hpp>
@@ -20,21 +21,13 @@ namespace metronome {
 
 namespace detail {
 
-template <class P>
-struct is_allocator_property : std::false_type {};
-template <class A>
-struct is_allocator_property<net::execution::allocator_t<A>> : std::true_type {};
-
-// Properties a serial executor accepts as preferences and that change nothing in it.
-template <class P>
-concept serial_neutral_property = std::is_same_v<P, net::execution::relationship_t::fork_t> ||
-                                  std::is_same_v<P, net::execution::relationship_t::continuation_t> ||
-                                  is_allocator_property<P>::value;
-
 template <class Executor>
 class serial_state;
 
 } // namespace detail
+
+template <class Executor>
+class serial_scheduler; // metronome/execution.hpp
 
 /// An ordered ("serial", strand-like) executor over any Asio executor: RxJava's
 /// ExecutorScheduler worker done the Asio way.
@@ -121,6 +114,8 @@ public:
    * context (an `io_context`) while delayed serial work may still be falling due. */
   void dispose() const noexcept { state_->dispose(); }
   bool is_disposed() const noexcept { return state_->is_disposed(); } ///< Whether dispose() was called.
+  /// As a P2300 timed scheduler, in this executor's order (<metronome/execution.hpp>).
+  serial_scheduler<Executor> get_scheduler() const noexcept;
 
   /// @name Asio executor (standard executor properties and execute)
   /// blocking.never / blocking.possibly (`dispatch` runs inline on the executor's own
@@ -221,6 +216,7 @@ private:
 
   template <class>
   friend class scheduled_future;
+  friend struct detail::core_access;
 
   static serial_executor with_blocking_never(serial_executor&& s, bool never) noexcept;
 

@@ -19,6 +19,8 @@
 
 namespace metronome {
 
+class wheel_scheduler; // metronome/execution.hpp
+
 /// A hierarchical timing wheel for very many timeouts (Linux/Kafka/Tokio style).
 /**
  * Insert and cancel are O(1): a timeout is a node in a slot's intrusive list; each
@@ -151,12 +153,21 @@ public:
   /// timeout that never fired (now cancelled). Idempotent (later calls return none).
   std::vector<timeout> stop() {
     std::vector<timeout> out;
-    for (auto* e : core_->stop()) out.push_back(timeout(e));
+    for (auto* e : core_->stop()) {
+      if (e->no_handle_)
+        e->release(); // an operation: its stopped completion is on its way to the executor
+      else
+        out.push_back(timeout(e));
+    }
     return out;
   }
 
   /// The wheel's current time (its manual clock when it has one).
   clock::time_point now() const noexcept { return core_->now(); }
+
+  /// The wheel as a P2300 timed scheduler (`stdexec::scheduler`, `exec::timed_scheduler`).
+  /// Declared here, defined in <metronome/execution.hpp>: include it (it needs stdexec).
+  wheel_scheduler get_scheduler() noexcept;
 
 private:
   friend struct detail::core_access;

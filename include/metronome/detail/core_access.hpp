@@ -10,6 +10,11 @@ struct core_access {
   static auto& core(Public& p) noexcept {
     return *p.core_;
   }
+  // A serial executor's queue drain (serial_core, detail/serial_core.hpp).
+  template <class Serial>
+  static auto& serial_state(const Serial& s) noexcept {
+    return *s.state_;
+  }
 };
 
 } // namespace metronome::detail

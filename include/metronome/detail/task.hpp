@@ -110,6 +110,14 @@ struct timed_node : task_base {
 struct wait_node : timed_node {
   explicit wait_node(complete_fn fn) noexcept : timed_node(fn) { kind_ = task_kind::wait; }
   bool aborted_ = false;
+  // A wait whose canceller may act before add_wait() has queued it (a P2300 operation's
+  // stop callback, registered before the wait is added: metronome/execution.hpp). Set by
+  // its owner before the canceller can run; cleared by add_wait() under the pool mutex.
+  // A cancel_wait() that finds it set records cancel_before_add_ (under that mutex), and
+  // add_wait() then queues the wait aborted instead of timing it: a stop request that
+  // comes before the wait is in the delay queue is never lost.
+  bool adding_ = false;
+  bool cancel_before_add_ = false;
   // A wheel's tick (wheel_tick.cpp): does not keep its pool from terminating, and
   // outlives shutdown() in the heap (the wheel keeps delivering until termination).
   bool untracked_ = false;

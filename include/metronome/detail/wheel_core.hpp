@@ -137,6 +137,11 @@ private:
   bool claim(std::uint32_t to) noexcept;
   std::atomic<std::uint32_t> refs_;
   bool wait_; // after refs_: in the tail padding, so that a small timeout stays 64 bytes
+
+public:
+  // A P2300 operation's entry (metronome/execution.hpp): it lives in the operation state,
+  // so wheel_timer::stop() hands out no handle to it (one would outlive the operation).
+  bool no_handle_ = false;
 };
 
 class wheel_core {
