@@ -139,11 +139,10 @@ BOOST_AUTO_TEST_CASE(a_stop_requested_before_start_completes_stopped_inline) {
   BOOST_CHECK_EQUAL(pool.stats().delayed_queued, 0u);
 }
 
-// Due time against stop request, raced: every operation completes exactly once.
-BOOST_AUTO_TEST_CASE(a_stop_raced_with_the_due_time_ends_in_exactly_one_completion) {
-  scheduled_thread_pool pool(2);
-  auto sched = pool.get_scheduler();
-  constexpr int n = 4000;
+// Due time against stop request, raced: every operation completes exactly once, on a
+// thread that runs the scheduler's work (`on_scheduler()` inside the completion).
+template <class Scheduler, class OnScheduler>
+void race_stops_against_due_times(Scheduler sched, OnScheduler on_scheduler, int n) {
   using sender = decltype(exec::schedule_after(sched, 1us));
   struct one {
     stdexec::inplace_stop_source source;
@@ -151,7 +150,13 @@ BOOST_AUTO_TEST_CASE(a_stop_raced_with_the_due_time_ends_in_exactly_one_completi
     std::unique_ptr<started<sender>> op;
   };
   std::vector<std::unique_ptr<one>> all;
-  for (int i = 0; i < n; ++i) all.push_back(std::make_unique<one>());
+  std::atomic<int> elsewhere{0};
+  for (int i = 0; i < n; ++i) {
+    all.push_back(std::make_unique<one>());
+    all.back()->out.on_complete = [&] {
+      if (!on_scheduler()) elsewhere.fetch_add(1);
+    };
+  }
   std::mt19937 rng(42);
   std::atomic<int> next{0};
   std::thread stopper([&] { // requests stops as the starts go on
@@ -176,8 +181,38 @@ BOOST_AUTO_TEST_CASE(a_stop_raced_with_the_due_time_ends_in_exactly_one_completi
     stops += x->out.stops.load();
   }
   BOOST_CHECK_EQUAL(values + stops, n);
+  BOOST_CHECK_EQUAL(elsewhere.load(), 0);
   BOOST_TEST_MESSAGE("raced stops: " << values << " values, " << stops << " stopped");
+}
+
+BOOST_AUTO_TEST_CASE(a_stop_raced_with_the_due_time_ends_in_exactly_one_completion) {
+  scheduled_thread_pool pool(2);
+  auto on_pool = [&] { return pool.get_executor().running_in_this_thread(); };
+  race_stops_against_due_times(pool.get_scheduler(), on_pool, 4000);
   BOOST_CHECK(poll_until([&] { return pool.stats().delayed_queued == 0; }));
+  auto serial = metronome::make_serial_executor(pool.get_executor());
+  race_stops_against_due_times(serial.get_scheduler(), on_pool, 2000);
+  metronome::wheel_options fine;
+  fine.tick = 50us;
+  metronome::wheel_timer wheel(pool, fine);
+  race_stops_against_due_times(wheel.get_scheduler(), on_pool, 2000);
+  BOOST_CHECK(poll_until([&] { return wheel.pending() == 0; }));
+}
+
+// The same over an io_context's wheel: fired and stopped completions on its thread.
+BOOST_AUTO_TEST_CASE(a_stop_raced_with_a_wheel_s_due_time_over_an_io_context_completes_on_its_thread) {
+  metronome::net::io_context io;
+  auto guard = metronome::net::make_work_guard(io);
+  std::thread runner([&] { io.run(); });
+  {
+    metronome::wheel_options fine;
+    fine.tick = 50us;
+    metronome::wheel_timer wheel(io.get_executor(), fine);
+    const auto id = runner.get_id();
+    race_stops_against_due_times(wheel.get_scheduler(), [id] { return std::this_thread::get_id() == id; }, 2000);
+  }
+  guard.reset();
+  runner.join();
 }
 
 BOOST_AUTO_TEST_CASE(shutdown_completes_pending_and_later_operations_stopped) {

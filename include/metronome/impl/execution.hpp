@@ -12,6 +12,7 @@
 
 #include <exception>
 #include <optional>
+#include <thread>
 #include <type_traits>
 #include <utility>
 
@@ -201,20 +202,23 @@ private:
 // ---- a wheel: one entry in its slots, as a wheel's async_wait (one reference: the
 // wheel's, then the executor queue's). A stop request cancels the entry (O(1) unlink);
 // every completion, fired or cancelled, is delivered by the executor running the entry
-// (a pool worker; elsewhere a posted job), and happens when the last reference goes, after
-// the wheel and the executor are done with the node.
+// (a pool worker; elsewhere a posted job) once the last reference goes, after the wheel
+// and the executor are done with the node.
+//
+// The stop callback holds no reference: the completion (on_destroy, the last reference)
+// disarms it first, which waits out a callback that runs, so the node outlives every
+// callback. start() holds a reference of its own while it inserts the entry and then arms
+// the callback (the entry has its wheel by then, and cannot complete meanwhile: the arm
+// never races the disarm); a stop request before the arm runs the callback inside it.
+// The last reference may go on another thread than the executor's (start()'s, or a
+// canceller's that lets go of the wheel's reference after the executor settled the entry):
+// the entry then goes to the executor once more (settled_on_ tells), so that the
+// completion always runs on a thread that ran the entry.
 template <class Receiver>
 class wheel_operation final : public wheel_entry {
   struct on_stop {
     wheel_operation* op;
-    // The callback holds a reference while it cancels; the queue's or the wheel's is
-    // held too until the completing thread has disarmed this callback.
-    void operator()() const noexcept {
-      wheel_operation* w = op;
-      w->add_ref();
-      w->cancel();
-      w->release();
-    }
+    void operator()() const noexcept { op->cancel(); }
   };
   using hook = stop_hook<Receiver, on_stop>;
 
@@ -249,13 +253,15 @@ public:
     pool_ = wheel_->pool();
     if (!pool_) ex_.emplace(wheel_->executor());
     if (pool_) pool_->wheel_wait_started();
-    stop_.arm(rcvr_, on_stop{this});
+    add_ref(); // start()'s own: no completion before the release below
     try {
       wheel_->insert(this, due_.from(wheel_->now()));
     } catch (...) {
       // Refused (stopped wheel, shut-down pool): insert() cancelled and dropped it,
       // which delivers set_stopped through the executor.
     }
+    stop_.arm(rcvr_, on_stop{this});
+    release();
   }
 
 private:
@@ -263,14 +269,19 @@ private:
   static constexpr bool cancellers_hold_refs = false; // the stop callback holds none
 
   void on_fire() noexcept {
-    stop_.disarm();
     fired_ = true;
+    settled_here();
   }
   // Out of the wheel, never to fire: to the executor, whose run of it settles it.
   void on_drop() noexcept {
     if (fired_ || dropped_) return;
     dropped_ = true;
     add_ref();
+    deliver_again();
+  }
+  // To the executor, with a reference of its own: its run settles the entry (fired or
+  // cancelled: nothing more happens) and lets go, which completes the operation.
+  void deliver_again() noexcept {
     if (pool_) {
       pool_->push_ready(this);
       return;
@@ -278,14 +289,23 @@ private:
     try {
       net::post(*ex_, settle_job(this));
     } catch (...) {
-      release(); // never the last: the caller holds one
+      no_executor_ = true; // out of memory: completes where the last reference goes
+      release();
     }
   }
+  // The executor runs (or discards) the entry on this thread.
+  void settled_here() noexcept { settled_on_ = std::this_thread::get_id(); }
   void on_cancel_queued() noexcept {}
-  void on_discarded() noexcept { stop_.disarm(); }
-  void on_settled_cancelled(bool) noexcept { stop_.disarm(); }
+  void on_discarded() noexcept { settled_here(); }
+  void on_settled_cancelled(bool) noexcept { settled_here(); }
   // The last reference: the engine is done with the node.
   void on_destroy() noexcept {
+    if (settled_on_ != std::this_thread::get_id() && !no_executor_) {
+      settled_on_ = std::thread::id();
+      add_ref();
+      deliver_again(); // its run settles nothing more, and lets go here again
+      return;
+    }
     stop_.disarm();
     if (pool_) pool_->wheel_wait_done();
     if (fired_ && !hook::requested(rcvr_))
@@ -300,8 +320,10 @@ private:
   pool_core* pool_ = nullptr;
   std::optional<net::any_io_executor> ex_;
   hook stop_;
+  std::thread::id settled_on_;
   bool fired_ = false;
   bool dropped_ = false;
+  bool no_executor_ = false;
 };
 
 } // namespace detail
