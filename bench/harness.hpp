@@ -151,6 +151,8 @@ struct bench_case {
 void add_throughput_cases(std::vector<bench_case>& out, const options& o);
 void add_timer_cases(std::vector<bench_case>& out, const options& o);
 void add_coroutine_cases(std::vector<bench_case>& out, const options& o);
+// std::execution rows (bench/execution.cpp): where stdexec is found.
+void add_execution_cases(std::vector<bench_case>& out, const options& o);
 
 // "1k", "10k", "1M" for case names.
 std::string count_label(long n);

@@ -188,6 +188,13 @@ std::string cell(const summary& s) {
 // Prints one case: for each metronome side and metric, every side's min / median / max,
 // the better Asio side by median, and the ratio metronome / that side.
 void report(const bench_case& c, const std::vector<std::vector<metrics>>& runs, std::FILE* json) {
+  // The comparison columns: plain Asio's two sides, unless the case names others (the
+  // std::execution rows compare with stdexec too): then a header row of its own.
+  std::string columns;
+  for (const side& s : c.sides)
+    if (s.asio) columns += std::string(" | ") + (s.name == asio_io_threads::name || s.name == asio_pool::name ? "Asio: " : "") + s.name;
+  if (columns != " | Asio: io_context | Asio: thread_pool")
+    std::printf("| case | metronome side | metric | metronome%s | best | ratio |\n", columns.c_str());
   std::vector<std::string> keys;
   for (auto& per_side : runs)
     for (auto& m : per_side)
@@ -304,6 +311,9 @@ int main(int argc, char** argv) {
   add_throughput_cases(all, o);
   add_timer_cases(all, o);
   add_coroutine_cases(all, o);
+#if defined(METRONOME_BENCH_EXECUTION)
+  add_execution_cases(all, o);
+#endif
   std::vector<bench_case> cases;
   for (auto& c : all)
     if (wanted.empty() || std::any_of(wanted.begin(), wanted.end(), [&](auto& w) { return c.name.rfind(w, 0) == 0; }))
