@@ -12,6 +12,7 @@
 #include <metronome/detail/node_cache.hpp>
 
 #include <mutex>
+#include <new>
 #include <vector>
 
 namespace metronome::detail {
@@ -39,12 +40,18 @@ struct serial_core::state {
   scheduled_task_base* reg_head_ = nullptr;
 };
 
-serial_core::serial_core(serial_options opts, pool_core& timers, pool_core* owner_pool)
-    : s_(std::make_unique<state>(std::move(opts), owner_pool)), timers_(timers) {
-  if (s_->opts_.batch == 0) throw std::invalid_argument("metronome: serial_options::batch must be at least 1");
+serial_core::state& serial_core::st() const noexcept {
+  static_assert(sizeof(state) <= state_bytes && alignof(state) <= 64,
+                "metronome: serial_core::state_bytes is too small for the drain's state");
+  return *std::launder(reinterpret_cast<state*>(const_cast<unsigned char*>(state_)));
 }
 
-bool serial_core::is_disposed() const noexcept { return s_->disposed_.load(std::memory_order_acquire); }
+serial_core::serial_core(serial_options opts, pool_core& timers, pool_core* owner_pool) : timers_(timers) {
+  if (opts.batch == 0) throw std::invalid_argument("metronome: serial_options::batch must be at least 1");
+  ::new (static_cast<void*>(state_)) state(std::move(opts), owner_pool);
+}
+
+bool serial_core::is_disposed() const noexcept { return st().disposed_.load(std::memory_order_acquire); }
 
 void serial_core::post_drain_to_pool(pool_core& pool, drain_post how) noexcept {
   try {
@@ -69,7 +76,8 @@ void serial_core::post_drain_to_pool(pool_core& pool, drain_post how) noexcept {
 
 serial_core::~serial_core() {
   // Tasks a dropped drain never reached (the underlying executor shut down).
-  while (task_base* t = s_->queue_.pop_sole_consumer()) discard(t);
+  while (task_base* t = st().queue_.pop_sole_consumer()) discard(t);
+  st().~state();
 }
 
 bool serial_core::running_in_this_thread() const noexcept { return current_drain == this; }
@@ -78,12 +86,12 @@ bool serial_core::running_in_this_thread() const noexcept { return current_drain
 // is refused without asking it (test
 // `a_handed_back_drain_run_after_its_pool_is_gone_refuses_posts_to_its_executor`).
 bool serial_core::refuses_outside_work() const noexcept {
-  if (s_->handed_back_.load(std::memory_order_acquire)) return true;
-  return s_->owner_pool_ && s_->owner_pool_->is_shutdown() && !s_->owner_pool_->running_in_this_thread();
+  if (st().handed_back_.load(std::memory_order_acquire)) return true;
+  return st().owner_pool_ && st().owner_pool_->is_shutdown() && !st().owner_pool_->running_in_this_thread();
 }
 
 pool_core* serial_core::live_owner() const noexcept {
-  return s_->handed_back_.load(std::memory_order_acquire) ? nullptr : s_->owner_pool_;
+  return st().handed_back_.load(std::memory_order_acquire) ? nullptr : st().owner_pool_;
 }
 
 void serial_core::note_rejected() noexcept {
@@ -91,10 +99,10 @@ void serial_core::note_rejected() noexcept {
 }
 
 bool serial_core::try_enqueue(task_base* t, bool may_run_here) noexcept {
-  if (s_->disposed_.load(std::memory_order_acquire)) return false;
-  s_->queue_.push(t);
+  if (st().disposed_.load(std::memory_order_acquire)) return false;
+  st().queue_.push(t);
   METRONOME_TEST_HOOK(hook_point::serial_after_push);
-  if (s_->pending_.fetch_add(1, std::memory_order_acq_rel) == 0) {
+  if (st().pending_.fetch_add(1, std::memory_order_acq_rel) == 0) {
     // This thread owes the drain. On a thread of the underlying executor it is that
     // executor's work already: run it here (no call into the executor, so dispose()'s
     // wait for posts under way does not concern it), else hand it over.
@@ -112,8 +120,8 @@ bool serial_core::try_enqueue(task_base* t, bool may_run_here) noexcept {
 // way, and a post that starts after dispose() discards here instead: after dispose()
 // returns, no library thread calls into the underlying executor again.
 void serial_core::hand_drain(drain_post how) noexcept {
-  s_->posting_.fetch_add(1, std::memory_order_seq_cst);
-  if (s_->disposed_.load(std::memory_order_seq_cst)) {
+  st().posting_.fetch_add(1, std::memory_order_seq_cst);
+  if (st().disposed_.load(std::memory_order_seq_cst)) {
     leave_posting();
     drain(); // disposed: discards what is counted, runs no user task, never re-posts
     return;
@@ -124,18 +132,18 @@ void serial_core::hand_drain(drain_post how) noexcept {
 
 // The last post under way wakes a dispose() waiting for it (it blocks, never spins).
 void serial_core::leave_posting() noexcept {
-  if (s_->posting_.fetch_sub(1, std::memory_order_release) == 1) s_->posting_.notify_all();
+  if (st().posting_.fetch_sub(1, std::memory_order_release) == 1) st().posting_.notify_all();
 }
 
 bool serial_core::enqueue_due(scheduled_task_base* t) noexcept {
   // Queued even when disposed: the drain discards what it finds after dispose().
-  s_->queue_.push(t);
-  return s_->pending_.fetch_add(1, std::memory_order_acq_rel) == 0;
+  st().queue_.push(t);
+  return st().pending_.fetch_add(1, std::memory_order_acq_rel) == 0;
 }
 
 void serial_core::abandon() noexcept {
-  s_->abandoned_.store(true, std::memory_order_release);
-  s_->disposed_.store(true, std::memory_order_seq_cst);
+  st().abandoned_.store(true, std::memory_order_release);
+  st().disposed_.store(true, std::memory_order_seq_cst);
   drain(); // disposed: discards, runs no user task, never re-posts
 }
 
@@ -150,8 +158,8 @@ task_base* serial_core::pop_one() noexcept {
   // pending_ > 0 promises a node; a producer may still be linking it (the queue's
   // wait_for_link: spin briefly, then block until it has).
   for (;;) {
-    if (task_base* t = s_->queue_.pop_sole_consumer()) return t;
-    s_->queue_.wait_for_link_sole_consumer();
+    if (task_base* t = st().queue_.pop_sole_consumer()) return t;
+    st().queue_.wait_for_link_sole_consumer();
   }
 }
 
@@ -160,27 +168,27 @@ task_base* serial_core::pop_one() noexcept {
 // gone: that drain runs everything counted without re-posting (there is nowhere to post),
 // typed tasks run detached (once, as the pool's own handed-back tasks), and exceptions
 // are not reported to the pool. Compares pointers only: owner_pool_ may dangle then.
-bool serial_core::handed_back() const noexcept { return s_->owner_pool_ != nullptr && pool_core::current() != s_->owner_pool_; }
+bool serial_core::handed_back() const noexcept { return st().owner_pool_ != nullptr && pool_core::current() != st().owner_pool_; }
 
 void serial_core::drain() noexcept {
   const serial_core* outer = current_drain;
   current_drain = this;
   const bool handed = handed_back();
-  if (handed) s_->handed_back_.store(true, std::memory_order_release);
-  const std::size_t batch = handed ? std::size_t(-1) : s_->opts_.batch;
+  if (handed) st().handed_back_.store(true, std::memory_order_release);
+  const std::size_t batch = handed ? std::size_t(-1) : st().opts_.batch;
   std::size_t ran = 0;
   for (;;) {
     // Run the tasks already counted, up to the batch, and settle the count once per
     // run rather than once per task (its line is shared with producers). Never pop
     // more than was counted: a producer pushes before it counts, and an uncounted
     // node taken here would make the count underflow.
-    const std::size_t counted = s_->pending_.load(std::memory_order_acquire);
+    const std::size_t counted = st().pending_.load(std::memory_order_acquire);
     std::size_t consumed = 0;
     while (ran < batch && consumed < counted) {
-      task_base* t = consumed == 0 ? pop_one() : s_->queue_.pop_sole_consumer();
+      task_base* t = consumed == 0 ? pop_one() : st().queue_.pop_sole_consumer();
       if (!t) break;
       ++consumed;
-      if (s_->disposed_.load(std::memory_order_acquire)) {
+      if (st().disposed_.load(std::memory_order_acquire)) {
         discard(t); // cheap and runs no user task: not counted against the batch
       } else {
         run_one(t, handed);
@@ -189,7 +197,7 @@ void serial_core::drain() noexcept {
       }
     }
     METRONOME_TEST_HOOK(hook_point::serial_before_settle);
-    if (s_->pending_.fetch_sub(consumed, std::memory_order_acq_rel) == consumed) break; // drained
+    if (st().pending_.fetch_sub(consumed, std::memory_order_acq_rel) == consumed) break; // drained
     if (ran >= batch || rethrow_scope::pending()) {
       current_drain = outer;
       METRONOME_TEST_HOOK(hook_point::serial_before_repost);
@@ -212,7 +220,7 @@ void serial_core::run_one(task_base* t, bool handed) noexcept {
   try {
     t->complete(true);
   } catch (...) {
-    if (handed && !s_->opts_.exception_handler)
+    if (handed && !st().opts_.exception_handler)
       print_unhandled(std::current_exception(), "serial task"); // not to a pool that may be gone
     else
       report_unhandled(std::current_exception());
@@ -223,14 +231,14 @@ void serial_core::run_one(task_base* t, bool handed) noexcept {
 // a foreign executor with no exception handler it leaves the drain, as from a strand
 // (Asio's rule). A typed task's goes to its handle, and report() only tells about it.
 void serial_core::report_unhandled(std::exception_ptr e) noexcept {
-  if (!s_->opts_.exception_handler && live_owner() == nullptr && rethrow_scope::keep(e)) return;
+  if (!st().opts_.exception_handler && live_owner() == nullptr && rethrow_scope::keep(e)) return;
   report(std::move(e));
 }
 
 void serial_core::report(std::exception_ptr e) noexcept {
   if (!e) return;
-  if (s_->opts_.exception_handler) {
-    call_exception_handler(s_->opts_.exception_handler, e, "a serial executor's exception handler");
+  if (st().opts_.exception_handler) {
+    call_exception_handler(st().opts_.exception_handler, e, "a serial executor's exception handler");
   } else if (pool_core* p = live_owner()) {
     p->report(e);
   } else {
@@ -240,14 +248,14 @@ void serial_core::report(std::exception_ptr e) noexcept {
 
 void serial_core::report_dropped(const std::exception_ptr& e) noexcept {
   if (!e) return;
-  if (s_->opts_.exception_handler)
-    call_exception_handler(s_->opts_.exception_handler, e, "a serial executor's exception handler");
+  if (st().opts_.exception_handler)
+    call_exception_handler(st().opts_.exception_handler, e, "a serial executor's exception handler");
   else if (pool_core* p = live_owner())
     engine(p)->report_dropped(e);
 }
 
 void serial_core::report_refused() noexcept {
-  if (s_->abandoned_.load(std::memory_order_acquire)) // its context's shutdown (which you asked for) took the drain
+  if (st().abandoned_.load(std::memory_order_acquire)) // its context's shutdown (which you asked for) took the drain
     report_dropped(std::make_exception_ptr(
         rejected_execution("metronome: work dropped: the serial_executor's underlying context is shut down")));
   else
@@ -255,19 +263,19 @@ void serial_core::report_refused() noexcept {
 }
 
 void serial_core::track(scheduled_task_base* t) noexcept {
-  std::lock_guard lk(s_->reg_mtx_);
+  std::lock_guard lk(st().reg_mtx_);
   t->extras().reg_prev = nullptr;
-  t->extras().reg_next = s_->reg_head_;
-  if (s_->reg_head_) s_->reg_head_->extras().reg_prev = t;
-  s_->reg_head_ = t;
+  t->extras().reg_next = st().reg_head_;
+  if (st().reg_head_) st().reg_head_->extras().reg_prev = t;
+  st().reg_head_ = t;
 }
 
 void serial_core::forget(scheduled_task_base* t) noexcept {
-  std::lock_guard lk(s_->reg_mtx_);
+  std::lock_guard lk(st().reg_mtx_);
   if (t->extras().reg_prev)
     t->extras().reg_prev->extras().reg_next = t->extras().reg_next;
-  else if (s_->reg_head_ == t)
-    s_->reg_head_ = t->extras().reg_next;
+  else if (st().reg_head_ == t)
+    st().reg_head_ = t->extras().reg_next;
   else
     return; // never tracked
   if (t->extras().reg_next) t->extras().reg_next->extras().reg_prev = t->extras().reg_prev;
@@ -275,21 +283,21 @@ void serial_core::forget(scheduled_task_base* t) noexcept {
 }
 
 void serial_core::dispose() noexcept {
-  if (s_->disposed_.exchange(true, std::memory_order_acq_rel)) return;
+  if (st().disposed_.exchange(true, std::memory_order_acq_rel)) return;
   // Delayed and periodic tasks: cancel them where they wait (the timing pool's heap).
   // Queued ones are discarded by the drain, which runs no user code once disposed.
   std::vector<scheduled_task_base*> live;
   {
-    std::lock_guard lk(s_->reg_mtx_);
-    for (auto* t = s_->reg_head_; t; t = t->extras().reg_next)
+    std::lock_guard lk(st().reg_mtx_);
+    for (auto* t = st().reg_head_; t; t = t->extras().reg_next)
       if (t->try_add_ref()) live.push_back(t);
   }
   for (auto* t : live) {
     t->cancel();
     t->release();
   }
-  for (int n = s_->posting_.load(std::memory_order_seq_cst); n != 0; n = s_->posting_.load(std::memory_order_seq_cst))
-    s_->posting_.wait(n, std::memory_order_seq_cst);
+  for (int n = st().posting_.load(std::memory_order_seq_cst); n != 0; n = st().posting_.load(std::memory_order_seq_cst))
+    st().posting_.wait(n, std::memory_order_seq_cst);
 }
 
 } // namespace metronome::detail

@@ -88,10 +88,13 @@ private:
   bool handed_back() const noexcept;
 
   // The queue, its count, the disposal flags and the registry of delayed tasks
-  // (src/serial_core.cpp): behind a pointer, so that no user translation unit parses the
-  // engine's queue.
+  // (src/serial_core.cpp): built in this storage, so that no user translation unit parses
+  // the engine's queue, and reached at a fixed offset rather than through a pointer (the
+  // drain and every producer touch it on each task). serial_core.cpp checks it fits.
   struct state;
-  std::unique_ptr<state> s_;
+  state& st() const noexcept;
+  static constexpr std::size_t state_bytes = 512;
+  alignas(64) unsigned char state_[state_bytes];
   pool_core& timers_;
 };
 
