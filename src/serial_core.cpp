@@ -2,6 +2,7 @@
 #include <metronome/detail/internal_post.hpp>
 #include <metronome/detail/report.hpp>
 #include <metronome/detail/serial_core.hpp>
+#include <metronome/detail/task.hpp>
 #include <metronome/detail/test_hooks.hpp>
 #include <metronome/errors.hpp>
 
@@ -38,6 +39,7 @@ struct serial_core::state {
   std::atomic<bool> handed_back_{false};
   std::mutex reg_mtx_;    // the delayed tasks not yet due (track, forget, dispose)
   scheduled_task_base* reg_head_ = nullptr;
+  serial_wait_link* waits_head_ = nullptr; // P2300 operations' waits (track_wait)
 };
 
 serial_core::state& serial_core::st() const noexcept {
@@ -282,8 +284,35 @@ void serial_core::forget(scheduled_task_base* t) noexcept {
   t->extras().reg_prev = t->extras().reg_next = nullptr;
 }
 
+bool serial_core::track_wait(serial_wait_link* l) noexcept {
+  std::lock_guard lk(st().reg_mtx_);
+  if (st().disposed_.load(std::memory_order_acquire)) return false;
+  l->prev = nullptr;
+  l->next = st().waits_head_;
+  if (l->next) l->next->prev = l;
+  st().waits_head_ = l;
+  return true;
+}
+
+void serial_core::forget_wait(serial_wait_link* l) noexcept {
+  std::lock_guard lk(st().reg_mtx_);
+  if (l->prev)
+    l->prev->next = l->next;
+  else
+    st().waits_head_ = l->next;
+  if (l->next) l->next->prev = l->prev;
+  l->prev = l->next = nullptr;
+}
+
 void serial_core::dispose() noexcept {
   if (st().disposed_.exchange(true, std::memory_order_acq_rel)) return;
+  // P2300 operations' waits: stopped where they wait, under the registry's mutex (an
+  // operation forgets its wait under it before it completes, so each is alive here).
+  // Tested by `dispose_stops_a_serial_operation_waiting_in_the_delay_queue`.
+  {
+    std::lock_guard lk(st().reg_mtx_);
+    for (serial_wait_link* l = st().waits_head_; l; l = l->next) pool_core::cancel_wait(l->anchor, l->generation, l->node);
+  }
   // Delayed and periodic tasks: cancel them where they wait (the timing pool's heap).
   // Queued ones are discarded by the drain, which runs no user code once disposed.
   std::vector<scheduled_task_base*> live;

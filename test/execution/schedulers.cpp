@@ -352,6 +352,21 @@ BOOST_AUTO_TEST_CASE(serial_schedule_after_waits_then_takes_its_turn_and_dispose
   BOOST_CHECK_EQUAL(refused.stops.load(), 1);
 }
 
+// dispose() stops what the executor holds, an operation waiting in the delay queue too:
+// it leaves the queue at once and completes stopped (not when it would have been due).
+BOOST_AUTO_TEST_CASE(dispose_stops_a_serial_operation_waiting_in_the_delay_queue) {
+  scheduled_thread_pool pool(1);
+  auto serial = metronome::make_serial_executor(pool.get_executor());
+  outcome o;
+  started op(exec::schedule_after(serial.get_scheduler(), 1h), o);
+  BOOST_CHECK_EQUAL(pool.stats().delayed_queued, 1u);
+  serial.dispose();
+  o.wait();
+  BOOST_CHECK_EQUAL(o.stops.load(), 1);
+  BOOST_CHECK_EQUAL(o.completions(), 1);
+  BOOST_CHECK_EQUAL(pool.stats().delayed_queued, 0u);
+}
+
 // A serial executor over an io_context: its time is the context's timing service, its
 // completions run on the context's thread.
 BOOST_AUTO_TEST_CASE(serial_scheduler_over_an_io_context) {

@@ -9,12 +9,25 @@
 
 #include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <exception>
 #include <memory>
 
 namespace metronome::detail {
 
 class pool_core;
+struct wait_node;
+struct pool_anchor;
+
+// A P2300 operation's wait on a serial executor (metronome/execution.hpp), registered
+// while it waits in the timing engine's delay queue, so that dispose() can stop it there.
+struct serial_wait_link {
+  serial_wait_link* prev = nullptr;
+  serial_wait_link* next = nullptr;
+  wait_node* node = nullptr;
+  pool_anchor* anchor = nullptr;
+  std::uint32_t generation = 0;
+};
 
 // The queue drain (seed 004): an MPSC queue plus a count of pending tasks. The thread
 // that raises the count from 0 posts one drain to the underlying executor; the drain
@@ -65,6 +78,12 @@ public:
   // context's shutdown drops work once abandon()ed (quiet by default).
   void report_refused() noexcept;
   void track(scheduled_task_base* t) noexcept;
+  // A P2300 operation's wait: registered before it is added to the delay queue (false,
+  // nothing registered, once disposed); forgotten when it leaves it. dispose() stops the
+  // registered ones where they wait (pool_core::cancel_wait: queued aborted, or, not yet
+  // added, marked so that add_wait() queues them aborted: wait_node::adding_).
+  bool track_wait(serial_wait_link* l) noexcept;
+  void forget_wait(serial_wait_link* l) noexcept;
 
   bool enqueue_due(scheduled_task_base* t) noexcept override;
   void post_owed_drain() noexcept override;

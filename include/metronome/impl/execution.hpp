@@ -116,7 +116,9 @@ private:
 // ---- a serial executor: the wait in the delay queue of the engine that times the
 // executor's delayed work (its pool's, or its context's timing service), then a turn in
 // its queue; set_value() runs in the executor's order, one at a time with its other work.
-// A due time already passed at start() takes a turn at once (schedule()).
+// A due time already passed at start() takes a turn at once (schedule()). While it waits
+// in the delay queue the wait is registered with the serial executor (track_wait), whose
+// dispose() stops it there as a stop request does; it is forgotten before it completes.
 template <class Executor, class Receiver>
 class serial_operation final : public wait_node {
   struct on_stop {
@@ -151,17 +153,28 @@ public:
       take_turn();
       return;
     }
-    adding_ = hook::stoppable;
+    adding_ = true; // dispose() may cancel it too, before add_wait()
+    link_.node = this;
+    link_.anchor = anchor_;
+    link_.generation = generation_;
+    if (!s.track_wait(&link_)) { // disposed meanwhile
+      stdexec::set_stopped(std::move(rcvr_));
+      return;
+    }
     stop_.arm(rcvr_, on_stop{this});
     bool queued = false;
     try {
       queued = timers_->add_wait(this, due, current);
     } catch (...) {
+      s.forget_wait(&link_);
       stop_.disarm();
       stdexec::set_error(std::move(rcvr_), std::current_exception());
       return;
     }
-    if (!queued) finish(false);
+    if (!queued) {
+      s.forget_wait(&link_);
+      finish(false);
+    }
   }
 
 private:
@@ -169,6 +182,7 @@ private:
   // takes its turn in the serial queue; aborted or dropped, it completes stopped here.
   static void do_complete(task_base* b, unsigned action) {
     auto* op = static_cast<serial_operation*>(b);
+    core_access::serial_state(op->serial_).forget_wait(&op->link_);
     if (action == run_action && !op->aborted_)
       op->take_turn();
     else
@@ -197,6 +211,7 @@ private:
   Receiver rcvr_;
   hook stop_;
   turn_node turn_{this};
+  serial_wait_link link_;
 };
 
 // ---- a wheel: one entry in its slots, as a wheel's async_wait (one reference: the
