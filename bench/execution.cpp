@@ -30,10 +30,17 @@ std::vector<std::int64_t> delays_ns(long n) {
   return v;
 }
 
+// Every side's completion figures, from the slots: lateness of each (slot - due), and
 // n over the time from the first start to the last completion (the latest slot).
-void add_done_rate(metrics& m, const results& r, std::int64_t start_ns) {
+void add_completion_metrics(metrics& m, const results& r, const std::vector<std::int64_t>& due,
+                            std::int64_t start_ns) {
+  std::vector<double> late(static_cast<std::size_t>(r.size()));
   std::int64_t last = start_ns;
-  for (long i = 0; i < r.size(); ++i) last = std::max(last, r.slot(i));
+  for (long i = 0; i < r.size(); ++i) {
+    late[static_cast<std::size_t>(i)] = static_cast<double>(r.slot(i) - due[static_cast<std::size_t>(i)]) / 1e6;
+    last = std::max(last, r.slot(i));
+  }
+  add_percentiles(m, late, "late ms");
   m["done Mops/s"] = static_cast<double>(r.size()) / (static_cast<double>(last - start_ns) / 1e9) / 1e6;
 }
 
@@ -70,11 +77,7 @@ metrics run_senders(long n, Scheduler scheduler) {
   }
   m["submit Mops/s"] = static_cast<double>(n) / seconds_since(start) / 1e6;
   r.wait_all();
-  std::vector<double> late(static_cast<std::size_t>(n));
-  for (long i = 0; i < n; ++i)
-    late[static_cast<std::size_t>(i)] = static_cast<double>(r.slot(i) - due[static_cast<std::size_t>(i)]) / 1e6;
-  add_percentiles(m, late, "late ms");
-  add_done_rate(m, r, start_ns);
+  add_completion_metrics(m, r, due, start_ns);
   m["peak RSS MiB"] = peak_rss_mib();
   for (long i = 0; i < n; ++i) reinterpret_cast<op*>(storage + sizeof(op) * static_cast<std::size_t>(i))->~op();
   ::operator delete(storage, std::align_val_t(alignof(op)));
@@ -123,11 +126,7 @@ metrics asio_side(const options& o, long n) {
     r.wait_all();
     ctx.join();
   }
-  std::vector<double> late(static_cast<std::size_t>(n));
-  for (long i = 0; i < n; ++i)
-    late[static_cast<std::size_t>(i)] = static_cast<double>(r.slot(i) - due[static_cast<std::size_t>(i)]) / 1e6;
-  add_percentiles(m, late, "late ms");
-  add_done_rate(m, r, start_ns);
+  add_completion_metrics(m, r, due, start_ns);
   m["peak RSS MiB"] = peak_rss_mib();
   m["heap after MiB"] = heap_in_use_mib() - base;
   return m;
