@@ -257,7 +257,8 @@ bool wheel_engine::cancel(wheel_entry* e) noexcept {
     a.core->hand_over_unlocked(a, lk, fired);
     if (!won) return false;
   }
-  e->drop();    // frees the callable at once; wakes nobody
+  e->drop(); // frees the callable at once; wakes nobody (a P2300 operation's goes to its executor)
+  METRONOME_TEST_HOOK(hook_point::wheel_cancel_before_release);
   e->release(); // the wheel's reference
   return true;
 }

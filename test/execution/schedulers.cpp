@@ -273,6 +273,37 @@ BOOST_AUTO_TEST_CASE(a_stop_request_before_the_wait_is_queued_completes_it_stopp
   BOOST_CHECK_EQUAL(o.stops.load(), 1);
   BOOST_CHECK_EQUAL(pool.stats().delayed_queued, 0u);
 }
+
+// A wheel operation's stop, held after it took the entry out of the wheel and sent it to
+// the executor, before it lets go of the wheel's reference: the worker settles the entry
+// meanwhile and lets go of its own, so the canceller's release is the last. The operation
+// must still complete on the worker, never on the canceller's thread: that last reference
+// sends the entry to the executor once more (docs/design.md "A P2300 operation's wheel
+// entry").
+BOOST_AUTO_TEST_CASE(a_wheel_operation_whose_stop_lets_go_last_completes_on_the_executor) {
+  using metronome::test::hook_stop;
+  scheduled_thread_pool pool(1);
+  const auto worker = pool_thread(pool);
+  metronome::wheel_timer wheel(pool);
+  stdexec::inplace_stop_source source;
+  outcome o;
+  started op(exec::schedule_after(wheel.get_scheduler(), 1h), o, source.get_token());
+  hook_stop stop(metronome::detail::hook_point::wheel_cancel_before_release);
+  std::thread canceller([&] {
+    hook_stop::arm_this_thread();
+    source.request_stop(); // the stop callback runs on this thread
+  });
+  BOOST_REQUIRE(stop.arrived());
+  pool.submit([] {}).wait(); // queued behind the entry: the worker has settled it
+  BOOST_CHECK_EQUAL(o.completions(), 0); // the canceller still holds the wheel's reference
+  stop.release();
+  canceller.join();
+  o.wait();
+  BOOST_CHECK_EQUAL(o.stops.load(), 1);
+  BOOST_CHECK_EQUAL(o.completions(), 1);
+  BOOST_CHECK(o.thread == worker);
+  BOOST_CHECK_EQUAL(wheel.pending(), 0u);
+}
 #endif
 
 // Serial order: schedule() takes a turn behind the work already posted; completions run

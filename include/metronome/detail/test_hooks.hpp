@@ -60,6 +60,7 @@ enum class hook_point {
   reactor_after_poll,          // ... polled it and gave the role back (mutex released); not back to its tasks yet
   follower_before_wait,        // a parking worker holds the mutex, counted as a follower; not waiting yet
   outside_post_before_push,    // a thread outside the pool passed post()'s shutdown check (a strand's invoker, say); not queued yet
+  wheel_cancel_before_release, // a cancel() took a timeout out of the wheel and dropped it; the wheel's reference not yet let go
 };
 
 using hook_function = void (*)(hook_point);
