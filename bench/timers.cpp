@@ -5,8 +5,10 @@
 
 #include <boost/asio/steady_timer.hpp>
 
+#include <atomic>
 #include <functional>
 #include <future>
+#include <mutex>
 #include <optional>
 #include <random>
 
@@ -146,6 +148,58 @@ metrics cancel_wheel(const options& o, long n) {
     metronome::scheduled_thread_pool pool(static_cast<std::size_t>(o.threads));
     metronome::wheel_timer wheel(pool);
     cancel_handles<metronome::wheel_timer::timeout>(n, r, m, base, [&](user_task t) { return wheel.schedule(t, 60s); });
+  });
+}
+
+// The floor under the pool's side: per timeout only what an exact, thread-safe timer
+// that leaves at once when cancelled cannot skip - a clock read for its deadline, a fresh
+// node written, one uncontended lock around an O(1) link into a list (no due order, no
+// worker, no wake-up decision, no state for waiters); per cancel one CAS that claims the
+// node and one lock around its O(1) unlink. A library with a lock on its queue does no
+// less, so floor / Asio's best bounds the ratio the pool's rows can show.
+struct floor_node {
+  std::atomic<int> state{0};
+  std::int64_t due = 0;
+  floor_node* prev = nullptr;
+  floor_node* next = nullptr;
+  user_task task{};
+};
+struct floor_list {
+  std::mutex mtx;
+  floor_node head;
+  floor_list() { head.prev = head.next = &head; }
+};
+struct floor_handle {
+  floor_node* p = nullptr;
+  floor_list* l = nullptr;
+  bool cancel() noexcept {
+    int pending = 0;
+    if (!p->state.compare_exchange_strong(pending, 1, std::memory_order_acq_rel)) return false;
+    std::lock_guard lk(l->mtx);
+    p->prev->next = p->next;
+    p->next->prev = p->prev;
+    return true;
+  }
+};
+
+metrics cancel_floor(long n) {
+  return cancel_common(n, [&](results& r, metrics& m, double base) {
+    floor_list timers;
+    // Untouched memory, as a fresh allocation is: its pages are faulted in while timing.
+    std::unique_ptr<unsigned char[]> arena(new unsigned char[sizeof(floor_node) * static_cast<std::size_t>(n)]);
+    long next = 0;
+    cancel_handles<floor_handle>(n, r, m, base, [&](user_task t) {
+      auto* p = ::new (arena.get() + sizeof(floor_node) * static_cast<std::size_t>(next++)) floor_node{};
+      p->due = now_ns() + std::chrono::nanoseconds(60s).count();
+      p->task = t;
+      std::lock_guard lk(timers.mtx);
+      p->prev = &timers.head;
+      p->next = timers.head.next;
+      timers.head.next->prev = p;
+      timers.head.next = p;
+      return floor_handle{p, &timers};
+    });
+    check(timers.head.next == &timers.head, "timeout-cancel: the floor's list is not empty");
   });
 }
 
@@ -338,6 +392,7 @@ void add_timer_cases(std::vector<bench_case>& out, const options& o) {
     out.push_back({"timeout-cancel/" + count_label(n),
                    {metronome_side("metronome pool", [=] { return cancel_pool(o, n); }),
                     metronome_side("metronome wheel", [=] { return cancel_wheel(o, n); }),
+                    {"floor: a clock read, a node, a lock around an O(1) link", false, [=] { return cancel_floor(n); }},
                     {asio_io_threads::name, true, [=] { return cancel_asio<asio_io_threads>(o, n); }},
                     {asio_pool::name, true, [=] { return cancel_asio<asio_pool>(o, n); }}}});
   out.push_back({"accuracy",
