@@ -289,13 +289,17 @@ bool pool_engine::quiescent(clock::time_point& next_due) noexcept {
   return true;
 }
 
-bool pool_engine::on_cancelled(const held_lock& lk, scheduled_task_base* t) noexcept {
+bool pool_engine::on_cancelled(const held_lock& lk, scheduled_task_base* t, bool in_transit) noexcept {
   assert_held(lk, mtx_);
   if (!heap_remove(lk, t)) return false; // queued elsewhere: dropped when taken
-  // In transit until the canceller has delivered the task's completions (its handle's
-  // async_wait may post to this very pool): a shut-down pool must not terminate in
-  // between. cancel_delivered() ends it, and wakes the workers to look for termination.
-  ++in_transit_;
+  if (in_transit) {
+    // In transit until the canceller has delivered the task's completions (its handle's
+    // async_wait may post to this very pool): a shut-down pool must not terminate in
+    // between. cancel_delivered() ends it, and wakes the workers to look for termination.
+    ++in_transit_;
+  } else if (state_.seeks_termination()) {
+    wake_all(lk); // the node kept a terminating pool up: its workers look again
+  }
   return true;
 }
 

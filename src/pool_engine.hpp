@@ -99,9 +99,12 @@ public:
 
   // Cancel support, under the anchor's mutex (mtx_): removes t from the heap if
   // it is there. Returns true when it did: the caller then drops the heap's reference.
-  bool on_cancelled(const held_lock& lk, scheduled_task_base* t) noexcept;
-  // The canceller of a task that on_cancelled() took out of the heap has run its
-  // completions: the pool, kept from terminating until now, may go idle.
+  // `in_transit`: t's completions are still to come; the pool does not terminate until
+  // cancel_delivered(). Else they came (the node kept the pool up meanwhile): a removal
+  // that leaves a terminating pool idle wakes its workers to look again.
+  bool on_cancelled(const held_lock& lk, scheduled_task_base* t, bool in_transit) noexcept;
+  // The canceller of a task that on_cancelled() took out of the heap in transit has run
+  // its completions: the pool, kept from terminating until now, may go idle.
   void cancel_delivered() noexcept;
   // reset() support: if t is pending in the heap, re-keys it to be due
   // `delay` from now and returns true.

@@ -60,7 +60,9 @@ void stripes_child_after_fork() noexcept {
 }
 
 scheduled_task_base::scheduled_task_base(pool_core* pool) noexcept
-    : timed_node(&complete_thunk), anchor_(pool->anchor()), generation_(pool->anchor_generation()) {}
+    : timed_node(&complete_thunk), anchor_(pool->anchor()), generation_(pool->anchor_generation()) {
+  cancel_removes_first_ = engine(pool)->time_source() != nullptr;
+}
 
 void scheduled_task_base::deliver_elsewhere(task_base* n) const noexcept {
   if (!pool_engine::post_completion(anchor_, generation_, n)) n->complete(true);
@@ -194,6 +196,19 @@ bool scheduled_task_base::try_rearm() noexcept {
   }
 }
 
+// Takes a cancelled task out of its pool's delay queue if the pool still exists (the
+// anchor tells: see pool_anchor.hpp) and the node is there; drops the queue's reference
+// (the caller's handle keeps one). `in_transit`: the completions are still to come.
+bool scheduled_task_base::take_out_of_queue(bool in_transit) noexcept {
+  bool removed = false;
+  {
+    std::unique_lock lk(anchor_->mtx);
+    if (anchor_->generation == generation_) removed = engine(pool())->on_cancelled(lk, this, in_transit);
+  }
+  if (removed) release();
+  return removed;
+}
+
 bool scheduled_task_base::cancel() noexcept {
   std::uint32_t s = state_.load(std::memory_order_acquire);
   for (;;) {
@@ -202,16 +217,16 @@ bool scheduled_task_base::cancel() noexcept {
       // A bound task is cancelled settling: see below.
       if (state_.compare_exchange_weak(s, (s & has_waiters) | cancelled | (bound_ ? settling : 0),
                                        std::memory_order_acq_rel)) {
-        // We own the callable now: no worker can start it. Take it out of the delay
-        // queue at once if the pool still exists (the anchor tells: see pool_anchor.hpp).
-        bool removed = false;
+        // We own the callable now: no worker can start it. Java's order (FutureTask's
+        // cancel(), then remove(this)): its completions first, while the node still
+        // waits in the delay queue - which keeps the pool from terminating meanwhile, as
+        // a handle's async_wait may post to this very pool - then out of the queue under
+        // the pool mutex, once. On a manual clock the node leaves first and the
+        // completions go in transit: the clock, deciding meanwhile, would otherwise move
+        // time to a cancelled task's due time. See docs/design.md "A cancel's completions".
         METRONOME_TEST_HOOK(hook_point::handle_before_anchor);
-        {
-          std::unique_lock lk(anchor_->mtx);
-          if (anchor_->generation == generation_) removed = engine(pool())->on_cancelled(lk, this);
-        }
-        if (removed) release(); // the queue's reference; ours (the caller's handle) remains
-        METRONOME_TEST_HOOK(hook_point::handle_before_completions);
+        const bool removed_first = cancel_removes_first_ && take_out_of_queue(true);
+        if (removed_first) METRONOME_TEST_HOOK(hook_point::handle_before_completions);
         std::uint32_t before_end = s;
         if (!bound_) {
           destroy_callable();
@@ -237,8 +252,13 @@ bool scheduled_task_base::cancel() noexcept {
           state_.notify_all(); // threads blocked in wait_for_settled_cancel() (the handle's reference holds the node)
         }
         notify_terminal(before_end, false); // waits complete elsewhere, never inside cancel()
-        // The pool exists: a removal keeps it from terminating until this (in transit).
-        if (removed) engine(pool())->cancel_delivered();
+        if (cancel_removes_first_) {
+          // The pool exists: the removal keeps it from terminating until this (in transit).
+          if (removed_first) engine(pool())->cancel_delivered();
+        } else {
+          METRONOME_TEST_HOOK(hook_point::cancel_before_removal);
+          take_out_of_queue(false);
+        }
         return true;
       }
     } else if (phase == running && kind_ == task_kind::periodic && !(s & cancel_requested)) {

@@ -613,10 +613,11 @@ BOOST_AUTO_TEST_CASE(a_cancel_stopped_before_the_anchor_while_the_pool_is_destro
   BOOST_CHECK(task.delay() == std::chrono::nanoseconds::zero());
 }
 
-// A cancel from outside that empties a shut-down pool's heap: the canceller is held after
-// the removal, before it delivers the handle's completion (an async_wait bound to the
-// pool itself). The pool must not terminate in between, or the completion it is about to
-// post would be dropped.
+// A cancel from outside of a shut-down pool's last delayed task, in Java's order: the
+// canceller is held after it delivered the handle's completion (an async_wait bound to
+// the pool itself, which runs there) and before it takes the task out of the delay queue.
+// The node keeps the pool up meanwhile; its removal must wake the worker that waits for
+// the task's due time, in an hour, to look for the termination again.
 BOOST_AUTO_TEST_CASE(a_shut_down_pool_does_not_terminate_before_a_cancel_delivers_its_completions) {
   scheduled_thread_pool pool(1);
   auto h = pool.schedule([] {}, 1h);
@@ -625,13 +626,44 @@ BOOST_AUTO_TEST_CASE(a_shut_down_pool_does_not_terminate_before_a_cancel_deliver
     if (e) ++completed;
   }));
   pool.shutdown(); // the delayed task would still run when due: the pool stays up
+  hook_stop stop(hook_point::cancel_before_removal);
+  std::thread canceller([&] {
+    hook_stop::arm_this_thread();
+    h.cancel();
+  });
+  BOOST_REQUIRE(stop.arrived()); // completions delivered, the task still in the delay queue
+  BOOST_CHECK(poll_until([&] { return completed.load() == 1; }, 10s)); // ran on the pool
+  BOOST_CHECK(!pool.is_terminated());
+  BOOST_CHECK_EQUAL(pool.stats().delayed_queued, 1u);
+  stop.release();
+  canceller.join();
+  BOOST_CHECK_EQUAL(pool.stats().delayed_queued, 0u);
+  BOOST_CHECK(pool.await_termination(10s));
+  BOOST_CHECK_EQUAL(pool.stats().rejected, 0u);
+}
+
+// On a manual clock the cancel takes the task out first (else the clock, deciding while
+// the completions are delivered, could move time to the cancelled task's due time): held
+// after the removal, before the completion, the pool is shut down with an empty delay
+// queue, and must not terminate until the completion is delivered (in transit).
+BOOST_AUTO_TEST_CASE(a_cancel_on_a_manual_clock_leaves_the_delay_queue_first_and_holds_the_termination_off) {
+  manual_clock clock;
+  scheduled_thread_pool pool(on_clock(clock));
+  auto h = pool.schedule([] {}, 1h);
+  std::atomic<int> completed{0};
+  h.async_wait(metronome::net::bind_executor(pool.get_executor(), [&](std::exception_ptr e) {
+    if (e) ++completed;
+  }));
+  pool.shutdown();
   hook_stop stop(hook_point::handle_before_completions);
   std::thread canceller([&] {
     hook_stop::arm_this_thread();
     h.cancel();
   });
-  BOOST_REQUIRE(stop.arrived()); // the heap is empty now
+  BOOST_REQUIRE(stop.arrived()); // the delay queue is empty now
+  BOOST_CHECK_EQUAL(pool.stats().delayed_queued, 0u);
   BOOST_CHECK(!pool.await_termination(100ms));
+  BOOST_CHECK_EQUAL(completed.load(), 0);
   stop.release();
   canceller.join();
   BOOST_CHECK(poll_until([&] { return completed.load() == 1; }, 10s));

@@ -249,6 +249,7 @@ private:
   // Before a terminal transition of a bound task: waits until no other thread is inside
   // a dispatch of it (a thread that dispatches it runs it inline: it does not wait).
   void wait_for_dispatchers() const noexcept;
+  bool take_out_of_queue(bool in_transit) noexcept;
 
   pool_anchor* anchor_;
   std::uint32_t generation_; // the pool's anchor generation (see pool_anchor.hpp)

@@ -99,6 +99,9 @@ struct timed_node : task_base {
   // A typed-API task whose callable has an associated executor of its own
   // (bind_executor): when due, a worker hands it there (scheduled_task_base::hand_off).
   bool bound_ = false;
+  // A scheduled task of a pool on a manual clock: cancel() takes it out of the delay
+  // queue before its completions, not after (scheduled_task_base::cancel()).
+  bool cancel_removes_first_ = false;
   heap_index_t heap_index_ = not_in_heap;
   // Written under the pool mutex; read by handles (delay()) without it. The FIFO
   // sequence number of equal due times lives in the heap entry only.

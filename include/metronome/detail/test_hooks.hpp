@@ -25,8 +25,8 @@ enum class hook_point {
   serial_before_settle,   // a drain ran its tasks and is about to lower the count
   serial_before_repost,   // a drain ran a full batch and is about to re-post itself
   worker_after_unpark,    // a worker left park() with work (a leader: after promoting), mutex released
-  handle_before_anchor,   // a handle's cancel()/delay() is about to lock its pool's anchor
-  handle_before_completions, // a cancel() took its task out of the heap; its completions not yet delivered
+  handle_before_anchor,   // a handle's cancel() won its task (callable not destroyed, completions not delivered); delay() is about to lock its pool's anchor
+  handle_before_completions, // a cancel() on a manual clock took its task out of the heap; its completions not yet delivered
   wheel_producer_before_lock, // a wheel producer computed its deadline tick; the mutex not yet tried
   wheel_producer_before_push, // a wheel producer found the mutex taken; its timeout is not in the inbox yet
   wheel_producer_after_push,  // ... it is in the inbox; the producer has not read the timer's deadline
@@ -60,6 +60,7 @@ enum class hook_point {
   reactor_after_poll,          // ... polled it and gave the role back (mutex released); not back to its tasks yet
   follower_before_wait,        // a parking worker holds the mutex, counted as a follower; not waiting yet
   outside_post_before_push,    // a thread outside the pool passed post()'s shutdown check (a strand's invoker, say); not queued yet
+  cancel_before_removal,       // a cancel() delivered its task's completions; the task not yet taken out of the delay queue
   wheel_cancel_before_release, // a cancel() took a timeout out of the wheel and dropped it; the wheel's reference not yet let go
 };
 
