@@ -276,20 +276,24 @@ bool scheduled_task_base::reset(clock::duration delay) noexcept {
   return engine(pool())->on_reset(lk, this, delay);
 }
 
+// Invariant: every wait (a blocking wait() or a hook) sets has_waiters in the state word,
+// under the stripe mutex, before it is listed, and gives up if that read-modify-write
+// finds the task ended. The transition that ends a task keeps the flag, and passes the
+// word it replaced here. So a task whose old word has no has_waiters has no wait and
+// gets none: its ending touches neither the list nor the stripe (one read-modify-write
+// less per task). Else the list is taken whole under the stripe mutex and marked closed
+// (a later remove_hook() finds nothing), and the waits complete outside it. Tested by
+// `a_wait_added_as_its_task_ends_completes_exactly_once` (hook wait_hook_before_flag).
 void scheduled_task_base::notify_terminal(std::uint32_t old_state, bool by_runner) noexcept {
-  if (old_state & has_waiters) {
-    auto& st = stripe_for(this);
-    { std::lock_guard lk(st.mtx); }
-    st.cv.notify_all();
-  }
   METRONOME_TEST_HOOK(hook_point::task_before_closing_waits);
-  // No waits (the common case): closed without a lock. Else under the stripe mutex, which
-  // every change of a non-empty list holds: the list is ours once closed.
+  if (!(old_state & has_waiters)) return;
+  auto& st = stripe_for(this);
   completion_hook* h = nullptr;
-  if (!hooks_.compare_exchange_strong(h, hooks_closed, std::memory_order_acq_rel)) {
-    std::lock_guard lk(stripe_for(this).mtx);
-    h = hooks_.exchange(hooks_closed, std::memory_order_acq_rel);
+  {
+    std::lock_guard lk(st.mtx);
+    h = std::exchange(hooks_, hooks_closed);
   }
+  st.cv.notify_all();
   while (h && h != hooks_closed) {
     completion_hook* next = h->next_;
     h->on_complete(by_runner);
@@ -297,25 +301,23 @@ void scheduled_task_base::notify_terminal(std::uint32_t old_state, bool by_runne
   }
 }
 
-// The list of waits: changed only under the task's stripe mutex, except that the task's
-// ending closes an empty list with a CAS (which add_hook's CAS, from empty, races fairly).
+// The list of waits: changed only under the task's stripe mutex (see notify_terminal()).
 bool scheduled_task_base::add_hook(completion_hook* h) noexcept {
+  METRONOME_TEST_HOOK(hook_point::wait_hook_before_flag);
   std::lock_guard lk(stripe_for(this).mtx);
-  completion_hook* head = hooks_.load(std::memory_order_acquire);
-  do {
-    if (head == hooks_closed) return false;
-    h->next_ = head;
-  } while (!hooks_.compare_exchange_weak(head, h, std::memory_order_acq_rel));
+  if (ended(state_.fetch_or(has_waiters, std::memory_order_acq_rel))) return false;
+  h->next_ = hooks_;
+  hooks_ = h;
   return true;
 }
 
 bool scheduled_task_base::remove_hook(completion_hook* h) noexcept {
   std::lock_guard lk(stripe_for(this).mtx);
-  completion_hook* head = hooks_.load(std::memory_order_acquire);
+  completion_hook* head = hooks_;
   if (head == hooks_closed || head == nullptr) return false;
   // Non-empty and not closed: nobody else changes the list while we hold the mutex.
   if (head == h) {
-    hooks_.store(h->next_, std::memory_order_release);
+    hooks_ = h->next_;
     return true;
   }
   for (completion_hook* p = head; p->next_; p = p->next_) {

@@ -815,6 +815,58 @@ BOOST_AUTO_TEST_CASE(a_wait_taken_out_by_a_cancellation_is_not_completed_by_the_
   BOOST_CHECK_EQUAL(h.get(), 5);
 }
 
+// An async_wait held before it flags its task (has_waiters) while the task runs and
+// ends: the ending saw no flag and left the list alone, so the wait, released, must find
+// the task ended when it flags it and complete at its initiation, once, with the value
+// (listed instead, nobody would ever complete it).
+BOOST_AUTO_TEST_CASE(a_wait_added_as_its_task_ends_completes_exactly_once) {
+  scheduled_thread_pool pool(1);
+  gate go;
+  auto h = pool.submit([&] {
+    go.wait();
+    return 5;
+  });
+  wait_record w;
+  hook_stop stop(hook_point::wait_hook_before_flag);
+  std::thread waiter([&] {
+    hook_stop::arm_this_thread();
+    h.async_wait(w.handler());
+  });
+  BOOST_REQUIRE(stop.arrived());
+  go.open();
+  h.wait();
+  BOOST_CHECK_EQUAL(w.calls.load(), 0);
+  stop.release();
+  waiter.join();
+  BOOST_CHECK(poll_until([&] { return w.calls.load() == 1; }, 10s));
+  pool.shutdown();
+  pool.join();
+  BOOST_CHECK_EQUAL(w.calls.load(), 1);
+  BOOST_CHECK_EQUAL(w.values.load(), 1);
+}
+
+// The other side: the task's ending replaced a word without has_waiters and is held
+// before it looks at it; an async_wait comes meanwhile. Its flag finds the task ended,
+// so it completes at initiation with the value; the ending, released, lists nothing.
+BOOST_AUTO_TEST_CASE(a_wait_that_comes_while_an_ending_without_waiters_is_held_completes_once) {
+  scheduled_thread_pool pool(2); // the other worker runs the completion
+  hook_stop stop(hook_point::task_before_closing_waits);
+  auto h = pool.submit([&] {
+    hook_stop::arm_this_thread();
+    return 5;
+  });
+  BOOST_REQUIRE(stop.arrived());
+  BOOST_CHECK(h.is_done());
+  wait_record w;
+  h.async_wait(w.handler());
+  BOOST_CHECK(poll_until([&] { return w.calls.load() == 1; }, 10s));
+  stop.release();
+  pool.shutdown();
+  pool.join();
+  BOOST_CHECK_EQUAL(w.calls.load(), 1);
+  BOOST_CHECK_EQUAL(w.values.load(), 1);
+}
+
 // The same for delay(): stopped before the anchor while the pool goes, it answers 0.
 BOOST_AUTO_TEST_CASE(a_delay_query_stopped_before_the_anchor_while_the_pool_is_destroyed_answers_zero) {
   auto pool = std::make_unique<scheduled_thread_pool>(1);

@@ -938,6 +938,52 @@ BOOST_AUTO_TEST_CASE(plain_callback_waits_ended_by_cancel_race_the_pool_s_ending
   f.report("plain-callback waits against the pool's ending", b.rounds());
 }
 
+// Waits added while their tasks end: tasks due within a few hundred microseconds, their
+// handles' async_waits added on two other threads as the workers run them. A wait that
+// flags its task before the ending is listed and completed by it; one that comes after
+// completes at its initiation (docs/design.md "Where a handle's waits complete"). Each
+// completes exactly once, with its task's value, by the time the pool is gone.
+BOOST_AUTO_TEST_CASE(waits_added_race_their_tasks_endings) {
+  budget b(std::chrono::milliseconds(scaled(2000, 3000)), 3, scaled(2000, 200));
+  findings f;
+  while (b.next()) {
+    std::mt19937_64 rng(run_seed ^ (static_cast<std::uint64_t>(b.rounds()) * 0x9e3779b97f4a7c15ULL));
+    constexpr int n = 200;
+    std::vector<std::atomic<int>> completed(n), valued(n);
+    std::vector<scheduled_future<int>> handles;
+    handles.reserve(n);
+    auto pool = std::make_unique<scheduled_thread_pool>(2);
+    for (int i = 0; i < n; ++i)
+      handles.push_back(pool->schedule([i] { return i; }, std::chrono::microseconds(rng() % 400)));
+    metronome::test::gate go;
+    std::vector<std::thread> waiters;
+    for (int w = 0; w < 2; ++w)
+      waiters.emplace_back([&, w] {
+        go.wait();
+        for (int i = w; i < n; i += 2)
+          handles[static_cast<std::size_t>(i)].async_wait([&completed, &valued, i](std::exception_ptr e, int v) {
+            if (!e && v == i) valued[static_cast<std::size_t>(i)].fetch_add(1);
+            completed[static_cast<std::size_t>(i)].fetch_add(1);
+          });
+      });
+    go.open();
+    for (auto& t : waiters) t.join();
+    for (auto& h : handles) h.wait();
+    pool->shutdown();
+    pool.reset(); // after the completions queued on it have run
+    errors errs;
+    for (std::size_t i = 0; i < n; ++i) {
+      if (completed[i].load() != 1 || valued[i].load() != 1) {
+        errs.add(fmt("wait %zu completed %d times, %d with its value; handle: %s", i, completed[i].load(), valued[i].load(), handles[i].is_cancelled() ? "cancelled" : handles[i].is_done() ? "done" : "not done"));
+        break;
+      }
+    }
+    f.take(errs, fmt("round %d", b.rounds()));
+  }
+  BOOST_TEST(f.bad_rounds() == 0);
+  f.report("waits added against their tasks' endings", b.rounds());
+}
+
 BOOST_AUTO_TEST_CASE(producers_race_shutdown) { pool_lifecycle_stress(ending::shutdown); }
 BOOST_AUTO_TEST_CASE(producers_race_shutdown_now) { pool_lifecycle_stress(ending::shutdown_now); }
 BOOST_AUTO_TEST_CASE(handles_race_the_destructor) { pool_lifecycle_stress(ending::destructor); }

@@ -95,8 +95,8 @@ struct task_extras {
 // | running + cancel_req | no            | no                      | cancelled               | no               | no                                    |
 // | done, cancelled      | no            | no                      | no                      | no               | no                                    |
 //
-// Flags beside the phase: has_waiters (kept through every transition: a wait() blocks
-// on the word), cancel_requested (a cancel() during a periodic run: that run ends it),
+// Flags beside the phase: has_waiters (kept through every transition: set by a wait()
+// or an async_wait before it waits; the ending takes the waits only if it is set), cancel_requested (a cancel() during a periodic run: that run ends it),
 // settling (a bound task's cancel() still destroying its callable: cancelled for the
 // pool, not yet done for its handles), and how a task still pending left the ready
 // queue, set once and never cleared (handed_back, returned, handed_over).
@@ -256,7 +256,7 @@ private:
   mutable std::atomic<std::uint32_t> state_{pending};
   std::atomic<std::uint32_t> refs_{1};
   std::atomic<std::uint32_t> dispatchers_{0}; // bound tasks: see enter_dispatch()
-  std::atomic<completion_hook*> hooks_{nullptr};
+  completion_hook* hooks_ = nullptr; // under the task's stripe mutex (notify_terminal())
 };
 
 // The two ends of a bound task's hand-over to its executor (src/pool_delay.cpp): its run

@@ -40,6 +40,7 @@ enum class hook_point {
   worker_after_take,           // a worker took a task from a queue and has not started it
   submit_before_push,          // a typed task due now passed the shutdown check; not in the ready queue yet
   task_before_closing_waits,   // a task ended (terminal); its list of async_waits not yet taken
+  wait_hook_before_flag,       // an async_wait about to flag its task (has_waiters) and list itself
   wait_removed_before_abort,   // a cancellation took an async_wait out of its task's list; not completed yet
   cancel_after_emitting,       // cancel_after's timeout holds its emission lock; not emitted yet
   ready_push_before_link,      // a producer exchanged the ready queue's tail; its node not yet linked
