@@ -751,6 +751,18 @@ struct wait_record {
 };
 } // namespace
 
+namespace {
+// A one-thread pool whose task returns 5 once `go` opens.
+struct held_task_of_five {
+  scheduled_thread_pool pool{1};
+  gate go;
+  metronome::scheduled_future<int> h = pool.submit([this] {
+    go.wait();
+    return 5;
+  });
+};
+} // namespace
+
 // The task has ended and the thread that ran it is held before it takes the list; a
 // cancellation on another thread takes one of two waits out: that one ends aborted,
 // the other with the value, each once.
@@ -788,12 +800,10 @@ BOOST_AUTO_TEST_CASE(a_wait_cancelled_while_its_task_is_ending_completes_once_ab
 // runs and ends meanwhile: its ending finds the list empty and leaves the wait to the
 // cancellation, which completes it aborted once released.
 BOOST_AUTO_TEST_CASE(a_wait_taken_out_by_a_cancellation_is_not_completed_by_the_task_s_ending) {
-  scheduled_thread_pool pool(1);
-  gate go;
-  auto h = pool.submit([&] {
-    go.wait();
-    return 5;
-  });
+  held_task_of_five held;
+  auto& pool = held.pool;
+  auto& go = held.go;
+  auto& h = held.h;
   wait_record w;
   metronome::net::cancellation_signal sig;
   h.async_wait(metronome::net::bind_cancellation_slot(sig.slot(), w.handler()));
@@ -820,12 +830,10 @@ BOOST_AUTO_TEST_CASE(a_wait_taken_out_by_a_cancellation_is_not_completed_by_the_
 // the task ended when it flags it and complete at its initiation, once, with the value
 // (listed instead, nobody would ever complete it).
 BOOST_AUTO_TEST_CASE(a_wait_added_as_its_task_ends_completes_exactly_once) {
-  scheduled_thread_pool pool(1);
-  gate go;
-  auto h = pool.submit([&] {
-    go.wait();
-    return 5;
-  });
+  held_task_of_five held;
+  auto& pool = held.pool;
+  auto& go = held.go;
+  auto& h = held.h;
   wait_record w;
   hook_stop stop(hook_point::wait_hook_before_flag);
   std::thread waiter([&] {
