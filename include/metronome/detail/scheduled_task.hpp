@@ -96,9 +96,10 @@ struct task_extras {
 // | done, cancelled      | no            | no                      | no                      | no               | no                                    |
 //
 // Flags beside the phase: has_waiters (kept through every transition: set by a wait()
-// or an async_wait before it waits; the ending takes the waits only if it is set), cancel_requested (a cancel() during a periodic run: that run ends it),
-// settling (a bound task's cancel() still destroying its callable: cancelled for the
-// pool, not yet done for its handles), and how a task still pending left the ready
+// or an async_wait before it waits; the ending takes the waits only if it is set),
+// cancel_requested (a cancel() during a periodic run: that run ends it), settling (a
+// bound task's cancel() still destroying its callable: cancelled for the pool, not yet
+// done for its handles), and how a task still pending left the ready
 // queue, set once and never cleared (handed_back, returned, handed_over).
 class scheduled_task_base : public timed_node {
 public:
