@@ -178,7 +178,9 @@ private:
  * posted when anything else ends it (`cancel()`, `dispose()`, `shutdown_now()`, the
  * pool's destructor), with no executor of its own to the task's pool - never inside the
  * call that ended the task, unless that pool has no thread left to run it (destroyed or
- * terminated: then on the calling thread). Allocated with its associated allocator;
+ * terminated: then on the calling thread). A wait started on a task that has already
+ * ended completes the same way, posted: never inside `async_wait` (but for that same
+ * case of a pool with no thread left). Allocated with its associated allocator;
  * outstanding work on that executor is held until the completion has been handed to
  * it (Asio's rule). A handler that throws is reported to the exception handler of the
  * pool whose thread runs it (else printed to stderr). Any number of waits may be

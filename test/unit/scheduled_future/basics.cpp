@@ -295,6 +295,33 @@ BOOST_AUTO_TEST_CASE(a_wait_with_no_executor_never_runs_inside_cancel) {
   e2.check();
 }
 
+// A wait started on a task that has already ended never runs inside async_wait: bound
+// to an io_context it is posted there (nothing until the context runs); a plain callback
+// is queued on the task's pool and runs on one of its workers; both with the value.
+BOOST_AUTO_TEST_CASE(a_wait_on_a_task_already_ended_never_runs_inside_async_wait) {
+  scheduled_thread_pool pool(1);
+  auto f = pool.submit([] { return 7; });
+  BOOST_REQUIRE(f.get() == 7);
+  metronome::net::io_context io;
+  std::atomic<int> bound_value{0};
+  f.async_wait(metronome::net::bind_executor(io, [&](std::exception_ptr e, int v) { bound_value = e ? -1 : v; }));
+  BOOST_TEST(bound_value.load() == 0); // not inside the initiation
+  io.run();
+  BOOST_TEST(bound_value.load() == 7);
+  std::atomic<bool> inside{true};
+  std::promise<std::pair<bool, int>> seen; // (ran inside async_wait, value)
+  const auto caller = std::this_thread::get_id();
+  f.async_wait([&](std::exception_ptr e, int v) {
+    seen.set_value({inside.load() && std::this_thread::get_id() == caller, e ? -1 : v});
+  });
+  inside = false;
+  auto done = seen.get_future();
+  BOOST_REQUIRE(done.wait_for(10s) == std::future_status::ready);
+  auto [ran_inside, value] = done.get();
+  BOOST_TEST(!ran_inside);
+  BOOST_TEST(value == 7);
+}
+
 // No thread of the library's own: a plain callback's wait, ended by a cancel() from
 // outside, runs on one of the task's pool's workers, and the process has the pool's
 // threads and this one only (the handler used to go through a process-wide timing
