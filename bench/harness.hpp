@@ -129,6 +129,9 @@ double peak_rss_mib();
 
 // p50 / p99 / max of `v` (reordered), with the given prefix: "p50 late ms" ...
 void add_percentiles(metrics& m, std::vector<double>& v, const std::string& unit);
+// Lateness of each task in `r` (the time it wrote into its slot minus when it was due,
+// `due_ns`): "p50 late ms", "p99 late ms", "max late ms".
+void add_lateness(metrics& m, const results& r, const std::vector<std::int64_t>& due_ns);
 
 // A failed check in a child: prints why and exits non-zero; the run is reported failed.
 [[noreturn]] void fail(const std::string& what);

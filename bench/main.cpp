@@ -46,6 +46,13 @@ void add_percentiles(metrics& m, std::vector<double>& v, const std::string& unit
   m["max " + unit] = v.back();
 }
 
+void add_lateness(metrics& m, const results& r, const std::vector<std::int64_t>& due_ns) {
+  std::vector<double> late(static_cast<std::size_t>(r.size()));
+  for (long i = 0; i < r.size(); ++i)
+    late[static_cast<std::size_t>(i)] = static_cast<double>(r.slot(i) - due_ns[static_cast<std::size_t>(i)]) / 1e6;
+  add_percentiles(m, late, "late ms");
+}
+
 void fail(const std::string& what) {
   std::fprintf(stderr, "check failed: %s\n", what.c_str());
   std::fflush(stderr);

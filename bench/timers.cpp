@@ -23,13 +23,6 @@ std::vector<std::int64_t> random_delays_ns(long n, std::int64_t lo_us, std::int6
   return v;
 }
 
-// Lateness of each task: the time it wrote into its slot minus when it was due.
-void add_lateness(metrics& m, const results& r, const std::vector<std::int64_t>& due_ns) {
-  std::vector<double> late(static_cast<std::size_t>(r.size()));
-  for (long i = 0; i < r.size(); ++i) late[i] = static_cast<double>(r.slot(i) - due_ns[i]) / 1e6;
-  add_percentiles(m, late, "late ms");
-}
-
 // A steady_timer's handler: the user task when the timer expires, `aborted` when cancelled.
 struct asio_timer_handler {
   user_task task;
