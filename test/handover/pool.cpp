@@ -800,29 +800,26 @@ BOOST_AUTO_TEST_CASE(a_wait_cancelled_while_its_task_is_ending_completes_once_ab
 // runs and ends meanwhile: its ending finds the list empty and leaves the wait to the
 // cancellation, which completes it aborted once released.
 BOOST_AUTO_TEST_CASE(a_wait_taken_out_by_a_cancellation_is_not_completed_by_the_task_s_ending) {
-  held_task_of_five held;
-  auto& pool = held.pool;
-  auto& go = held.go;
-  auto& h = held.h;
+  held_task_of_five t;
   wait_record w;
   metronome::net::cancellation_signal sig;
-  h.async_wait(metronome::net::bind_cancellation_slot(sig.slot(), w.handler()));
+  t.h.async_wait(metronome::net::bind_cancellation_slot(sig.slot(), w.handler()));
   hook_stop stop(hook_point::wait_removed_before_abort);
   std::thread canceller([&] {
     hook_stop::arm_this_thread();
     sig.emit(metronome::net::cancellation_type::terminal);
   });
   BOOST_REQUIRE(stop.arrived());
-  go.open();
-  h.wait();
-  pool.shutdown();
-  pool.join(); // the task's ending is over
+  t.go.open();
+  t.h.wait();
+  t.pool.shutdown();
+  t.pool.join(); // the task's ending is over
   BOOST_CHECK_EQUAL(w.calls.load(), 0);
   stop.release();
   canceller.join();
   BOOST_CHECK(poll_until([&] { return w.calls.load() == 1; }, 10s));
   BOOST_CHECK_EQUAL(w.aborted.load(), 1);
-  BOOST_CHECK_EQUAL(h.get(), 5);
+  BOOST_CHECK_EQUAL(t.h.get(), 5);
 }
 
 // An async_wait held before it flags its task (has_waiters) while the task runs and
@@ -830,25 +827,22 @@ BOOST_AUTO_TEST_CASE(a_wait_taken_out_by_a_cancellation_is_not_completed_by_the_
 // the task ended when it flags it and complete at its initiation, once, with the value
 // (listed instead, nobody would ever complete it).
 BOOST_AUTO_TEST_CASE(a_wait_added_as_its_task_ends_completes_exactly_once) {
-  held_task_of_five held;
-  auto& pool = held.pool;
-  auto& go = held.go;
-  auto& h = held.h;
+  held_task_of_five t;
   wait_record w;
   hook_stop stop(hook_point::wait_hook_before_flag);
   std::thread waiter([&] {
     hook_stop::arm_this_thread();
-    h.async_wait(w.handler());
+    t.h.async_wait(w.handler());
   });
   BOOST_REQUIRE(stop.arrived());
-  go.open();
-  h.wait();
+  t.go.open();
+  t.h.wait();
   BOOST_CHECK_EQUAL(w.calls.load(), 0);
   stop.release();
   waiter.join();
   BOOST_CHECK(poll_until([&] { return w.calls.load() == 1; }, 10s));
-  pool.shutdown();
-  pool.join();
+  t.pool.shutdown();
+  t.pool.join();
   BOOST_CHECK_EQUAL(w.calls.load(), 1);
   BOOST_CHECK_EQUAL(w.values.load(), 1);
 }
