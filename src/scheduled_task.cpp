@@ -305,7 +305,7 @@ void scheduled_task_base::notify_terminal(std::uint32_t old_state, bool by_runne
 bool scheduled_task_base::add_hook(completion_hook* h) noexcept {
   METRONOME_TEST_HOOK(hook_point::wait_hook_before_flag);
   std::lock_guard lk(stripe_for(this).mtx);
-  if (ended(state_.fetch_or(has_waiters, std::memory_order_acq_rel))) return false;
+  if (ended(flag_waiting())) return false;
   h->next_ = hooks_;
   hooks_ = h;
   return true;
@@ -333,7 +333,7 @@ void scheduled_task_base::wait() const {
   if (is_terminal()) return;
   auto& st = stripe_for(this);
   std::unique_lock lk(st.mtx);
-  std::uint32_t s = state_.fetch_or(has_waiters, std::memory_order_acq_rel);
+  std::uint32_t s = flag_waiting();
   while (!ended(s)) {
     st.cv.wait(lk);
     s = state_.load(std::memory_order_acquire);
@@ -344,7 +344,7 @@ bool scheduled_task_base::wait_until(clock::time_point deadline) const {
   if (is_terminal()) return true;
   auto& st = stripe_for(this);
   std::unique_lock lk(st.mtx);
-  std::uint32_t s = state_.fetch_or(has_waiters, std::memory_order_acq_rel);
+  std::uint32_t s = flag_waiting();
   while (!ended(s)) {
     if (st.cv.wait_until(lk, deadline) == std::cv_status::timeout) return is_terminal();
     s = state_.load(std::memory_order_acquire);

@@ -251,6 +251,10 @@ private:
   // a dispatch of it (a thread that dispatches it runs it inline: it does not wait).
   void wait_for_dispatchers() const noexcept;
   bool take_out_of_queue(bool in_transit) noexcept;
+  // A wait's first step (wait(), wait_until(), add_hook()), under the task's stripe
+  // mutex: flags the task (has_waiters) and returns the word it replaced. ended() on it:
+  // the ending has passed and will not look for this wait (notify_terminal()).
+  std::uint32_t flag_waiting() const noexcept { return state_.fetch_or(has_waiters, std::memory_order_acq_rel); }
 
   pool_anchor* anchor_;
   std::uint32_t generation_; // the pool's anchor generation (see pool_anchor.hpp)
