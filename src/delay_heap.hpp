@@ -21,8 +21,8 @@ namespace metronome::detail {
 //   not below the run's last key is appended there: O(1). Most pushes are such (every
 //   wait of one length, every timeout of one length);
 // - the buckets (delay_buckets.hpp): the others due within the window, about a second
-//   from the pool's time, one unsorted list per unit of time (262 us); O(1) to add and
-//   to remove;
+//   from the pool's time, one unsorted bucket per unit of time (262 us), in chunks; O(1)
+//   to add and to remove;
 // - the beyond heap (quad_heap.hpp): the others due after the window;
 // - the near heap (quad_heap.hpp): the earliest of all. It takes in a bucket whole, or
 //   the beyond heap's first unit, when they hold the earliest node (settle()).
@@ -61,7 +61,7 @@ public:
       if (run_.full()) run_.grow(); // may throw: nothing changed
       run_.append(e);
     } else {
-      reserve_room(false); // may throw: nothing changed
+      reserve_room(e, false); // may throw: nothing changed
       if (near_.empty() && buckets_.empty() && beyond_.empty()) restart_window(now);
       place_off_run(e);
       settle();
@@ -94,7 +94,7 @@ public:
     } else if ((at & run_bit) && run_.fits(e)) {          // to the run's end
       run_.move_to_back(n, e);
     } else { // anywhere else: the room first, so that nothing has changed on failure
-      if (!succeeds([&] { reserve_room(run_.fits(e)); })) return false;
+      if (!succeeds([&] { reserve_room(e, run_.fits(e)); })) return false;
       take_out(n);
       if (run_.fits(e))
         run_.append(e);
@@ -108,7 +108,7 @@ public:
 
   // The pool's time moved to `now`: the window follows it (never past a bucket node), and
   // beyond nodes it now covers move into buckets, at most pull_budget of them (whole units)
-  // per call (those it jumped past go to the near heap). Allocates only arena entries, and
+  // per call (those it jumped past go to the near heap). Allocates only bucket chunks, and
   // stops short when there are none.
   void advance(clock::rep now) noexcept {
     const std::uint64_t u = unit_of(now);
@@ -130,7 +130,7 @@ public:
         beyond_.remove_at(0);
         near_.push(e);
       } else {
-        if (!buckets_.has_free() && !succeeds([&] { buckets_.grow(); })) break;
+        if (!succeeds([&] { buckets_.reserve(e); })) break;
         beyond_.remove_at(0);
         buckets_.add(e);
       }
@@ -166,7 +166,7 @@ public:
     near_.shrink(near_.size() + buckets_.size() + beyond_.size(), min_kept); // (R)
     beyond_.shrink(beyond_.size(), min_kept);
     run_.shrink_if_sparse(min_kept);
-    buckets_.shrink_if_sparse(min_kept);
+    buckets_.shrink_if_sparse(bucket_entries_kept);
   }
 
   std::size_t capacity() const noexcept {
@@ -179,8 +179,11 @@ public:
 private:
   using entry = delay_entry;
   static constexpr std::size_t min_kept = 256; // entries kept without shrinking
+  // The buckets' chunks kept once empty: a few timers spread over many units take a chunk
+  // per unit.
+  static constexpr std::size_t bucket_entries_kept = 64 * delay_buckets::chunk_size;
   static constexpr std::size_t pull_budget = 1024;
-  // heap_index_: run_bit | its number in the run; else bucket_bit | its arena entry; else
+  // heap_index_: run_bit | its number in the run; else bucket_bit | its chunk and slot; else
   // beyond_bit | its slot in the beyond heap; else its slot in the near heap.
   static constexpr heap_index_t run_bit = heap_index_t(1) << 31;
   static constexpr heap_index_t bucket_bit = heap_index_t(1) << 30;
@@ -194,13 +197,13 @@ private:
     return near_.empty() || key_before(r, near_.front()) ? r : near_.front();
   }
 
-  // Room for one more node off the run wherever settle() may move it (R), a free bucket
-  // entry, a beyond slot, and ring room when it goes to the run. May throw with nothing
+  // Room for one more node off the run wherever settle() may move it (R), room in e's
+  // bucket, a beyond slot, and ring room when it goes to the run. May throw with nothing
   // changed.
-  void reserve_room(bool to_run) {
+  void reserve_room(const entry& e, bool to_run) {
     near_.reserve_for(near_.size() + buckets_.size() + beyond_.size() + 1);
     beyond_.reserve_for(beyond_.size() + 1);
-    if (!buckets_.has_free()) buckets_.grow();
+    buckets_.reserve(e);
     if (to_run && run_.full()) run_.grow();
   }
 

@@ -85,8 +85,9 @@ BOOST_AUTO_TEST_CASE(schedule_after_allocates_nothing_on_the_pool_the_serial_exe
   metronome::wheel_timer levelled(pool, five_levels);
   auto serial = metronome::make_serial_executor(pool.get_executor());
   auto delay = [](int i) { return std::chrono::microseconds(500 + (i * 37) % 2000); };
-  // The delay queue keeps its storage once empty up to 256 entries (delay_heap.hpp
-  // min_kept); the wheels' tick tasks share it: 200 and two ticks stay within that.
+  // The delay queue keeps its storage once empty up to 256 entries per part, and its
+  // buckets' chunks up to 64 (delay_heap.hpp min_kept, bucket_entries_kept); the wheels'
+  // tick tasks share it: 200 and two ticks over a few units stay within that.
   constexpr int n = 200;
   for (int round = 0; round < 2; ++round) {
     const long p = allocations_of(n, [&](int i) { return exec::schedule_after(pool.get_scheduler(), delay(i)); }, due);

@@ -4,6 +4,7 @@
 
 #include <boost/test/unit_test.hpp>
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <random>
@@ -25,7 +26,7 @@ long long due_in(std::uint64_t u, long long offset = 0) {
   return static_cast<long long>((u << delay_buckets::unit_shift) ^ (std::uint64_t(1) << 63)) + offset;
 }
 void add(delay_buckets& b, const delay_entry& e) {
-  if (!b.has_free()) b.grow();
+  b.reserve(e);
   b.add(e);
 }
 } // namespace
@@ -88,28 +89,61 @@ BOOST_AUTO_TEST_CASE(take_empties_one_bucket) {
   BOOST_TEST(b.earliest() == 50u);
   b.take(50, [](const delay_entry&) {});
   BOOST_TEST(b.earliest() == 52u);
-  // The entries taken are free again: adding 20 more grows nothing.
+  // The chunks of a bucket taken go back to the pool: its 10 nodes back in another unit
+  // grow nothing.
   const std::size_t capacity = b.capacity();
-  for (int i = 0; i < 20; ++i) {
-    BOOST_REQUIRE(b.has_free());
-    b.add({due_in(60), 100, nodes[static_cast<std::size_t>(i)].get()});
-  }
+  b.set_base(52);
+  for (std::size_t i = 1; i < 30; i += 3) add(b, {due_in(900), 100, nodes[i].get()});
   BOOST_TEST(b.capacity() == capacity);
-  BOOST_TEST(!b.has_free());
+  BOOST_TEST(b.earliest() == 52u);
+  BOOST_TEST(b.size() == 20u);
 }
 
-// The arena's indices stay below the tag: one more entry is refused with
-// std::length_error and nothing changes.
-BOOST_AUTO_TEST_CASE(the_arena_stays_below_the_tag) {
-  delay_buckets b(heap_index_t(1) << 3);
+// The chunk numbers stay below the tag (I): when they run out, reserve() refuses with
+// std::length_error and nothing changes; a chunk given back is taken again.
+BOOST_AUTO_TEST_CASE(chunk_numbers_stay_below_the_tag) {
+  delay_buckets b(heap_index_t(1) << (delay_buckets::chunk_bits + 2)); // 4 chunks
   std::vector<std::unique_ptr<node>> nodes;
-  for (int i = 0; i < 8; ++i) {
+  for (int i = 0; i < 6; ++i) nodes.push_back(std::make_unique<node>());
+  for (std::uint64_t u = 0; u < 4; ++u) add(b, {due_in(u), u, nodes[u].get()}); // a chunk each
+  add(b, {due_in(0, 1), 4, nodes[4].get()});                                    // its tail has room
+  BOOST_CHECK_THROW(b.reserve({due_in(7), 5, nodes[5].get()}), std::length_error);
+  BOOST_TEST(b.size() == 5u);
+  BOOST_TEST(b.capacity() == 4 * delay_buckets::chunk_size);
+  b.remove(nodes[3].get()); // unit 3's chunk back to the pool
+  add(b, {due_in(7), 5, nodes[5].get()});
+  BOOST_TEST(b.capacity() == 4 * delay_buckets::chunk_size);
+  BOOST_TEST(b.size() == 5u);
+}
+
+// A bucket longer than a chunk: removals anywhere keep each node's index on its entry (the
+// last entry moves into the place left, and an emptied tail chunk goes back), and a take
+// hands over exactly the entries left.
+BOOST_AUTO_TEST_CASE(a_bucket_over_many_chunks_keeps_its_entries) {
+  delay_buckets b(tag);
+  b.set_base(0);
+  std::mt19937 rng(3);
+  std::vector<std::unique_ptr<node>> nodes;
+  std::set<timed_node*> in;
+  for (int i = 0; i < 300; ++i) {
     nodes.push_back(std::make_unique<node>());
-    add(b, {due_in(0), static_cast<std::uint64_t>(i), nodes.back().get()});
+    add(b, {due_in(2, i), static_cast<std::uint64_t>(i), nodes.back().get()});
+    in.insert(nodes.back().get());
   }
-  BOOST_CHECK_THROW(b.grow(), std::length_error);
-  BOOST_TEST(b.size() == 8u);
-  BOOST_TEST(!b.has_free());
+  BOOST_TEST(b.capacity() == (300 + delay_buckets::chunk_size - 1) / delay_buckets::chunk_size * delay_buckets::chunk_size);
+  std::shuffle(nodes.begin(), nodes.end(), rng);
+  for (std::size_t i = 0; i < 200; ++i) {
+    b.remove(nodes[i].get());
+    BOOST_REQUIRE(nodes[i]->heap_index_ == not_in_heap);
+    in.erase(nodes[i].get());
+  }
+  BOOST_TEST(b.size() == 100u);
+  std::set<timed_node*> got;
+  b.take(2, [&](const delay_entry& e) { BOOST_REQUIRE(got.insert(e.node).second); });
+  BOOST_TEST((got == in));
+  BOOST_TEST(b.empty());
+  b.shrink_if_sparse(0);
+  BOOST_TEST(b.capacity() == 0u);
 }
 
 // Random adds, removals, takes, moves of the base and remove_if against a model of

@@ -354,6 +354,35 @@ BOOST_AUTO_TEST_CASE(spread_nodes_wait_in_buckets_and_come_out_in_order) {
   BOOST_TEST(heap.capacity() <= 1024u); // the arena and the near heap's room given back
 }
 
+// A quarter of a million nodes out of order in one unit (262 us) wait in one bucket, a
+// chain of chunks, and come out in order.
+BOOST_AUTO_TEST_CASE(a_crowded_unit_waits_in_one_bucket_and_comes_out_in_order) {
+  delay_heap heap;
+  const long long start = 5'000'000'000'000LL & ~((1LL << delay_heap::unit_shift) - 1); // a unit's start
+  constexpr long long unit = 1LL << delay_heap::unit_shift;
+  constexpr std::uint64_t count = (std::uint64_t(1) << 18) + 1000;
+  std::vector<std::unique_ptr<node>> nodes;
+  nodes.reserve(count + 2);
+  // The run's last is five units on, the near heap's front in the first unit: what comes
+  // between waits in buckets.
+  nodes.push_back(std::make_unique<node>(start + 5 * unit, 0));
+  push(heap, nodes.back().get(), start);
+  nodes.push_back(std::make_unique<node>(start, 1));
+  push(heap, nodes.back().get(), start);
+  for (std::uint64_t i = 0; i < count; ++i) { // due times falling in the second unit: each off the run
+    const long long offset = static_cast<long long>((count - 1 - i) * std::uint64_t(unit - 1) / count);
+    nodes.push_back(std::make_unique<node>(start + unit + offset, i + 2));
+    push(heap, nodes.back().get(), start);
+  }
+  BOOST_TEST(heap.size() == count + 2);
+  BOOST_TEST(heap.bucketed() == count);
+  std::vector<timed_node*> out;
+  out.reserve(count + 2);
+  while (!heap.empty()) out.push_back(heap.pop());
+  BOOST_TEST(out.size() == count + 2);
+  BOOST_TEST(std::is_sorted(out.begin(), out.end(), due_before));
+}
+
 // Nodes due after the window (a second ahead) wait in the beyond heap and move into
 // buckets as the window follows the time, whole units at a time; a jump of the time past
 // some of them puts those in the near heap. Order holds throughout.
