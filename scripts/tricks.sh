@@ -52,6 +52,7 @@ if [[ -z $only ]]; then
   build without-touch-ahead
   build without-local-run
   build without-delay-run
+  build without-spin-before-timed-push-lock
   build with-prepare-ahead -DMETRONOME_NODE_CACHE_PREPARE_AHEAD=ON
 fi
 build without-node-cache -DMETRONOME_NODE_CACHE=OFF
@@ -102,6 +103,8 @@ if [[ -z $only ]]; then
   compare "wheel: touch-ahead walk of the next tick (variant: none)" without-touch-ahead '' timers-fire accuracy
   compare "pool: shared queue looked at every 61st local pick (variant: every pick)" without-local-run '' post serial coroutines
   compare "pool: the delay queue's run beside the heap (variant: the heap alone)" without-delay-run '' timeout-cancel coroutines timers-fire
+  compare "pool: a timed push tries the mutex ~3 us before it blocks (variant: blocks at once)" \
+    without-spin-before-timed-push-lock '' timers-fire coroutines accuracy
   compare "node cache: background prepare-ahead thread (variant: ON; as is: OFF)" with-prepare-ahead '' post/1p timers-fire/1M timeout-cancel/1M
 fi
 compare "node cache vs operator new, glibc malloc" without-node-cache '' post serial timers-fire/1M timeout-cancel/1M coroutines

@@ -54,7 +54,8 @@ void pool_core::submit_scheduled(scheduled_task_base* t, clock::time_point due, 
   }
   t->set_due(due);
   METRONOME_TEST_HOOK(hook_point::delayed_submit_before_lock);
-  std::unique_lock lk(e.mtx_);
+  std::unique_lock lk(e.mtx_, std::defer_lock);
+  lock_as_timed_producer(lk);
   if (t->phase() != scheduled_task_base::pending) {
     // Cancelled before it got here (a serial executor's dispose() cancels what it tracks,
     // and this task was tracked before being queued): the cancel found nothing to take
@@ -344,7 +345,8 @@ bool pool_core::add_wait(wait_node* n, clock::time_point due, clock::time_point 
   // A wheel's tick is timed after shutdown() too: the wheel delivers until termination.
   if (due > current && (!e.state_.at_least(lifecycle::shutdown) || n->untracked_)) {
     METRONOME_TEST_HOOK(hook_point::wait_before_lock);
-    std::unique_lock lk(e.mtx_);
+    std::unique_lock lk(e.mtx_, std::defer_lock);
+    lock_as_timed_producer(lk);
     if (e.state_.terminated()) return false;
     // Cancelled before it got here (wait_node::adding_): queued aborted, never timed.
     const bool cancelled = std::exchange(n->adding_, false) && n->cancel_before_add_;
