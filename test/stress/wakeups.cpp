@@ -4,6 +4,7 @@
 // nothing to wake a worker. Bounded in time like every stress case; seeds as in
 // common/stress_rounds.hpp.
 
+#include "common/manual_pool.hpp"
 #include "common/stress_rounds.hpp"
 
 #include <random>
@@ -195,9 +196,122 @@ void delayed_tasks_race_cancels(errors& errs, std::uint64_t seed, int& rounds) {
   }
 }
 
+// Far tasks (due 1.1-1.6 s on: past the delay queue's window of about a second, so they
+// wait in its beyond heap) on a one-thread pool on a manual clock, which one thread
+// advances in random steps of 1-40 ms: the window follows the time, and each task moves
+// into a bucket and then the near heap (docs/design.md, "Delay queue") while two threads
+// cancel or reset tasks at random - a cancel takes each out of whichever part holds it
+// then. Each runs once or is cancelled, never before its due time on the clock, and the
+// tasks that kept their key run in (due, submission) order.
+void far_tasks_race_cancels(errors& errs, std::uint64_t seed, int& rounds) {
+  using namespace std::chrono_literals;
+  using mclock = metronome::clock;
+  std::mt19937_64 rng(seed);
+  metronome::manual_clock clock;
+  scheduled_thread_pool pool(metronome::test::on_clock(clock, 1));
+  budget b(std::chrono::milliseconds(scaled(3000, 4000)), 5, 3000);
+  struct item {
+    scheduled_future<void> h;
+    mclock::time_point due{};
+    mclock::time_point not_before{}; // after a reset: its new due time is at least this
+    std::atomic<int> runs{0};
+    std::atomic<mclock::rep> started{0};
+    bool cancelled = false, reset = false;
+  };
+  while (b.next()) {
+    const int n = 300 + static_cast<int>(rng() % 300);
+    std::vector<item> items(static_cast<std::size_t>(n));
+    std::vector<int> order; // appended by the pool's one thread only
+    order.reserve(static_cast<std::size_t>(n));
+    const auto base = clock.now();
+    for (int i = 0; i < n; ++i) {
+      item& it = items[static_cast<std::size_t>(i)];
+      it.due = it.not_before = base + 1100ms + std::chrono::microseconds(rng() % 500000);
+      it.h = pool.schedule_at(
+          [&it, &order, &clock, i] {
+            it.started.store(clock.now().time_since_epoch().count());
+            it.runs.fetch_add(1);
+            order.push_back(i);
+          },
+          it.due);
+    }
+    const auto last_due = base + 1600ms;
+    std::thread mover([&clock, last_due, s = rng()] {
+      std::mt19937_64 r(s);
+      while (clock.now() < last_due) clock.advance(std::chrono::milliseconds(1 + r() % 40));
+    });
+    // Two threads on disjoint halves (even, odd), as in the test above.
+    auto meddle = [&](int parity, std::uint64_t s) {
+      std::mt19937_64 r(s);
+      for (int k = 0; k < n; ++k) {
+        const int i = static_cast<int>(r() % static_cast<std::uint64_t>((n + 1 - parity) / 2)) * 2 + parity;
+        if (i >= n) continue;
+        item& it = items[static_cast<std::size_t>(i)];
+        if (it.cancelled) continue;
+        if (r() % 3 == 0) {
+          const auto d = std::chrono::milliseconds(r() % 600);
+          const auto before = clock.now() + d; // the pool's time at the reset is not earlier
+          if (it.h.reset(d)) {
+            it.reset = true;
+            it.not_before = before;
+          }
+        } else if (r() % 2 == 0) {
+          it.cancelled = it.h.cancel();
+        }
+        if (r() % 16 == 0) std::this_thread::yield();
+      }
+    };
+    std::thread other(meddle, 1, rng());
+    meddle(0, rng());
+    other.join();
+    mover.join();
+    clock.advance(700ms); // past every reset's due time
+    for (int i = 0; i < n; ++i) {
+      item& it = items[static_cast<std::size_t>(i)];
+      if (it.cancelled) continue;
+      if (it.h.wait_for(std::chrono::seconds(scaled(10, 30))) != std::future_status::ready) {
+        errs.add(fmt("round %d: far task %d (not cancelled) never ran", b.rounds(), i));
+        pool.shutdown_now();
+        return;
+      }
+    }
+    for (int i = 0; i < n; ++i) {
+      const item& it = items[static_cast<std::size_t>(i)];
+      const int runs = it.runs.load();
+      if (runs != (it.cancelled ? 0 : 1))
+        errs.add(fmt("round %d: far task %d ran %d times (cancel() said %s)", b.rounds(), i, runs,
+                     it.cancelled ? "true" : "false"));
+      else if (runs == 1 && it.started.load() < it.not_before.time_since_epoch().count())
+        errs.add(fmt("round %d: far task %d ran %lld us early on the clock", b.rounds(), i,
+                     static_cast<long long>((it.not_before.time_since_epoch().count() - it.started.load()) / 1000)));
+    }
+    const item* prev = nullptr;
+    int prev_i = -1;
+    for (int i : order) {
+      const item& it = items[static_cast<std::size_t>(i)];
+      if (it.reset) continue;
+      if (prev && (it.due < prev->due || (it.due == prev->due && i < prev_i)))
+        errs.add(fmt("round %d: far task %d ran after far task %d, due before it", b.rounds(), i, prev_i));
+      prev = &it;
+      prev_i = i;
+    }
+    ++rounds;
+  }
+}
+
 } // namespace
 
 BOOST_AUTO_TEST_SUITE(stress_suite)
+
+BOOST_AUTO_TEST_CASE(far_tasks_move_into_the_heap_while_other_threads_cancel_them) {
+  errors errs;
+  int rounds = 0;
+  far_tasks_race_cancels(errs, run_seed, rounds);
+  findings f;
+  f.take(errs, fmt("seed %llu", static_cast<unsigned long long>(run_seed)));
+  f.report("far tasks against cancels", rounds + 1);
+  BOOST_TEST_MESSAGE("far tasks against cancels: " << rounds << " rounds, seed " << run_seed);
+}
 
 BOOST_AUTO_TEST_CASE(delayed_tasks_race_cancels_and_resets_and_run_in_due_order) {
   errors errs;
