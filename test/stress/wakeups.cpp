@@ -4,9 +4,11 @@
 // nothing to wake a worker. Bounded in time like every stress case; seeds as in
 // common/stress_rounds.hpp.
 
-#include "common/manual_pool.hpp"
 #include "common/stress_rounds.hpp"
 
+#include <metronome/manual_clock.hpp>
+
+#include <functional>
 #include <random>
 #include <thread>
 #include <vector>
@@ -96,48 +98,62 @@ void delayed_wakeups(errors& errs, std::uint64_t seed, int& rounds, long long& w
   }
 }
 
-// A few hundred delayed tasks at random due times (0-40 ms ahead, out of order, so they
-// sit in the delay queue's heap, not its run) while two threads cancel and reset them as
-// they fall due. Each runs once or is cancelled (cancel() true), never both; none runs
-// before its due time; and on a one-thread pool the tasks that kept their key and were
-// queued with it (due after the last submission) run in (due, submission) order.
-// (Written for a timing-wheel delay queue that was measured and not kept - see the
-// "Delay queue" card in docs/design.md - and kept as the delay queue's stress test.)
-void delayed_tasks_race_cancels(errors& errs, std::uint64_t seed, int& rounds) {
+// The race of the two cases below: rounds of a few hundred delayed tasks on a one-thread
+// pool at random due times (`due_after`, from `now` at submission), which two threads
+// cancel or reset (to 0..`reset_max` on) at random while they fall due - by the real
+// clock, or by `drive`, run on a thread of its own, and `flush` once it is done. Each
+// runs once or is cancelled (cancel() true), never both; none runs before its due time on
+// the pool's clock; and the tasks that kept their key and were queued with it (due after
+// the last submission) run in (due, submission) order.
+struct cancel_race {
+  metronome::manual_clock* clock = nullptr; // null: the real clock
+  std::function<std::chrono::microseconds(std::mt19937_64&)> due_after;
+  std::chrono::microseconds reset_max{};
+  std::function<void(metronome::clock::time_point base, std::uint64_t seed)> drive; // empty: the real clock drives
+  std::function<void()> flush;
+  bool sleepy = true; // the meddlers sleep now and then (they yield on a manual clock)
+};
+
+void race_cancels(const cancel_race& c, errors& errs, std::uint64_t seed, int& rounds) {
+  using mclock = metronome::clock;
   std::mt19937_64 rng(seed);
-  scheduled_thread_pool pool(1);
+  pool_options o;
+  o.threads = 1;
+  o.time_source = c.clock;
+  scheduled_thread_pool pool(o);
   budget b(std::chrono::milliseconds(scaled(3000, 4000)), 5, 3000);
+  const auto now = [&c] { return c.clock ? c.clock->now() : mclock::now(); };
+  const auto ns_of = [](mclock::time_point t) { return static_cast<long long>(t.time_since_epoch().count()); };
   struct item {
     scheduled_future<void> h;
-    long long due = 0;           // metronome::clock, ns
+    long long due = 0;           // the pool's clock, ns
     long long not_before = 0;    // after a reset: its new due time is at least this
     std::atomic<int> runs{0};
     std::atomic<long long> started{0};
     bool cancelled = false, reset = false;
   };
-  using mclock = metronome::clock;
-  auto ns_of = [](mclock::time_point t) { return static_cast<long long>(t.time_since_epoch().count()); };
   while (b.next()) {
-    const int n = 200 + static_cast<int>(rng() % 300);
+    const int n = 200 + static_cast<int>(rng() % 400);
     std::vector<item> items(static_cast<std::size_t>(n));
     std::vector<int> order; // appended by the pool's one thread only
     order.reserve(static_cast<std::size_t>(n));
-    const auto base = mclock::now();
+    const auto base = now();
     for (int i = 0; i < n; ++i) {
-      const auto due = base + std::chrono::microseconds(rng() % 40000);
+      const auto due = base + c.due_after(rng);
       item& it = items[static_cast<std::size_t>(i)];
       it.due = it.not_before = ns_of(due);
       it.h = pool.schedule_at(
-          [&it, &order, i, ns_of] {
-            it.started.store(ns_of(mclock::now()));
+          [&it, &order, &now, &ns_of, i] {
+            it.started.store(ns_of(now()));
             it.runs.fetch_add(1);
             order.push_back(i);
           },
           due);
     }
-    const long long submitted = ns_of(mclock::now());
-    // Two threads on disjoint halves (even, odd) cancel or reset at random while the
-    // tasks fall due and run.
+    const long long submitted = ns_of(now());
+    std::thread driver;
+    if (c.drive) driver = std::thread(c.drive, base, rng());
+    // Two threads on disjoint halves (even, odd) cancel or reset at random.
     auto meddle = [&](int parity, std::uint64_t s) {
       std::mt19937_64 r(s);
       for (int k = 0; k < n; ++k) {
@@ -146,8 +162,8 @@ void delayed_tasks_race_cancels(errors& errs, std::uint64_t seed, int& rounds) {
         item& it = items[static_cast<std::size_t>(i)];
         if (it.cancelled) continue;
         if (r() % 3 == 0) {
-          const auto d = std::chrono::microseconds(r() % 20000);
-          const long long before = ns_of(mclock::now()) + std::chrono::nanoseconds(d).count();
+          const auto d = std::chrono::microseconds(r() % static_cast<std::uint64_t>(c.reset_max.count()));
+          const long long before = ns_of(now() + d); // the pool's time at the reset is not earlier
           if (it.h.reset(d)) {
             it.reset = true;
             it.not_before = before;
@@ -155,12 +171,17 @@ void delayed_tasks_race_cancels(errors& errs, std::uint64_t seed, int& rounds) {
         } else if (r() % 2 == 0) {
           it.cancelled = it.h.cancel();
         }
-        if (r() % 8 == 0) std::this_thread::sleep_for(std::chrono::microseconds(r() % 300));
+        if (c.sleepy && r() % 8 == 0)
+          std::this_thread::sleep_for(std::chrono::microseconds(r() % 300));
+        else if (!c.sleepy && r() % 16 == 0)
+          std::this_thread::yield();
       }
     };
     std::thread other(meddle, 1, rng());
     meddle(0, rng());
     other.join();
+    if (driver.joinable()) driver.join();
+    if (c.flush) c.flush();
     for (int i = 0; i < n; ++i) {
       item& it = items[static_cast<std::size_t>(i)];
       if (it.cancelled) continue;
@@ -196,107 +217,47 @@ void delayed_tasks_race_cancels(errors& errs, std::uint64_t seed, int& rounds) {
   }
 }
 
-// Far tasks (due 1.1-1.6 s on: past the delay queue's window of about a second, so they
-// wait in its beyond heap) on a one-thread pool on a manual clock, which one thread
-// advances in random steps of 1-40 ms: the window follows the time, and each task moves
-// into a bucket and then the near heap (docs/design.md, "Delay queue") while two threads
-// cancel or reset tasks at random - a cancel takes each out of whichever part holds it
-// then. Each runs once or is cancelled, never before its due time on the clock, and the
-// tasks that kept their key run in (due, submission) order.
+// Near tasks: 0-40 ms ahead on the real clock, out of order, so they sit in the delay
+// queue's buckets and near heap, not its run; resets to 0-20 ms.
+// (Written for a timing-wheel delay queue that was measured and not kept - see the
+// "Delay queue" card in docs/design.md - and kept as the delay queue's stress test.)
+void delayed_tasks_race_cancels(errors& errs, std::uint64_t seed, int& rounds) {
+  cancel_race c;
+  c.due_after = [](std::mt19937_64& r) { return std::chrono::microseconds(r() % 40000); };
+  c.reset_max = std::chrono::microseconds(20000);
+  race_cancels(c, errs, seed, rounds);
+}
+
+// Far tasks: 1.1-1.6 s ahead, past the delay queue's window of about a second, so they
+// wait in its beyond heap, on a manual clock that one thread advances in random steps of
+// 1-40 ms: the window follows the time, and each task moves into a bucket and then the
+// near heap (docs/design.md, "Delay queue") while the cancels and resets (to 0-600 ms)
+// take it out of whichever part holds it then.
 void far_tasks_race_cancels(errors& errs, std::uint64_t seed, int& rounds) {
   using namespace std::chrono_literals;
-  using mclock = metronome::clock;
-  std::mt19937_64 rng(seed);
   metronome::manual_clock clock;
-  scheduled_thread_pool pool(metronome::test::on_clock(clock, 1));
-  budget b(std::chrono::milliseconds(scaled(3000, 4000)), 5, 3000);
-  struct item {
-    scheduled_future<void> h;
-    mclock::time_point due{};
-    mclock::time_point not_before{}; // after a reset: its new due time is at least this
-    std::atomic<int> runs{0};
-    std::atomic<mclock::rep> started{0};
-    bool cancelled = false, reset = false;
+  cancel_race c;
+  c.clock = &clock;
+  c.due_after = [](std::mt19937_64& r) { return 1100ms + std::chrono::microseconds(r() % 500000); };
+  c.reset_max = 600ms;
+  c.drive = [&clock](metronome::clock::time_point base, std::uint64_t s) {
+    std::mt19937_64 r(s);
+    while (clock.now() < base + 1600ms) clock.advance(std::chrono::milliseconds(1 + r() % 40));
   };
-  while (b.next()) {
-    const int n = 300 + static_cast<int>(rng() % 300);
-    std::vector<item> items(static_cast<std::size_t>(n));
-    std::vector<int> order; // appended by the pool's one thread only
-    order.reserve(static_cast<std::size_t>(n));
-    const auto base = clock.now();
-    for (int i = 0; i < n; ++i) {
-      item& it = items[static_cast<std::size_t>(i)];
-      it.due = it.not_before = base + 1100ms + std::chrono::microseconds(rng() % 500000);
-      it.h = pool.schedule_at(
-          [&it, &order, &clock, i] {
-            it.started.store(clock.now().time_since_epoch().count());
-            it.runs.fetch_add(1);
-            order.push_back(i);
-          },
-          it.due);
-    }
-    const auto last_due = base + 1600ms;
-    std::thread mover([&clock, last_due, s = rng()] {
-      std::mt19937_64 r(s);
-      while (clock.now() < last_due) clock.advance(std::chrono::milliseconds(1 + r() % 40));
-    });
-    // Two threads on disjoint halves (even, odd), as in the test above.
-    auto meddle = [&](int parity, std::uint64_t s) {
-      std::mt19937_64 r(s);
-      for (int k = 0; k < n; ++k) {
-        const int i = static_cast<int>(r() % static_cast<std::uint64_t>((n + 1 - parity) / 2)) * 2 + parity;
-        if (i >= n) continue;
-        item& it = items[static_cast<std::size_t>(i)];
-        if (it.cancelled) continue;
-        if (r() % 3 == 0) {
-          const auto d = std::chrono::milliseconds(r() % 600);
-          const auto before = clock.now() + d; // the pool's time at the reset is not earlier
-          if (it.h.reset(d)) {
-            it.reset = true;
-            it.not_before = before;
-          }
-        } else if (r() % 2 == 0) {
-          it.cancelled = it.h.cancel();
-        }
-        if (r() % 16 == 0) std::this_thread::yield();
-      }
-    };
-    std::thread other(meddle, 1, rng());
-    meddle(0, rng());
-    other.join();
-    mover.join();
-    clock.advance(700ms); // past every reset's due time
-    for (int i = 0; i < n; ++i) {
-      item& it = items[static_cast<std::size_t>(i)];
-      if (it.cancelled) continue;
-      if (it.h.wait_for(std::chrono::seconds(scaled(10, 30))) != std::future_status::ready) {
-        errs.add(fmt("round %d: far task %d (not cancelled) never ran", b.rounds(), i));
-        pool.shutdown_now();
-        return;
-      }
-    }
-    for (int i = 0; i < n; ++i) {
-      const item& it = items[static_cast<std::size_t>(i)];
-      const int runs = it.runs.load();
-      if (runs != (it.cancelled ? 0 : 1))
-        errs.add(fmt("round %d: far task %d ran %d times (cancel() said %s)", b.rounds(), i, runs,
-                     it.cancelled ? "true" : "false"));
-      else if (runs == 1 && it.started.load() < it.not_before.time_since_epoch().count())
-        errs.add(fmt("round %d: far task %d ran %lld us early on the clock", b.rounds(), i,
-                     static_cast<long long>((it.not_before.time_since_epoch().count() - it.started.load()) / 1000)));
-    }
-    const item* prev = nullptr;
-    int prev_i = -1;
-    for (int i : order) {
-      const item& it = items[static_cast<std::size_t>(i)];
-      if (it.reset) continue;
-      if (prev && (it.due < prev->due || (it.due == prev->due && i < prev_i)))
-        errs.add(fmt("round %d: far task %d ran after far task %d, due before it", b.rounds(), i, prev_i));
-      prev = &it;
-      prev_i = i;
-    }
-    ++rounds;
-  }
+  c.flush = [&clock] { clock.advance(700ms); }; // past every reset's due time
+  c.sleepy = false;
+  race_cancels(c, errs, seed, rounds);
+}
+
+// Runs one of the races above with the run's seed and reports its findings.
+void report_race(const char* what, void (*race)(errors&, std::uint64_t, int&)) {
+  errors errs;
+  int rounds = 0;
+  race(errs, run_seed, rounds);
+  findings f;
+  f.take(errs, fmt("seed %llu", static_cast<unsigned long long>(run_seed)));
+  f.report(what, rounds + 1);
+  BOOST_TEST_MESSAGE(what << ": " << rounds << " rounds, seed " << run_seed);
 }
 
 } // namespace
@@ -304,23 +265,11 @@ void far_tasks_race_cancels(errors& errs, std::uint64_t seed, int& rounds) {
 BOOST_AUTO_TEST_SUITE(stress_suite)
 
 BOOST_AUTO_TEST_CASE(far_tasks_move_into_the_heap_while_other_threads_cancel_them) {
-  errors errs;
-  int rounds = 0;
-  far_tasks_race_cancels(errs, run_seed, rounds);
-  findings f;
-  f.take(errs, fmt("seed %llu", static_cast<unsigned long long>(run_seed)));
-  f.report("far tasks against cancels", rounds + 1);
-  BOOST_TEST_MESSAGE("far tasks against cancels: " << rounds << " rounds, seed " << run_seed);
+  report_race("far tasks against cancels", far_tasks_race_cancels);
 }
 
 BOOST_AUTO_TEST_CASE(delayed_tasks_race_cancels_and_resets_and_run_in_due_order) {
-  errors errs;
-  int rounds = 0;
-  delayed_tasks_race_cancels(errs, run_seed, rounds);
-  findings f;
-  f.take(errs, fmt("seed %llu", static_cast<unsigned long long>(run_seed)));
-  f.report("delayed tasks against cancels", rounds + 1);
-  BOOST_TEST_MESSAGE("delayed tasks against cancels: " << rounds << " rounds, seed " << run_seed);
+  report_race("delayed tasks against cancels", delayed_tasks_race_cancels);
 }
 
 BOOST_AUTO_TEST_CASE(delayed_wakeups_are_not_lost) {
