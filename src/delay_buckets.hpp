@@ -7,10 +7,8 @@
 #include <metronome/detail/task.hpp>
 #include "quad_heap.hpp"
 
-#include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <iterator>
 #include <memory>
 #include <stdexcept>
 #include <vector>
@@ -94,7 +92,7 @@ public:
     const std::size_t b = bucket_of(unit_of(chunks_[c]->e[slot].due));
     bucket& bk = buckets_[b];
     chunk& tail = *chunks_[bk.tail];
-    const std::size_t last = (bk.size - 1) % chunk_size;
+    const std::size_t last = tail_fill(bk) - 1;
     n->heap_index_ = not_in_heap;
     if (c != bk.tail || slot != last) {
       chunks_[c]->e[slot] = tail.e[last];
@@ -135,7 +133,7 @@ public:
     constexpr std::size_t ahead = 8; // f writes each node: fetch them while it works
     const std::size_t b = bucket_of(unit);
     bucket& bk = buckets_[b];
-    std::size_t fill = (bk.size - 1) % chunk_size + 1; // the tail's (C)
+    std::size_t fill = tail_fill(bk);
     for (std::uint32_t c = bk.tail; c != nil; fill = chunk_size) {
       chunk& k = *chunks_[c];
       for (std::size_t i = 0; i < fill; ++i) {
@@ -160,7 +158,7 @@ public:
       if (buckets_[b].size == 0) continue;
       // From the last entry back: a removal moves the bucket's last entry, one already
       // looked at, into the place it leaves (and may give back chunks already passed).
-      std::size_t fill = (buckets_[b].size - 1) % chunk_size + 1;
+      std::size_t fill = tail_fill(buckets_[b]);
       for (std::uint32_t c = buckets_[b].tail; c != nil; fill = chunk_size) {
         const std::uint32_t prev = chunks_[c]->prev; // before a removal may give c back
         for (std::size_t i = fill; i-- > 0;) {
@@ -193,6 +191,8 @@ private:
   };
 
   static std::size_t bucket_of(std::uint64_t unit) noexcept { return unit & (bucket_count - 1); }
+  // How many entries a non-empty bucket's tail chunk holds (C).
+  static std::size_t tail_fill(const bucket& bk) noexcept { return (bk.size - 1) % chunk_size + 1; }
   const bucket& bucket_of_entry(const entry& e) const noexcept { return buckets_[bucket_of(unit_of(e.due))]; }
   heap_index_t index_of(std::uint32_t c, std::size_t slot) const noexcept {
     return tag_ | static_cast<heap_index_t>(c << chunk_bits | slot);
