@@ -270,7 +270,21 @@ bool wheel_engine::cancel(const held_lock& lk, wheel_entry* e, chain& fired) noe
   count_removed(lk, 1);
   // Hosted ticks run only while the wheel holds timeouts: the last one cancelled, the
   // tick leaves the host (whose context may then run out of work, as with a timer).
-  if (pending() == 0 && withdraw_tick(lk)) sleeping_until_.store(never, std::memory_order_relaxed);
+  if (pending() == 0 && withdraw_tick(lk)) {
+    METRONOME_TEST_HOOK(hook_point::wheel_cancel_after_withdraw);
+    // Dekker pair with enter()'s push, as take_turn() is: a producer that found the
+    // mutex taken pushed onto the inbox after pending() read 0, and read sleeping_until_
+    // before this store (the old, armed deadline: it did not re-arm). Either its push is
+    // seen here, or it reads `never` and takes the mutex to re-arm. Without this look the
+    // entry waited in the inbox with no tick to drain it (found in CI: a raced P2300
+    // stop hung). Tested by `a_timeout_pushed_while_a_cancel_withdraws_the_tick_fires`
+    // (test/handover/wheel.cpp).
+    sleeping_until_.store(never, std::memory_order_seq_cst);
+    if (inbox_.load(std::memory_order_seq_cst) != nullptr) {
+      const std::uint64_t earliest = drain_inbox(lk, fired); // due ones go to `fired`
+      if (earliest != never) rearm_tick(lk, earliest);
+    }
+  }
   return true;
 }
 

@@ -141,6 +141,40 @@ BOOST_AUTO_TEST_CASE(a_producer_held_after_its_push_does_not_hold_up_its_timeout
   BOOST_CHECK(far.cancel());
 }
 
+// The wheel's last timeout is cancelled while a producer that found the wheel's mutex
+// taken pushes a later one onto the inbox. The canceller is stopped after it saw the
+// wheel empty and withdrew the tick, before it resets sleeping_until_ (holding the mutex);
+// the producer, released then, fails its try_lock, pushes, reads the tick's old deadline -
+// not after its own, so it does not re-arm - and returns. The canceller must see the push
+// and re-arm the tick: the later timeout fires (it waited in the inbox for ever: a raced
+// P2300 stop over an io_context's wheel hung in CI on this).
+BOOST_AUTO_TEST_CASE(a_timeout_pushed_while_a_cancel_withdraws_the_tick_fires) {
+  scheduled_thread_pool pool(1);
+  metronome::wheel_timer wheel(pool);
+  auto first = wheel.schedule([] {}, 2s); // the tick armed for it
+  metronome::test::hook_stops stops{{hook_point::wheel_cancel_after_withdraw, false},
+                                    {hook_point::wheel_producer_before_lock, false}};
+  std::atomic<bool> later_fired{false};
+  std::thread producer([&] {
+    hook_stop::arm_this_thread();
+    wheel.schedule([&] { later_fired = true; }, 2200ms);
+  });
+  BOOST_REQUIRE(stops.arrived(hook_point::wheel_producer_before_lock));
+  bool cancelled = false;
+  std::thread canceller([&] {
+    hook_stop::arm_this_thread();
+    cancelled = first.cancel();
+  });
+  BOOST_REQUIRE(stops.arrived(hook_point::wheel_cancel_after_withdraw));
+  stops.release(hook_point::wheel_producer_before_lock);
+  producer.join(); // pushed onto the inbox; saw the tick armed for 2 s
+  stops.release(hook_point::wheel_cancel_after_withdraw);
+  canceller.join();
+  BOOST_REQUIRE(cancelled);
+  BOOST_CHECK_EQUAL(wheel.pending(), 1u);
+  BOOST_CHECK(poll_until([&] { return later_fired.load(); }, 30s));
+}
+
 // A wheel wait due and queued on the pool (its only worker busy) is cancelled through its
 // slot; the canceller is stopped right after it claimed the wait, before it delivers
 // operation_aborted. Meanwhile the worker settles the queued node (its claim fails) and
