@@ -233,12 +233,15 @@ public:
   // cancel() has settled (see cancel(), src/scheduled_task.cpp).
   void wait_for_settled_cancel() const noexcept;
 
-  task_sink* sink() const noexcept { return extras_ ? extras_->sink.get() : nullptr; }
+  task_sink* sink() const noexcept { return has_extras_ ? extras_of()->sink.get() : nullptr; }
   // Only for node types made with extras (periodic, serial executor).
-  task_extras& extras() noexcept { return *extras_; }
+  task_extras& extras() noexcept { return *extras_of(); }
 
 protected:
-  task_extras* extras_ = nullptr; // into this same node, or none
+  // The node's own task_extras (has_extras_), or null. A virtual call, not a pointer
+  // field: eight bytes less per node put a task with a 16-byte callable in the node
+  // cache's 96-byte class (docs/benchmarks.md, "The node in 96 bytes").
+  virtual task_extras* extras_of() const noexcept { return nullptr; }
 
   virtual ~scheduled_task_base() = default;
   std::exception_ptr error_;
@@ -391,7 +394,7 @@ public:
     ::new (static_cast<void*>(&storage_)) F(std::forward<G>(g));
     this->callable_alive_ = true;
     this->bound_ = Bound;
-    if constexpr (Extras) this->extras_ = &extras_storage_;
+    this->has_extras_ = Extras;
   }
 
   std::exception_ptr hand_off(bool detached) noexcept override {
@@ -452,10 +455,29 @@ public:
 private:
   ~scheduled_task() override { destroy_callable(); }
 
+  task_extras* extras_of() const noexcept override {
+    if constexpr (Extras)
+      return &extras_storage_;
+    else
+      return nullptr;
+  }
+
   alignas(F) unsigned char storage_[sizeof(F)];
-  [[no_unique_address]] std::conditional_t<Extras, task_extras, no_extras> extras_storage_;
+  [[no_unique_address]] mutable std::conditional_t<Extras, task_extras, no_extras> extras_storage_; // extras_of()
   [[no_unique_address]] mutable bound_executor_of<F, Bound> bound_ex_; // mutable: its lock
 };
+
+// A pool task whose callable captures two pointers is one node of the node cache's
+// 96-byte class (the million-timeout rows hold one per timeout: docs/benchmarks.md, "The
+// node in 96 bytes"). Itanium C++ ABI layout, as g++ and clang use: the small fields sit
+// in task_base's tail padding, the serial/periodic extras are found through a virtual.
+struct two_pointer_task {
+  void* p;
+  void* q;
+  void operator()() const {}
+};
+static_assert(sizeof(scheduled_task<void, two_pointer_task, false>) <= 96,
+              "metronome: a task with a two-pointer callable is one 96-byte node");
 
 // Extras: the node carries task_extras (periodic tasks, serial executors' tasks). Bound:
 // the task runs on its callable's associated executor (the pool's typed API).

@@ -58,6 +58,13 @@ struct task_base {
   // An op_node that pool_core::post_op() sampled for the queue-wait statistic: its
   // queued_at_ holds the pool's time when it was queued. Shares kind_'s byte too.
   bool sampled_ : 1 = false;
+  // A typed-API task whose callable has an associated executor of its own
+  // (bind_executor): when due, a worker hands it there (scheduled_task_base::hand_off).
+  bool bound_ : 1 = false;
+  // A scheduled task whose node carries task_extras (periodic, a serial executor's).
+  bool has_extras_ : 1 = false;
+  // kind_'s byte is written only before the node is published (its constructor, the
+  // submitting thread): a bit field's write is a write of the whole byte.
 };
 
 // Ends a task without running it, wherever it was left (shutdown_now's leftovers, a
@@ -91,14 +98,12 @@ struct timed_node : task_base {
   }
   void set_due(clock::time_point t) noexcept { due_.store(t.time_since_epoch().count(), std::memory_order_relaxed); }
 
-  // The two small fields first: they sit in task_base's tail padding.
+  // The small fields first: they sit in task_base's tail padding (three bools and the
+  // heap position fill it, so that a timed node is 32 bytes).
   bool callable_alive_ = false; // scheduled tasks: the callable is constructed
   // This run waited for a due time (it went through the delay heap, or is a periodic
   // run): its start counts as lateness in the pool's stats, else as queue wait.
   bool timed_ = false;
-  // A typed-API task whose callable has an associated executor of its own
-  // (bind_executor): when due, a worker hands it there (scheduled_task_base::hand_off).
-  bool bound_ = false;
   // A scheduled task of a pool on a manual clock: cancel() takes it out of the delay
   // queue before its completions, not after (scheduled_task_base::cancel()).
   bool cancel_removes_first_ = false;
