@@ -1,9 +1,11 @@
 // Stress with accounting, the wheel timer: stop() races schedule and cancel (every
-// timeout fired, cancelled, returned by stop() or rejected, exactly once), and wheel
+// timeout fired, cancelled, returned by stop() or rejected, exactly once), the last
+// timeout's cancel races a schedule (the scheduled one fires), and wheel
 // waits on a strand race their cancellation, the wheel's destruction and the pool's
 // shutdown(). Bounded in time like every stress case; seeds as in
 // common/stress_rounds.hpp.
 
+#include "common/poll_until.hpp"
 #include "common/wait_batch.hpp"
 
 #include <metronome/detail/asio.hpp>
@@ -204,6 +206,56 @@ bool wheel_wait_shutdown_round(std::uint64_t seed, errors& errs, int n) {
   return true;
 }
 
+// The wheel's only timeout cancelled while another thread schedules one due after it,
+// the two started together with a random offset of a few hundred nanoseconds: the later
+// timeout fires every time. (The cancel takes the last timeout and withdraws the tick;
+// the producer, finding the mutex taken, pushes onto the inbox and reads the tick's old
+// deadline: the cancel must look at the inbox after it stops the tick. The stop-here
+// test is `a_timeout_pushed_while_a_cancel_withdraws_the_tick_fires`.)
+bool wheel_last_cancel_round(std::uint64_t seed, errors& errs, int n) {
+  std::mt19937_64 rng(seed);
+  scheduled_thread_pool pool(1);
+  metronome::wheel_options opts;
+  opts.tick = 100us;
+  metronome::wheel_timer wheel(pool, opts);
+  for (int i = 0; i < n; ++i) {
+    auto first = wheel.schedule([] {}, 2ms);
+    auto fired = std::make_shared<std::atomic<bool>>(false); // outlives a round that gives up
+    std::atomic<int> ready{0};
+    const unsigned producer_spin = static_cast<unsigned>(rng() % 400);
+    const unsigned canceller_spin = static_cast<unsigned>(rng() % 400);
+    auto spin = [](unsigned k) { // a few hundred ns at most, not optimised away
+      std::atomic<unsigned> j{0};
+      while (j.load(std::memory_order_relaxed) < k) j.store(j.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    };
+    std::thread producer([&] {
+      ready.fetch_add(1);
+      while (ready.load() < 2) {
+      }
+      spin(producer_spin);
+      try {
+        wheel.schedule([fired] { fired->store(true); }, 3ms);
+      } catch (const std::exception& e) {
+        errs.add(fmt("wheel schedule threw %s", e.what()));
+        fired->store(true);
+      }
+    });
+    ready.fetch_add(1);
+    while (ready.load() < 2) {
+    }
+    spin(canceller_spin);
+    first.cancel();
+    producer.join();
+    if (!metronome::test::poll_until([&] { return fired->load(); }, 10s)) {
+      errs.add("wheel: a timeout scheduled as the only other one was cancelled never fired");
+      return true;
+    }
+  }
+  if (!metronome::test::poll_until([&] { return wheel.pending() == 0; }, 10s))
+    errs.add(fmt("wheel: %zu timeouts still pending after every one fired or was cancelled", wheel.pending()));
+  return true;
+}
+
 } // namespace
 
 BOOST_AUTO_TEST_SUITE(stress_suite)
@@ -213,6 +265,11 @@ BOOST_AUTO_TEST_SUITE(stress_suite)
 BOOST_AUTO_TEST_CASE(wheel_stop_races_schedule_and_cancel) {
   run_rounds("wheel stop() race", 9, budget(ms(3000, 4000), 3, 100000),
              [](std::uint64_t seed, errors& errs) { return wheel_round(seed, errs, scaled(1000, 200)); });
+}
+
+BOOST_AUTO_TEST_CASE(the_wheel_s_last_timeout_cancelled_while_another_is_scheduled_leaves_it_to_fire) {
+  run_rounds("wheel: the last timeout cancelled against a schedule", 16, budget(ms(2000, 3000), 2, 100000),
+             [](std::uint64_t seed, errors& errs) { return wheel_last_cancel_round(seed, errs, scaled(200, 50)); });
 }
 
 BOOST_AUTO_TEST_CASE(wheel_waits_on_a_strand_race_cancellation_and_the_wheels_destruction) {
