@@ -208,7 +208,7 @@ bool wheel_wait_shutdown_round(std::uint64_t seed, errors& errs, int n) {
 
 // The wheel's only timeout cancelled while another thread schedules one due after it,
 // the two started together with a random offset of a few hundred nanoseconds: the later
-// timeout fires every time. (The cancel takes the last timeout and withdraws the tick;
+// timeout fires every time, and each of the two ran or was cancelled exactly once. (The cancel takes the last timeout and withdraws the tick;
 // the producer, finding the mutex taken, pushes onto the inbox and reads the tick's old
 // deadline: the cancel must look at the inbox after it stops the tick. The stop-here
 // test is `a_timeout_pushed_while_a_cancel_withdraws_the_tick_fires`.)
@@ -218,10 +218,14 @@ bool wheel_last_cancel_round(std::uint64_t seed, errors& errs, int n) {
   metronome::wheel_options opts;
   opts.tick = 100us;
   metronome::wheel_timer wheel(pool, opts);
+  struct runs {
+    std::atomic<int> first{0}, later{0};
+  };
   for (int i = 0; i < n; ++i) {
-    auto first = wheel.schedule([] {}, 2ms);
-    auto fired = std::make_shared<std::atomic<bool>>(false); // outlives a round that gives up
+    auto count = std::make_shared<runs>(); // outlives a round that gives up
+    auto first = wheel.schedule([count] { count->first.fetch_add(1); }, 2ms);
     std::atomic<int> ready{0};
+    bool rejected = false;
     const unsigned producer_spin = static_cast<unsigned>(rng() % 400);
     const unsigned canceller_spin = static_cast<unsigned>(rng() % 400);
     auto spin = [](unsigned k) { // a few hundred ns at most, not optimised away
@@ -234,20 +238,24 @@ bool wheel_last_cancel_round(std::uint64_t seed, errors& errs, int n) {
       }
       spin(producer_spin);
       try {
-        wheel.schedule([fired] { fired->store(true); }, 3ms);
+        wheel.schedule([count] { count->later.fetch_add(1); }, 3ms);
       } catch (const std::exception& e) {
         errs.add(fmt("wheel schedule threw %s", e.what()));
-        fired->store(true);
+        rejected = true;
       }
     });
     ready.fetch_add(1);
     while (ready.load() < 2) {
     }
     spin(canceller_spin);
-    first.cancel();
+    const int cancelled = first.cancel() ? 1 : 0;
     producer.join();
-    if (!metronome::test::poll_until([&] { return fired->load(); }, 10s)) {
-      errs.add("wheel: a timeout scheduled as the only other one was cancelled never fired");
+    // Accounting: each of the two ran, was cancelled or was rejected, exactly once.
+    const int later_wanted = rejected ? 0 : 1;
+    if (!metronome::test::poll_until(
+            [&] { return count->first.load() + cancelled == 1 && count->later.load() == later_wanted; }, 10s)) {
+      errs.add(fmt("wheel: the cancelled one ran %d (cancel() won %d), the one scheduled against it ran %d (want %d)",
+                   count->first.load(), cancelled, count->later.load(), later_wanted));
       return true;
     }
   }
