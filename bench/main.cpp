@@ -25,7 +25,8 @@ namespace bench {
 
 double heap_in_use_mib() {
   struct mallinfo2 mi = ::mallinfo2();
-  return static_cast<double>(mi.uordblks + mi.hblkhd + metronome::detail::node_cache_mapped_bytes()) /
+  return static_cast<double>(mi.uordblks + mi.hblkhd + metronome::detail::node_cache_mapped_bytes() +
+                             metronome::detail::large_arrays_mapped_bytes()) /
          (1024.0 * 1024.0);
 }
 

@@ -5,6 +5,7 @@
 #define METRONOME_DETAIL_DUE_RUN_HPP
 
 #include <metronome/detail/task.hpp>
+#include "large_array.hpp"
 #include "quad_heap.hpp"
 
 #include <cstddef>
@@ -157,7 +158,7 @@ private:
   // the nodes keep their numbers.
   void resize_or_throw(std::size_t size) {
     if (size >= run_numbers_) throw std::length_error("metronome: too many delayed tasks");
-    std::unique_ptr<entry[]> bigger(new entry[size]);
+    large_array<entry> bigger(size);
     for (std::size_t k = 0; k < count_; ++k) bigger[k] = slot(k);
     ring_ = std::move(bigger);
     ring_size_ = size;
@@ -166,7 +167,7 @@ private:
 
   const heap_index_t tag_;         // a single bit, above every number
   const heap_index_t run_numbers_; // numbers count modulo this
-  std::unique_ptr<entry[]> ring_;  // ring_size_ a power of two
+  large_array<entry> ring_;        // ring_size_ a power of two
   std::size_t ring_size_ = 0;
   std::size_t head_ = 0;
   std::size_t count_ = 0; // slots in use, holes included

@@ -62,6 +62,48 @@ void* allocate_aligned_pages(std::size_t bytes) {
 
 void free_aligned_pages(void* p, std::size_t bytes) noexcept { ::munmap(p, bytes); }
 
+void* allocate_huge_region(std::size_t bytes) {
+#ifdef METRONOME_NO_HUGE_PAGES
+  (void)bytes;
+  return nullptr;
+#else
+  // Over-map by one huge page, keep the aligned part.
+  void* p = ::mmap(nullptr, bytes + huge_page_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) throw std::bad_alloc();
+  const auto base = reinterpret_cast<std::uintptr_t>(p);
+  const std::uintptr_t aligned = (base + huge_page_bytes - 1) & ~std::uintptr_t(huge_page_bytes - 1);
+  if (aligned != base) ::munmap(p, aligned - base);
+  if (const std::size_t tail = huge_page_bytes - (aligned - base))
+    ::munmap(reinterpret_cast<void*>(aligned + bytes), tail);
+  (void)::madvise(reinterpret_cast<void*>(aligned), bytes, MADV_HUGEPAGE); // a hint: may fail (no THP)
+  return reinterpret_cast<void*>(aligned);
+#endif
+}
+
+namespace {
+std::atomic<std::size_t> large_mapped{0};
+std::size_t huge_rounded(std::size_t bytes) noexcept { return (bytes + huge_page_bytes - 1) & ~(huge_page_bytes - 1); }
+bool large_is_mapped(std::size_t bytes) noexcept { return huge_pages_asked() && bytes >= huge_page_bytes; }
+} // namespace
+
+void* allocate_large(std::size_t bytes) {
+  if (!large_is_mapped(bytes)) return ::operator new(bytes);
+  void* p = allocate_huge_region(huge_rounded(bytes)); // aligned: every huge page of it can be one
+  large_mapped.fetch_add(huge_rounded(bytes), std::memory_order_relaxed);
+  return p;
+}
+
+void free_large(void* p, std::size_t bytes) noexcept {
+  if (large_is_mapped(bytes)) {
+    ::munmap(p, huge_rounded(bytes));
+    large_mapped.fetch_sub(huge_rounded(bytes), std::memory_order_relaxed);
+  } else {
+    ::operator delete(p);
+  }
+}
+
+std::size_t large_mapped_bytes() noexcept { return large_mapped.load(std::memory_order_relaxed); }
+
 void populate_pages(void* p, std::size_t bytes) noexcept {
 #ifndef MADV_POPULATE_WRITE
   constexpr int MADV_POPULATE_WRITE = 23;
@@ -107,6 +149,11 @@ void free_aligned_pages(void* p, std::size_t bytes) noexcept {
 }
 
 void populate_pages(void*, std::size_t) noexcept {}
+
+void* allocate_huge_region(std::size_t) { return nullptr; }
+void* allocate_large(std::size_t bytes) { return ::operator new(bytes); }
+void free_large(void* p, std::size_t) noexcept { ::operator delete(p); }
+std::size_t large_mapped_bytes() noexcept { return 0; }
 
 #endif
 

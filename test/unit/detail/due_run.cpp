@@ -1,8 +1,11 @@
 // due_run alone: the delay queue's FIFO of entries in due order (src/due_run.hpp).
 #include "due_run.hpp"
 
+#include <metronome/detail/node_cache.hpp>
+
 #include <boost/test/unit_test.hpp>
 
+#include <algorithm>
 #include <deque>
 #include <memory>
 #include <set>
@@ -162,6 +165,37 @@ BOOST_AUTO_TEST_CASE(remove_if_takes_the_matching_nodes) {
   for (timed_node* n : taken) BOOST_TEST(n->heap_index_ == not_in_heap);
   BOOST_TEST(run.front().node == nodes[3].get()); // (F): no hole at the front
   BOOST_TEST((drain(run) == expected));
+}
+
+// A run of 200,000 (4.8 MiB of entries) holds its ring in storage mapped for huge pages
+// (large_array), through every doubling from 2 MiB up, keeps its order across them, and
+// gives all of it back when emptied and shrunk. Where large arrays come from the heap
+// (portable fallback, METRONOME_HUGE_PAGES=OFF), nothing is mapped.
+BOOST_AUTO_TEST_CASE(a_run_past_2_mib_maps_its_ring_and_gives_it_back) {
+  constexpr std::size_t n = 200000;
+  const std::size_t before = large_arrays_mapped_bytes();
+  due_run run(heap_index_t(1) << 31);
+  std::vector<node> nodes(n);
+  std::size_t most = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    append(run, {static_cast<std::int64_t>(i / 7), i, &nodes[i]});
+    most = std::max(most, large_arrays_mapped_bytes() - before);
+  }
+  // 200,000 entries: a ring of 2^18 slots, 24 bytes each.
+  const std::size_t ring_bytes = (std::size_t(1) << 18) * sizeof(delay_entry);
+  if (large_arrays_use_huge_pages())
+    BOOST_TEST(most >= ring_bytes);
+  else
+    BOOST_TEST(most == 0u);
+  std::size_t in_order = 0;
+  for (std::size_t i = 0; !run.empty(); ++i) {
+    in_order += run.front().node == &nodes[i] ? 1 : 0;
+    run.remove(run.front().node);
+  }
+  BOOST_TEST(in_order == n);
+  run.shrink_if_sparse(64);
+  BOOST_TEST(run.capacity() == 0u);
+  BOOST_TEST(large_arrays_mapped_bytes() == before);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
