@@ -54,10 +54,6 @@ inline constexpr std::size_t chunk_bytes = 256u << 10; // aligned: a node finds 
 inline constexpr std::size_t header_bytes = 64;        // the chunk's header; nodes follow it
 inline constexpr std::size_t keep_empty = 8;           // empty chunks kept for reuse (2 MiB)
 inline constexpr int prepared_slots = 2; // chunks mapped and populated ahead of demand
-// Once this many chunks are mapped (4 MiB), new ones come a huge page at a time: the
-// region's first chunk to the thread that needs one, the others onto the empty list.
-inline constexpr std::size_t huge_after = 16;
-inline constexpr std::size_t region_chunks = (std::size_t(2) << 20) / chunk_bytes;
 
 struct free_node {
   free_node* next;
@@ -138,7 +134,6 @@ private:
   void take_surplus(chunk*& unmap, std::size_t max) noexcept;
   void retire_empty(chunk* ch, chunk*& unmap) noexcept;
   void release(chunk* unmap) noexcept;
-  chunk* map_new();
   void want_prepared() noexcept;
   void prepare() noexcept;
 };
@@ -183,34 +178,6 @@ thread_local bool defer_frees = false;
 chunk* map_chunk() { return static_cast<chunk*>(platform::allocate_aligned_pages(chunk_bytes)); }
 
 } // namespace
-
-// A chunk newly mapped. Past huge_after chunks, a huge page's worth at once, asked to be
-// one huge page: a million pending timers need ~120 MiB of nodes, and faulting them in
-// 4 KiB at a time cost more than everything else a schedule() does on a virtual machine
-// (docs/benchmarks.md, "Huge pages for bulk memory"). The other chunks of the region go
-// onto the empty list, as empty chunks do: the next threads that need one take them, and
-// beyond keep_empty trim() may unmap them one by one (the system then splits the page).
-// With prepare-ahead on, chunks come one at a time from the preparer instead (populated
-// on an idle core), as before.
-chunk* depot::map_new() {
-  if (mapped.load(std::memory_order_relaxed) >= huge_after && !prepare_ahead.load(std::memory_order_relaxed)) {
-    if (auto* region = static_cast<char*>(platform::allocate_huge_region(region_chunks * chunk_bytes))) {
-      mapped.fetch_add(region_chunks, std::memory_order_relaxed);
-      std::lock_guard lk(m);
-      for (std::size_t i = 1; i < region_chunks; ++i) {
-        auto* e = ::new (region + i * chunk_bytes) chunk{}; // populated 0: its pages fault in as carved
-        e->next = empty;
-        empty = e;
-        ++empty_count;
-      }
-      note_surplus();
-      return reinterpret_cast<chunk*>(region);
-    }
-  }
-  chunk* ch = map_chunk();
-  mapped.fetch_add(1, std::memory_order_relaxed);
-  return ch;
-}
 
 void populate(char* from, char* to) noexcept { platform::populate_pages(from, static_cast<std::size_t>(to - from)); }
 
@@ -373,7 +340,8 @@ chunk*depot::fresh(int c) {
     if (ch) {
       populated = chunk_bytes;
     } else {
-      ch = map_new();
+      ch = map_chunk();
+      mapped.fetch_add(1, std::memory_order_relaxed);
     }
     want_prepared();
   }
@@ -465,9 +433,6 @@ bool node_cache_trim_pending() noexcept { return the_depot().surplus.load(std::m
 std::size_t node_cache_mapped_bytes() noexcept {
   return the_depot().mapped.load(std::memory_order_relaxed) * node_store::chunk_bytes;
 }
-bool node_cache_uses_huge_pages() noexcept {
-  return platform::huge_pages_asked() && !the_depot().prepare_ahead.load(std::memory_order_relaxed);
-}
 std::size_t node_cache_empty_chunks() noexcept {
   node_store::depot& d = the_depot();
   std::size_t n = 0;
@@ -505,7 +470,6 @@ bool node_cache_trim(std::size_t, bool) noexcept { return false; }
 bool node_cache_trim_pending() noexcept { return false; }
 std::size_t node_cache_mapped_bytes() noexcept { return 0; }
 std::size_t node_cache_empty_chunks() noexcept { return 0; }
-bool node_cache_uses_huge_pages() noexcept { return false; }
 
 #else
 

@@ -30,15 +30,15 @@ void run_at_idle_priority() noexcept;
 void* allocate_aligned_pages(std::size_t bytes);
 // Gives back what allocate_aligned_pages returned, with the same size.
 void free_aligned_pages(void* p, std::size_t bytes) noexcept;
-// Huge pages (2 MiB) for memory the library holds in bulk: a million pending timers
-// fault in 100+ MiB of nodes, and on a virtual machine a 4 KiB page fault can cost
-// microseconds (13 us measured on the CI machines). Below these sizes nothing changes.
+// Huge pages (2 MiB) for the library's large arrays: the delay queue's run holds an
+// entry per pending timeout, 24 MiB at a million, and on a virtual machine a 4 KiB page
+// fault can cost microseconds (13 us measured on the CI machines). Below 2 MiB nothing
+// changes.
 inline constexpr std::size_t huge_page_bytes = std::size_t(2) << 20;
 // `bytes` (a multiple of huge_page_bytes) aligned to huge_page_bytes, the system asked
 // to back it with huge pages (Linux: MADV_HUGEPAGE, which transparent huge pages honour
-// unless set to "never"); any aligned part of it may later be given back on its own
-// with free_aligned_pages. nullptr where the system has no such thing (fallback) or the
-// build turned it off (METRONOME_HUGE_PAGES=OFF): the caller maps smaller pieces.
+// unless set to "never"); given back with munmap (free_large). nullptr where the system
+// has no such thing (fallback) or the build turned it off (METRONOME_HUGE_PAGES=OFF).
 // Throws std::bad_alloc.
 void* allocate_huge_region(std::size_t bytes);
 // Whether allocate_huge_region maps anything (Linux, huge pages not turned off).

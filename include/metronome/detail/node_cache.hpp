@@ -13,7 +13,7 @@ namespace metronome::detail {
 // per-thread free lists alone never hand memory back to the producer, and glibc
 // falls back to its locked arena (and a 64-byte block costs it 80 bytes). Here nodes
 // of each size class (64, 96, 128, 192, 256 bytes) are carved from 256 KiB chunks
-// mapped from the system (past 4 MiB, 2 MiB at a time asked for huge pages): a thread keeps the nodes it frees and hands the oldest back
+// mapped from the system: a thread keeps the nodes it frees and hands the oldest back
 // 64 at a time, each to its own chunk's free list; a thread with none takes a chunk's
 // whole free list, or carves new nodes off its own chunk (no lock). A chunk whose
 // nodes are all back is empty: up to 8 are kept for reuse, the rest unmapped (from a
@@ -38,9 +38,6 @@ bool node_cache_trim_pending() noexcept;
 inline constexpr std::chrono::milliseconds node_cache_trim_delay{20};
 // Bytes of chunks mapped now (in use, partly free, or empty and kept); 0 with the cache off.
 std::size_t node_cache_mapped_bytes() noexcept;
-// Whether chunks beyond the first 4 MiB mapped come 2 MiB at a time, aligned and asked
-// for transparent huge pages (Linux, METRONOME_HUGE_PAGES=ON, prepare-ahead off).
-bool node_cache_uses_huge_pages() noexcept;
 // Bytes of large arrays (the delay queue's run, from 2 MiB up) that the library maps
 // from the system instead of taking them from the heap: a heap profiler or mallinfo()
 // does not see them. 0 in the portable fallback and with METRONOME_HUGE_PAGES=OFF.

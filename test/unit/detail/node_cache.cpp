@@ -9,9 +9,6 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
-#include <string>
 #include <set>
 #include <thread>
 #include <vector>
@@ -26,7 +23,6 @@ using metronome::detail::node_cache_mapped_bytes;
 using metronome::detail::node_cache_prepare_ahead;
 using metronome::detail::node_cache_trim;
 using metronome::detail::node_cache_trim_pending;
-using metronome::detail::node_cache_uses_huge_pages;
 using metronome::detail::node_deallocate;
 
 namespace {
@@ -92,44 +88,6 @@ std::size_t live_threads() {
 void free_all(std::vector<void*>& v, std::size_t size) {
   for (void* p : v) node_deallocate(p, size);
   v.clear();
-}
-
-boost::test_tools::assertion_result huge_regions_on(boost::unit_test::test_unit_id id) {
-  if (!node_cache_uses_huge_pages()) {
-    boost::test_tools::assertion_result r(false);
-    r.message() << "no huge regions in this build (portable fallback, METRONOME_HUGE_PAGES=OFF, or prepare-ahead on)";
-    return r;
-  }
-  return cache_is_on(id);
-}
-
-// The system's transparent huge pages setting: "always", "madvise" or "never".
-std::string thp_setting() {
-  std::ifstream f("/sys/kernel/mm/transparent_hugepage/enabled");
-  std::string line;
-  std::getline(f, line);
-  const auto open = line.find('['), close = line.find(']');
-  return open != std::string::npos && close != std::string::npos ? line.substr(open + 1, close - open - 1) : "";
-}
-
-// The THPeligible line of the mapping holding `p` (/proc/self/smaps): 1 when the system
-// may back it with huge pages.
-int thp_eligible(const void* p) {
-  const auto a = reinterpret_cast<std::uintptr_t>(p);
-  std::ifstream f("/proc/self/smaps");
-  std::string line;
-  bool inside = false;
-  while (std::getline(f, line)) {
-    std::uintptr_t lo = 0, hi = 0;
-    char dash = 0;
-    std::istringstream head(line);
-    if (head >> std::hex >> lo >> dash >> hi && dash == '-') {
-      inside = lo <= a && a < hi;
-    } else if (inside && line.rfind("THPeligible:", 0) == 0) {
-      return std::stoi(line.substr(12));
-    }
-  }
-  return -1;
 }
 
 } // namespace
@@ -260,36 +218,4 @@ BOOST_AUTO_TEST_CASE(a_forked_child_prepares_its_own_chunks, *boost::unit_test::
   BOOST_TEST(WIFEXITED(status));
   BOOST_TEST(WEXITSTATUS(status) == 0);
   free_all(v, 64);
-}
-
-// Past 4 MiB mapped, a new chunk comes a huge page at a time: one 2 MiB mapping, aligned
-// and asked for transparent huge pages, whose first chunk the thread carves while the
-// other seven wait as empty chunks, taken before anything more is mapped. All freed,
-// they go back as any chunk does.
-BOOST_AUTO_TEST_CASE(past_4_mib_new_chunks_come_a_huge_page_at_a_time, *boost::unit_test::precondition(huge_regions_on)) {
-  constexpr std::size_t size = 256;
-  constexpr std::size_t per_chunk = ((256u << 10) - 64) / size;
-  const std::size_t before = node_cache_mapped_bytes();
-  std::vector<void*> v;
-  std::vector<std::size_t> steps;       // each growth of the mapped bytes past 4 MiB
-  std::vector<std::size_t> first_nodes; // v's index of the node that caused it
-  while (steps.size() < 3) {
-    const std::size_t mapped = node_cache_mapped_bytes();
-    v.push_back(node_allocate(size));
-    const std::size_t grown = node_cache_mapped_bytes() - mapped;
-    if (grown != 0 && mapped >= 4 * mib) {
-      steps.push_back(grown);
-      first_nodes.push_back(v.size() - 1);
-    }
-    BOOST_REQUIRE(v.size() < 100 * per_chunk);
-  }
-  for (std::size_t i = 0; i < steps.size(); ++i) {
-    BOOST_TEST(steps[i] == 2 * mib);
-    const auto node = reinterpret_cast<std::uintptr_t>(v[first_nodes[i]]);
-    BOOST_TEST(node % (2 * mib) == 64u); // the region's first chunk, just past its header
-    if (i > 0) BOOST_TEST(first_nodes[i] - first_nodes[i - 1] >= 8 * per_chunk); // the other seven came first
-    if (thp_setting() != "never") BOOST_TEST(thp_eligible(v[first_nodes[i]]) == 1);
-  }
-  std::thread([&] { free_all(v, size); }).join(); // unmapped beyond the kept, one chunk at a time
-  BOOST_TEST(node_cache_mapped_bytes() <= before + slack);
 }
