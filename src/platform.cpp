@@ -82,21 +82,23 @@ void* allocate_huge_region(std::size_t bytes) {
 
 namespace {
 std::atomic<std::size_t> large_mapped{0};
-std::size_t huge_rounded(std::size_t bytes) noexcept { return (bytes + huge_page_bytes - 1) & ~(huge_page_bytes - 1); }
+// Whole 4 KiB pages: no more is mapped (so none of it is counted, or resident, for
+// nothing); the array's whole huge pages may be huge, the rest stays in small pages.
+std::size_t page_rounded(std::size_t bytes) noexcept { return (bytes + 4095) & ~std::size_t(4095); }
 bool large_is_mapped(std::size_t bytes) noexcept { return huge_pages_asked() && bytes >= huge_page_bytes; }
 } // namespace
 
 void* allocate_large(std::size_t bytes) {
   if (!large_is_mapped(bytes)) return ::operator new(bytes);
-  void* p = allocate_huge_region(huge_rounded(bytes)); // aligned: every huge page of it can be one
-  large_mapped.fetch_add(huge_rounded(bytes), std::memory_order_relaxed);
+  void* p = allocate_huge_region(page_rounded(bytes)); // aligned to the huge page
+  large_mapped.fetch_add(page_rounded(bytes), std::memory_order_relaxed);
   return p;
 }
 
 void free_large(void* p, std::size_t bytes) noexcept {
   if (large_is_mapped(bytes)) {
-    ::munmap(p, huge_rounded(bytes));
-    large_mapped.fetch_sub(huge_rounded(bytes), std::memory_order_relaxed);
+    ::munmap(p, page_rounded(bytes));
+    large_mapped.fetch_sub(page_rounded(bytes), std::memory_order_relaxed);
   } else {
     ::operator delete(p);
   }

@@ -35,9 +35,9 @@ void free_aligned_pages(void* p, std::size_t bytes) noexcept;
 // fault can cost microseconds (13 us measured on the CI machines). Below 2 MiB nothing
 // changes.
 inline constexpr std::size_t huge_page_bytes = std::size_t(2) << 20;
-// `bytes` (a multiple of huge_page_bytes) aligned to huge_page_bytes, the system asked
-// to back it with huge pages (Linux: MADV_HUGEPAGE, which transparent huge pages honour
-// unless set to "never"); given back with munmap (free_large). nullptr where the system
+// `bytes` (a multiple of 4 KiB) aligned to huge_page_bytes, the system asked to back
+// its whole huge pages with huge pages (Linux: MADV_HUGEPAGE, which transparent huge
+// pages honour unless set to "never"); given back with munmap (free_large). nullptr where the system
 // has no such thing (fallback) or the build turned it off (METRONOME_HUGE_PAGES=OFF).
 // Throws std::bad_alloc.
 void* allocate_huge_region(std::size_t bytes);
