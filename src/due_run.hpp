@@ -33,13 +33,13 @@ public:
   bool empty() const noexcept { return live_ == 0; }
   std::size_t size() const noexcept { return live_; }
   const entry& front() const noexcept { return slot(0); } // !empty(); never a hole (F)
-  std::size_t capacity() const noexcept { return ring_size_; }
+  std::size_t capacity() const noexcept { return ring_.size(); }
 
   // Whether `e` may be appended without breaking (O).
   bool fits(const entry& e) const noexcept { return live_ == 0 || !key_before(e, last_); }
-  bool full() const noexcept { return count_ == ring_size_; }
+  bool full() const noexcept { return count_ == ring_.size(); }
   // Room for one more slot. May throw (std::bad_alloc, std::length_error): nothing changed.
-  void grow() { resize_or_throw(ring_size_ == 0 ? 64 : ring_size_ * 2); }
+  void grow() { resize_or_throw(ring_.size() == 0 ? 64 : ring_.size() * 2); }
 
   // fits(e) and !full().
   void append(const entry& e) noexcept {
@@ -97,19 +97,18 @@ public:
   // Gives the ring back when the run is empty, or halves it when under a quarter full
   // (keeping at least `min_kept` slots). Allocation failure keeps the old ring.
   void shrink_if_sparse(std::size_t min_kept) noexcept {
-    if (ring_size_ <= min_kept) return;
+    if (ring_.size() <= min_kept) return;
     if (count_ == 0) {
       ring_.reset();
-      ring_size_ = 0;
       head_ = 0;
-    } else if (count_ < ring_size_ / 4) {
-      succeeds([&] { resize_or_throw(ring_size_ / 2); });
+    } else if (count_ < ring_.size() / 4) {
+      succeeds([&] { resize_or_throw(ring_.size() / 2); });
     }
   }
 
 private:
-  entry& slot(std::size_t k) noexcept { return ring_[(head_ + k) & (ring_size_ - 1)]; }
-  const entry& slot(std::size_t k) const noexcept { return ring_[(head_ + k) & (ring_size_ - 1)]; }
+  entry& slot(std::size_t k) noexcept { return ring_[(head_ + k) & (ring_.size() - 1)]; }
+  const entry& slot(std::size_t k) const noexcept { return ring_[(head_ + k) & (ring_.size() - 1)]; }
 
   heap_index_t number_of(std::size_t k) const noexcept {
     return static_cast<heap_index_t>((first_ + k) % run_numbers_);
@@ -127,7 +126,7 @@ private:
       return;
     }
     while (slot(0).node == nullptr) {
-      head_ = (head_ + 1) & (ring_size_ - 1);
+      head_ = (head_ + 1) & (ring_.size() - 1);
       first_ = (first_ + 1) % run_numbers_;
       --count_;
     }
@@ -161,14 +160,12 @@ private:
     large_array<entry> bigger(size);
     for (std::size_t k = 0; k < count_; ++k) bigger[k] = slot(k);
     ring_ = std::move(bigger);
-    ring_size_ = size;
     head_ = 0;
   }
 
   const heap_index_t tag_;         // a single bit, above every number
   const heap_index_t run_numbers_; // numbers count modulo this
-  large_array<entry> ring_;        // ring_size_ a power of two
-  std::size_t ring_size_ = 0;
+  large_array<entry> ring_;        // its size a power of two (or none)
   std::size_t head_ = 0;
   std::size_t count_ = 0; // slots in use, holes included
   std::size_t live_ = 0;  // nodes

@@ -38,6 +38,7 @@ public:
     std::swap(size_, o.size_);
   }
   void reset() noexcept { large_array().swap(*this); }
+  std::size_t size() const noexcept { return size_; }
   T& operator[](std::size_t i) noexcept { return p_[i]; }
   const T& operator[](std::size_t i) const noexcept { return p_[i]; }
 

@@ -49,36 +49,23 @@ void run_at_idle_priority() noexcept {
 }
 
 
-void* allocate_aligned_pages(std::size_t bytes) {
-  // Over-map, keep the aligned part.
-  void* p = ::mmap(nullptr, 2 * bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+namespace {
+// `bytes` (a multiple of 4 KiB) aligned to `align` (a power of two): over-map by `align`,
+// keep the aligned part. Throws std::bad_alloc.
+void* map_aligned(std::size_t bytes, std::size_t align) {
+  void* p = ::mmap(nullptr, bytes + align, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) throw std::bad_alloc();
   const auto base = reinterpret_cast<std::uintptr_t>(p);
-  const std::uintptr_t aligned = (base + bytes - 1) & ~std::uintptr_t(bytes - 1);
+  const std::uintptr_t aligned = (base + align - 1) & ~std::uintptr_t(align - 1);
   if (aligned != base) ::munmap(p, aligned - base);
-  if (const std::size_t tail = bytes - (aligned - base)) ::munmap(reinterpret_cast<void*>(aligned + bytes), tail);
+  if (const std::size_t tail = align - (aligned - base)) ::munmap(reinterpret_cast<void*>(aligned + bytes), tail);
   return reinterpret_cast<void*>(aligned);
 }
+} // namespace
+
+void* allocate_aligned_pages(std::size_t bytes) { return map_aligned(bytes, bytes); }
 
 void free_aligned_pages(void* p, std::size_t bytes) noexcept { ::munmap(p, bytes); }
-
-void* allocate_huge_region(std::size_t bytes) {
-#ifdef METRONOME_NO_HUGE_PAGES
-  (void)bytes;
-  return nullptr;
-#else
-  // Over-map by one huge page, keep the aligned part.
-  void* p = ::mmap(nullptr, bytes + huge_page_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) throw std::bad_alloc();
-  const auto base = reinterpret_cast<std::uintptr_t>(p);
-  const std::uintptr_t aligned = (base + huge_page_bytes - 1) & ~std::uintptr_t(huge_page_bytes - 1);
-  if (aligned != base) ::munmap(p, aligned - base);
-  if (const std::size_t tail = huge_page_bytes - (aligned - base))
-    ::munmap(reinterpret_cast<void*>(aligned + bytes), tail);
-  (void)::madvise(reinterpret_cast<void*>(aligned), bytes, MADV_HUGEPAGE); // a hint: may fail (no THP)
-  return reinterpret_cast<void*>(aligned);
-#endif
-}
 
 namespace {
 std::atomic<std::size_t> large_mapped{0};
@@ -90,15 +77,18 @@ bool large_is_mapped(std::size_t bytes) noexcept { return huge_pages_asked() && 
 
 void* allocate_large(std::size_t bytes) {
   if (!large_is_mapped(bytes)) return ::operator new(bytes);
-  void* p = allocate_huge_region(page_rounded(bytes)); // aligned to the huge page
-  large_mapped.fetch_add(page_rounded(bytes), std::memory_order_relaxed);
+  const std::size_t mapped = page_rounded(bytes);
+  void* p = map_aligned(mapped, huge_page_bytes);
+  (void)::madvise(p, mapped, MADV_HUGEPAGE); // a hint: may fail (no transparent huge pages)
+  large_mapped.fetch_add(mapped, std::memory_order_relaxed);
   return p;
 }
 
 void free_large(void* p, std::size_t bytes) noexcept {
   if (large_is_mapped(bytes)) {
-    ::munmap(p, page_rounded(bytes));
-    large_mapped.fetch_sub(page_rounded(bytes), std::memory_order_relaxed);
+    const std::size_t mapped = page_rounded(bytes);
+    ::munmap(p, mapped);
+    large_mapped.fetch_sub(mapped, std::memory_order_relaxed);
   } else {
     ::operator delete(p);
   }
@@ -152,7 +142,6 @@ void free_aligned_pages(void* p, std::size_t bytes) noexcept {
 
 void populate_pages(void*, std::size_t) noexcept {}
 
-void* allocate_huge_region(std::size_t) { return nullptr; }
 void* allocate_large(std::size_t bytes) { return ::operator new(bytes); }
 void free_large(void* p, std::size_t) noexcept { ::operator delete(p); }
 std::size_t large_mapped_bytes() noexcept { return 0; }

@@ -35,13 +35,8 @@ void free_aligned_pages(void* p, std::size_t bytes) noexcept;
 // fault can cost microseconds (13 us measured on the CI machines). Below 2 MiB nothing
 // changes.
 inline constexpr std::size_t huge_page_bytes = std::size_t(2) << 20;
-// `bytes` (a multiple of 4 KiB) aligned to huge_page_bytes, the system asked to back
-// its whole huge pages with huge pages (Linux: MADV_HUGEPAGE, which transparent huge
-// pages honour unless set to "never"); given back with munmap (free_large). nullptr where the system
-// has no such thing (fallback) or the build turned it off (METRONOME_HUGE_PAGES=OFF).
-// Throws std::bad_alloc.
-void* allocate_huge_region(std::size_t bytes);
-// Whether allocate_huge_region maps anything (Linux, huge pages not turned off).
+// Whether allocate_large maps its large arrays and asks for huge pages (Linux, unless
+// the build turned it off: METRONOME_HUGE_PAGES=OFF).
 constexpr bool huge_pages_asked() noexcept {
 #if defined(METRONOME_PLATFORM_LINUX) && !defined(METRONOME_NO_HUGE_PAGES)
   return true;
@@ -49,9 +44,11 @@ constexpr bool huge_pages_asked() noexcept {
   return false;
 #endif
 }
-// Storage for a large array, uninitialised: from huge_page_bytes up (Linux), mapped and
-// asked for huge pages as above (zero-filled, faulting in as used); smaller, or in the
-// fallback, operator new. Throws std::bad_alloc.
+// Storage for a large array, uninitialised: from huge_page_bytes up, where
+// huge_pages_asked(), mapped aligned to a huge page and the system asked to back its
+// whole huge pages with huge pages (Linux: MADV_HUGEPAGE, which transparent huge pages
+// honour unless set to "never"; zero-filled, faulting in as used); otherwise operator
+// new. Throws std::bad_alloc.
 void* allocate_large(std::size_t bytes);
 // Gives back what allocate_large returned, with the same size.
 void free_large(void* p, std::size_t bytes) noexcept;
