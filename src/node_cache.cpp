@@ -20,6 +20,8 @@
 // ---------------------------------------------------------------- 1. declarations
 #include <metronome/detail/node_cache.hpp>
 
+#include "platform.hpp"
+
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -54,6 +56,11 @@ inline constexpr std::size_t chunk_bytes = 256u << 10; // aligned: a node finds 
 inline constexpr std::size_t header_bytes = 64;        // the chunk's header; nodes follow it
 inline constexpr std::size_t keep_empty = 8;           // empty chunks kept for reuse (2 MiB)
 inline constexpr int prepared_slots = 2; // chunks mapped and populated ahead of demand
+// Timed nodes (node_lifetime::timed): once this many chunks are mapped (4 MiB), a timed
+// carver's fresh chunk is one of a region of region_chunks, mapped at once and asked to
+// be one huge page; the others are spares, kept for the next timed carvers.
+inline constexpr std::size_t huge_after = 16;
+inline constexpr std::size_t region_chunks = platform::huge_page_bytes / chunk_bytes;
 
 struct free_node {
   free_node* next;
@@ -101,6 +108,10 @@ struct depot {
   std::atomic<std::size_t> partial_count[classes] = {};
   chunk* empty = nullptr; // every carved node back: reusable by any class, or unmapped
   std::size_t empty_count = 0;
+  // Never carved chunks of the last huge region, for timed carvers only (fewer than
+  // region_chunks); unmapped by a forced trim. The count is read without the mutex.
+  chunk* spare = nullptr;
+  std::atomic<std::size_t> spare_count{0};
   std::atomic<std::size_t> surplus{0};      // empty chunks beyond keep_empty
   std::atomic<std::size_t> mapped{0};       // chunks mapped
   std::atomic<std::int64_t> last_demand{0}; // when a thread last needed a new chunk (ns)
@@ -122,8 +133,9 @@ struct depot {
   void give(free_node* list) noexcept;
   // The owner carves no more from ch, of which `carved` nodes were handed out.
   void retire(chunk* ch, std::uint32_t carved) noexcept;
-  // A chunk for class c: an empty one, a prepared one, or a new mapping.
-  chunk* fresh(int c);
+  // A chunk for class c: an empty one, a prepared one, or a new mapping. Timed: past
+  // huge_after chunks, an empty one, a spare, or the first of a new huge region.
+  chunk* fresh(int c, node_lifetime lifetime);
   bool trim(std::size_t max_chunks, bool force) noexcept;
 
 private:
@@ -134,6 +146,7 @@ private:
   void take_surplus(chunk*& unmap, std::size_t max) noexcept;
   void retire_empty(chunk* ch, chunk*& unmap) noexcept;
   void release(chunk* unmap) noexcept;
+  chunk* fresh_timed();
   void want_prepared() noexcept;
   void prepare() noexcept;
 };
@@ -324,10 +337,38 @@ void depot::retire(chunk* ch, std::uint32_t carved) noexcept {
   }
   release(unmap);
 }
-chunk*depot::fresh(int c) {
-  last_demand.store(now_ns(), std::memory_order_relaxed);
-  chunk* ch = nullptr;
+// A chunk for a timed carver once huge_after chunks are mapped (where huge pages are
+// asked for): an empty one (its pages are in), a spare, or the first chunk of a new
+// region of region_chunks, aligned and asked to be one huge page (MADV_HUGEPAGE: one
+// fault and one zeroing for 2 MiB instead of 512), whose others become the spares. Null
+// when the rule does not apply (the caller maps one chunk as for any node).
+chunk* depot::fresh_timed() {
+  if (!platform::huge_pages_asked() || mapped.load(std::memory_order_relaxed) < huge_after) return nullptr;
   {
+    std::lock_guard lk(m);
+    if (chunk* e = pop_empty()) return e;
+    if (chunk* e = spare) {
+      spare = e->next;
+      spare_count.fetch_sub(1, std::memory_order_relaxed);
+      return e;
+    }
+  }
+  auto* region = static_cast<char*>(platform::allocate_huge_pages(platform::huge_page_bytes));
+  mapped.fetch_add(region_chunks, std::memory_order_relaxed);
+  std::lock_guard lk(m);
+  for (std::size_t i = 1; i < region_chunks; ++i) {
+    auto* e = ::new (region + i * chunk_bytes) chunk{};
+    e->next = spare;
+    spare = e;
+  }
+  spare_count.fetch_add(region_chunks - 1, std::memory_order_relaxed);
+  return reinterpret_cast<chunk*>(region);
+}
+
+chunk*depot::fresh(int c, node_lifetime lifetime) {
+  last_demand.store(now_ns(), std::memory_order_relaxed);
+  chunk* ch = lifetime == node_lifetime::timed ? fresh_timed() : nullptr;
+  if (!ch) {
     std::lock_guard lk(m);
     ch = pop_empty();
   }
@@ -386,7 +427,8 @@ void depot::prepare() noexcept {
 }
 
 bool depot::trim(std::size_t max_chunks, bool force) noexcept {
-  if (surplus.load(std::memory_order_relaxed) == 0) return false;
+  const bool spares = force && spare_count.load(std::memory_order_relaxed) != 0;
+  if (surplus.load(std::memory_order_relaxed) == 0 && !spares) return false;
   if (!force &&
       now_ns() - last_demand.load(std::memory_order_relaxed) < std::int64_t(node_cache_trim_delay.count()) * 1000000)
     return false;
@@ -394,6 +436,14 @@ bool depot::trim(std::size_t max_chunks, bool force) noexcept {
   {
     std::lock_guard lk(m);
     take_surplus(unmap, max_chunks);
+    if (spares) { // all of them: a region's spares are few
+      while (chunk* e = spare) {
+        spare = e->next;
+        e->next = unmap;
+        unmap = e;
+      }
+      spare_count.store(0, std::memory_order_relaxed);
+    }
   }
   const bool any = unmap != nullptr;
   release(unmap);
@@ -438,7 +488,7 @@ std::size_t node_cache_empty_chunks() noexcept {
   std::size_t n = 0;
   for (auto& slot : d.prepared) n += slot.load(std::memory_order_relaxed) != nullptr;
   std::lock_guard lk(d.m);
-  return n + d.empty_count;
+  return n + d.empty_count + d.spare_count.load(std::memory_order_relaxed);
 }
 
 } // namespace metronome::detail
@@ -463,6 +513,7 @@ namespace metronome::detail {
 // its own heap block, so that heap profilers see it and a use after free or an overflow
 // into a neighbour is reported.
 void* node_allocate(std::size_t size) { return ::operator new(size); }
+void* node_allocate(std::size_t size, node_lifetime) { return ::operator new(size); }
 void node_deallocate(void* p, std::size_t) noexcept { ::operator delete(p); }
 void node_cache_defer_frees(bool) noexcept {}
 void node_cache_prepare_ahead(bool) noexcept {}
@@ -477,31 +528,37 @@ using namespace node_store;
 
 namespace {
 
-// One thread's nodes of one class: the ones it freed (newest first, handed back
-// `flush_batch` at a time), a chunk's free list it took, and its chunk to carve from.
-// Constant-initialised and trivially destructible, so that the fast paths reach it
-// without a thread_local guard; `reaper` hands everything back when the thread exits.
-struct class_cache {
-  free_node* freed = nullptr;
-  unsigned nfreed = 0;
-  free_node* stock = nullptr;
+// The chunk a thread carves nodes of one class and one lifetime from.
+struct carver {
   chunk* current = nullptr;
   char* bump = nullptr;
   char* bump_end = nullptr;
   char* ready = nullptr; // bump_end, or where the pages not yet populated start
 };
 
+// One thread's nodes of one class: the ones it freed (newest first, handed back
+// `flush_batch` at a time), a chunk's free list it took, and its chunks to carve from,
+// one per node_lifetime (brief and timed nodes share the lists: only fresh chunks differ).
+// Constant-initialised and trivially destructible, so that the fast paths reach it
+// without a thread_local guard; `reaper` hands everything back when the thread exits.
+struct class_cache {
+  free_node* freed = nullptr;
+  unsigned nfreed = 0;
+  free_node* stock = nullptr;
+  carver carvers[2]; // by node_lifetime
+};
+
 thread_local class_cache caches[classes];
 // 0: nothing cached yet, 1: the reaper is armed, 2: the thread's cache is gone (exit).
 thread_local unsigned char cache_state = 0;
 
-std::uint32_t carved_of(const class_cache& k, int c) noexcept {
+std::uint32_t carved_of(const carver& k, int c) noexcept {
   const auto first = reinterpret_cast<char*>(k.current) + header_bytes;
   return static_cast<std::uint32_t>(static_cast<std::size_t>(k.bump - first) / class_sizes[c]);
 }
 
 // The thread carves no more from its chunk of class c: the depot may empty it.
-void retire_current(class_cache& k, int c) noexcept {
+void retire_current(carver& k, int c) noexcept {
   if (k.current) {
     k.current->populated = static_cast<std::uint32_t>(k.ready - reinterpret_cast<char*>(k.current));
     const std::uint32_t carved = carved_of(k, c);
@@ -520,7 +577,7 @@ struct reaper {
       d.give(std::exchange(k.freed, nullptr));
       k.nfreed = 0;
       d.give(std::exchange(k.stock, nullptr));
-      retire_current(k, c);
+      for (carver& v : k.carvers) retire_current(v, c);
     }
     cache_state = 2;
   }
@@ -533,11 +590,12 @@ void arm() noexcept {
   the_reaper.armed = true; // constructs it, which registers its destructor
 }
 
-void* carve(class_cache& k, int c) {
+void* carve(class_cache& cache, int c, node_lifetime lifetime) {
   const std::size_t size = class_sizes[c];
+  carver& k = cache.carvers[static_cast<int>(lifetime)];
   if (k.bump == k.bump_end) {
     retire_current(k, c);
-    chunk* ch = the_depot().fresh(c);
+    chunk* ch = the_depot().fresh(c, lifetime);
     k.current = ch;
     k.bump = reinterpret_cast<char*>(ch) + header_bytes;
     k.bump_end = k.bump + std::size_t(capacity_of(c)) * size;
@@ -555,12 +613,12 @@ void* allocate_uncached(int c) {
     d.give(list->next);
     return list;
   }
-  chunk* ch = d.fresh(c);
+  chunk* ch = d.fresh(c, node_lifetime::brief);
   d.retire(ch, 1);
   return reinterpret_cast<char*>(ch) + header_bytes;
 }
 
-void* allocate_slow(int c) {
+void* allocate_slow(int c, node_lifetime lifetime) {
   if (cache_state != 1) {
     if (cache_state == 2) return allocate_uncached(c);
     arm();
@@ -570,12 +628,10 @@ void* allocate_slow(int c) {
     k.stock = n->next;
     return n;
   }
-  return carve(k, c);
+  return carve(k, c, lifetime);
 }
 
-} // namespace
-
-void* node_allocate(std::size_t size) {
+inline void* allocate(std::size_t size, node_lifetime lifetime) {
   const int c = class_of(size);
   if (c < 0) return ::operator new(size);
   class_cache& k = caches[c];
@@ -588,8 +644,13 @@ void* node_allocate(std::size_t size) {
     k.stock = n->next;
     return n;
   }
-  return allocate_slow(c);
+  return allocate_slow(c, lifetime);
 }
+
+} // namespace
+
+void* node_allocate(std::size_t size) { return allocate(size, node_lifetime::brief); }
+void* node_allocate(std::size_t size, node_lifetime lifetime) { return allocate(size, lifetime); }
 
 void node_deallocate(void* p, std::size_t size) noexcept {
   const int c = class_of(size);

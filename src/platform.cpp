@@ -75,11 +75,17 @@ std::size_t page_rounded(std::size_t bytes) noexcept { return (bytes + 4095) & ~
 bool large_is_mapped(std::size_t bytes) noexcept { return huge_pages_asked() && bytes >= huge_page_bytes; }
 } // namespace
 
+void* allocate_huge_pages(std::size_t bytes) {
+  if (!huge_pages_asked()) throw std::bad_alloc();
+  void* p = map_aligned(bytes, huge_page_bytes);
+  (void)::madvise(p, bytes, MADV_HUGEPAGE); // a hint: may fail (no transparent huge pages)
+  return p;
+}
+
 void* allocate_large(std::size_t bytes) {
   if (!large_is_mapped(bytes)) return ::operator new(bytes);
   const std::size_t mapped = page_rounded(bytes);
-  void* p = map_aligned(mapped, huge_page_bytes);
-  (void)::madvise(p, mapped, MADV_HUGEPAGE); // a hint: may fail (no transparent huge pages)
+  void* p = allocate_huge_pages(mapped);
   large_mapped.fetch_add(mapped, std::memory_order_relaxed);
   return p;
 }
@@ -142,6 +148,7 @@ void free_aligned_pages(void* p, std::size_t bytes) noexcept {
 
 void populate_pages(void*, std::size_t) noexcept {}
 
+void* allocate_huge_pages(std::size_t) { throw std::bad_alloc(); } // huge_pages_asked() is false
 void* allocate_large(std::size_t bytes) { return ::operator new(bytes); }
 void free_large(void* p, std::size_t) noexcept { ::operator delete(p); }
 std::size_t large_mapped_bytes() noexcept { return 0; }

@@ -44,11 +44,15 @@ constexpr bool huge_pages_asked() noexcept {
   return false;
 #endif
 }
+// `bytes` (a multiple of 4 KiB) of fresh memory aligned to huge_page_bytes, the system
+// asked to back its whole huge pages with huge pages (MADV_HUGEPAGE, which transparent
+// huge pages honour unless set to "never"); zero-filled, faulting in as used. Given back
+// with free_aligned_pages, whole or in pieces of whole 4 KiB pages. Only where
+// huge_pages_asked() (elsewhere it throws). Throws std::bad_alloc.
+void* allocate_huge_pages(std::size_t bytes);
 // Storage for a large array, uninitialised: from huge_page_bytes up, where
-// huge_pages_asked(), mapped aligned to a huge page and the system asked to back its
-// whole huge pages with huge pages (Linux: MADV_HUGEPAGE, which transparent huge pages
-// honour unless set to "never"; zero-filled, faulting in as used); otherwise operator
-// new. Throws std::bad_alloc.
+// huge_pages_asked(), from allocate_huge_pages; otherwise operator new. Throws
+// std::bad_alloc.
 void* allocate_large(std::size_t bytes);
 // Gives back what allocate_large returned, with the same size.
 void free_large(void* p, std::size_t bytes) noexcept;

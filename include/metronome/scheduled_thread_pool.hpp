@@ -190,7 +190,7 @@ public:
 private:
   friend struct detail::core_access;
   template <class R, class F>
-  detail::scheduled_task_base* make_one_shot(F&& f);
+  detail::scheduled_task_base* make_one_shot(F&& f, detail::node_lifetime lifetime = detail::node_lifetime::brief);
   template <class R>
   scheduled_future<R> enqueue(detail::scheduled_task_base* t, clock::time_point due);
   template <class R>

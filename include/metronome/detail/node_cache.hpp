@@ -22,6 +22,18 @@ namespace metronome::detail {
 // AddressSanitizer builds, every node is a plain operator new.
 void* node_allocate(std::size_t size);
 void node_deallocate(void* p, std::size_t size) noexcept;
+// What a node is for, as a hint to where fresh chunks come from. A timed node (a delayed
+// task, a wheel timeout) may wait long, and a service holds many at once: a million
+// pending timeouts hold ~100 MiB of them. Once the cache has 4 MiB of chunks mapped, a
+// thread that must carve timed nodes from a fresh chunk gets one of a 2 MiB region
+// asked for huge pages (where large_arrays_use_huge_pages()), whose other seven chunks
+// wait for the next timed carvers: a 4 KiB page fault costs up to 13 us on a virtual
+// machine, more than the rest of a schedule() (docs/benchmarks.md, "Huge pages for timed
+// nodes"). Brief nodes (executor work, immediate tasks) keep 4 KiB pages: they come and
+// go, and a huge page would only raise the memory a burst holds. Either kind of node is
+// freed with node_deallocate and may be reused for the other.
+enum class node_lifetime : unsigned char { brief, timed };
+void* node_allocate(std::size_t size, node_lifetime lifetime);
 // For the calling thread: chunks that empty beyond the kept ones stay mapped instead
 // of being unmapped, so a pool worker in a burst never waits in munmap(); it calls
 // node_cache_trim() when it runs out of work. Later allocations reuse them first.
@@ -45,9 +57,9 @@ std::size_t large_arrays_mapped_bytes() noexcept;
 // Whether large arrays from 2 MiB up are mapped and asked for huge pages (Linux,
 // METRONOME_HUGE_PAGES=ON).
 bool large_arrays_use_huge_pages() noexcept;
-// Empty chunks ready for use: kept ones, and up to two that a background thread maps
-// and populates ahead of threads that need new chunks (prepare-ahead on only); 0 with
-// the cache off.
+// Empty chunks ready for use: kept ones, the unused chunks of the last huge region
+// (timed carvers only), and up to two that a background thread maps and populates
+// ahead of threads that need new chunks (prepare-ahead on only); 0 with the cache off.
 std::size_t node_cache_empty_chunks() noexcept;
 // Lets the node cache start its one background thread (at idle priority), which maps
 // and populates chunks ahead of threads that need new ones, so that page faults are

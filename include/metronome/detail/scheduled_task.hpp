@@ -480,12 +480,23 @@ static_assert(sizeof(scheduled_task<void, two_pointer_task, false>) <= 96,
               "metronome: a task with a two-pointer callable is one 96-byte node");
 
 // Extras: the node carries task_extras (periodic tasks, serial executors' tasks). Bound:
-// the task runs on its callable's associated executor (the pool's typed API).
+// the task runs on its callable's associated executor (the pool's typed API). `lifetime`:
+// timed for a task that waits for a due time (node_allocate); freed by its own
+// operator delete either way.
 template <class R, bool Extras, bool Bound = false, class F>
-scheduled_task_base* make_scheduled_task(pool_core* pool, F&& f, task_kind kind) {
+scheduled_task_base* make_scheduled_task(pool_core* pool, F&& f, task_kind kind,
+                                         node_lifetime lifetime = node_lifetime::brief) {
   static_assert(std::is_invocable_v<std::decay_t<F>&>, "metronome: the task must be callable with no arguments");
   if (is_empty_callable(f)) throw std::invalid_argument("metronome: empty function");
-  auto* t = new scheduled_task<R, std::decay_t<F>, Extras, Bound>(pool, std::forward<F>(f));
+  using task = scheduled_task<R, std::decay_t<F>, Extras, Bound>;
+  void* p = node_allocate(sizeof(task), lifetime);
+  task* t = nullptr;
+  try {
+    t = ::new (p) task(pool, std::forward<F>(f));
+  } catch (...) {
+    node_deallocate(p, sizeof(task));
+    throw;
+  }
   t->kind_ = kind;
   return t;
 }

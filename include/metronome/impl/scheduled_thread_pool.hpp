@@ -13,9 +13,9 @@ namespace metronome {
 // callable bound to an executor of its own is a bound task (a node type of its own: an
 // unbound callable's node is the same as without this).
 template <class R, class F>
-detail::scheduled_task_base* scheduled_thread_pool::make_one_shot(F&& f) {
+detail::scheduled_task_base* scheduled_thread_pool::make_one_shot(F&& f, detail::node_lifetime lifetime) {
   return detail::make_scheduled_task<R, false, detail::has_own_executor<std::decay_t<F>>>(
-      core_.get(), std::forward<F>(f), detail::task_kind::one_shot);
+      core_.get(), std::forward<F>(f), detail::task_kind::one_shot, lifetime);
 }
 
 template <class R>
@@ -42,7 +42,7 @@ auto scheduled_thread_pool::submit(F&& f) {
 template <class F, class Rep, class Period>
 auto scheduled_thread_pool::schedule(F&& f, std::chrono::duration<Rep, Period> delay) {
   using R = std::invoke_result_t<std::decay_t<F>&>;
-  auto* t = make_one_shot<R>(std::forward<F>(f));
+  auto* t = make_one_shot<R>(std::forward<F>(f), detail::node_lifetime::timed);
   const clock::time_point current = core_->now();
   return enqueue<R>(t, detail::saturating_add(current, delay), current);
 }
@@ -50,7 +50,7 @@ auto scheduled_thread_pool::schedule(F&& f, std::chrono::duration<Rep, Period> d
 template <class F, class Duration>
 auto scheduled_thread_pool::schedule_at(F&& f, std::chrono::time_point<clock, Duration> when) {
   using R = std::invoke_result_t<std::decay_t<F>&>;
-  auto* t = make_one_shot<R>(std::forward<F>(f));
+  auto* t = make_one_shot<R>(std::forward<F>(f), detail::node_lifetime::timed);
   auto since = detail::saturating_duration(when.time_since_epoch());
   return enqueue<R>(t, clock::time_point(since));
 }
@@ -62,7 +62,7 @@ scheduled_future<void> scheduled_thread_pool::periodic(F&& f, std::chrono::durat
   const clock::duration p = detail::checked_period(period);
   detail::check_jitter(options);
   auto* t = detail::make_scheduled_task<void, true, detail::has_own_executor<std::decay_t<F>>>(
-      core_.get(), std::forward<F>(f), detail::task_kind::periodic);
+      core_.get(), std::forward<F>(f), detail::task_kind::periodic, detail::node_lifetime::timed);
   t->extras().period = p;
   t->extras().fixed_delay = fixed_delay;
   t->extras().periodic = options;

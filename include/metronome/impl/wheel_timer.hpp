@@ -21,7 +21,7 @@ class wheel_task final : public wheel_entry {
 public:
   // refs: the wheel's and the returned handle's.
   static wheel_task* create(F&& f) {
-    void* p = node_allocate(sizeof(wheel_task));
+    void* p = node_allocate(sizeof(wheel_task), node_lifetime::timed);
     try {
       return ::new (p) wheel_task(std::move(f));
     } catch (...) {

@@ -9,7 +9,10 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <set>
+#include <sstream>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -24,6 +27,7 @@ using metronome::detail::node_cache_prepare_ahead;
 using metronome::detail::node_cache_trim;
 using metronome::detail::node_cache_trim_pending;
 using metronome::detail::node_deallocate;
+using metronome::detail::node_lifetime;
 
 namespace {
 
@@ -90,6 +94,44 @@ void free_all(std::vector<void*>& v, std::size_t size) {
   v.clear();
 }
 
+boost::test_tools::assertion_result huge_pages_on(boost::unit_test::test_unit_id id) {
+  if (!metronome::detail::large_arrays_use_huge_pages()) {
+    boost::test_tools::assertion_result r(false);
+    r.message() << "no huge pages in this build (portable fallback, or METRONOME_HUGE_PAGES=OFF)";
+    return r;
+  }
+  return cache_is_on(id);
+}
+
+// The system's transparent huge pages setting: "always", "madvise" or "never".
+std::string thp_setting() {
+  std::ifstream f("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string line;
+  std::getline(f, line);
+  const auto open = line.find('['), close = line.find(']');
+  return open != std::string::npos && close != std::string::npos ? line.substr(open + 1, close - open - 1) : "";
+}
+
+// The THPeligible line of the mapping holding `p` (/proc/self/smaps): 1 when the system
+// may back it with huge pages.
+int thp_eligible(const void* p) {
+  const auto a = reinterpret_cast<std::uintptr_t>(p);
+  std::ifstream f("/proc/self/smaps");
+  std::string line;
+  bool inside = false;
+  while (std::getline(f, line)) {
+    std::uintptr_t lo = 0, hi = 0;
+    char dash = 0;
+    std::istringstream head(line);
+    if (head >> std::hex >> lo >> dash >> hi && dash == '-') {
+      inside = lo <= a && a < hi;
+    } else if (inside && line.rfind("THPeligible:", 0) == 0) {
+      return std::stoi(line.substr(12));
+    }
+  }
+  return -1;
+}
+
 } // namespace
 
 BOOST_AUTO_TEST_CASE(nodes_are_distinct_aligned_and_hold_their_whole_size) {
@@ -131,6 +173,58 @@ BOOST_AUTO_TEST_CASE(nodes_freed_on_another_thread_return_their_chunks, *boost::
   BOOST_TEST(node_cache_mapped_bytes() >= before + 20 * mib);
   std::thread([&] { free_all(v, 96); }).join(); // its exit hands back what it kept
   BOOST_TEST(node_cache_mapped_bytes() <= before + slack);
+}
+
+// Past 4 MiB mapped, a timed carver's new chunk comes a huge page at a time: one 2 MiB
+// mapping, aligned and asked for transparent huge pages, whose first chunk the thread
+// carves while the other seven wait as spares, taken before anything more is mapped.
+// Brief nodes carved between them still come a 256 KiB chunk at a time, never from the
+// spares. All freed, the chunks go back as any chunk does, and a forced trim unmaps
+// the spares too.
+BOOST_AUTO_TEST_CASE(timed_nodes_past_4_mib_come_a_huge_page_at_a_time, *boost::unit_test::precondition(huge_pages_on)) {
+  constexpr std::size_t size = 256;
+  constexpr std::size_t per_chunk = ((256u << 10) - 64) / size;
+  std::thread([&] { // a thread of its own: its exit hands back what it kept
+    const std::size_t before = node_cache_mapped_bytes();
+    std::vector<void*> timed, brief;
+    std::vector<std::size_t> steps;       // each growth of the mapped bytes by a timed node past 4 MiB
+    std::vector<std::size_t> first_nodes; // timed's index of the node that caused it
+    std::vector<std::size_t> brief_steps; // each growth by a brief node
+    while (steps.size() < 3) {
+      std::size_t mapped = node_cache_mapped_bytes();
+      timed.push_back(node_allocate(size, node_lifetime::timed));
+      const std::size_t grown = node_cache_mapped_bytes() - mapped;
+      if (grown != 0 && mapped >= 4 * mib) {
+        steps.push_back(grown);
+        first_nodes.push_back(timed.size() - 1);
+      }
+      if (timed.size() % 16 == 0) { // one brief node of the same class every 16 timed
+        mapped = node_cache_mapped_bytes();
+        brief.push_back(node_allocate(size));
+        if (const std::size_t b = node_cache_mapped_bytes() - mapped) brief_steps.push_back(b);
+      }
+      BOOST_REQUIRE(timed.size() < 100 * per_chunk);
+    }
+    for (std::size_t i = 0; i < steps.size(); ++i) {
+      BOOST_TEST(steps[i] == 2 * mib);
+      const auto node = reinterpret_cast<std::uintptr_t>(timed[first_nodes[i]]);
+      BOOST_TEST(node % (2 * mib) == 64u); // the region's first chunk, just past its header
+      if (i > 0) BOOST_TEST(first_nodes[i] - first_nodes[i - 1] >= 8 * per_chunk); // the seven spares came first
+      if (thp_setting() != "never") BOOST_TEST(thp_eligible(timed[first_nodes[i]]) == 1);
+    }
+    BOOST_TEST(!brief_steps.empty());
+    for (std::size_t b : brief_steps) BOOST_TEST(b == 256u << 10);
+    if (thp_setting() == "madvise") // only what is asked for may be huge: brief nodes never come from a region
+      for (void* p : brief) BOOST_TEST(thp_eligible(p) != 1);
+    free_all(timed, size);
+    free_all(brief, size);
+    while (node_cache_trim(8, true)) {
+    }
+    BOOST_TEST(node_cache_mapped_bytes() <= before + slack);
+  }).join();
+  while (node_cache_trim(8, true)) {
+  }
+  BOOST_TEST(node_cache_empty_chunks() <= 8u + 2u); // the kept, and at most two prepared ahead
 }
 
 // A pool worker defers: chunks that empty stay mapped until it trims, which it does
