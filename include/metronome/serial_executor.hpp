@@ -195,7 +195,8 @@ private:
   serial_executor(from_inner, const Executor& ex, serial_options opts);
 
   template <class R, class F>
-  detail::scheduled_task_base* new_task(F&& f, detail::task_kind kind) const;
+  detail::scheduled_task_base* new_task(F&& f, detail::task_kind kind,
+                                        detail::node_lifetime lifetime = detail::node_lifetime::brief) const;
 
   // The handle's reference; the node's own reference (refs_ = 1) stays with the queues.
   static detail::scheduled_task_base* adopt(detail::scheduled_task_base* t) noexcept;

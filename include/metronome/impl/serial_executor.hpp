@@ -107,7 +107,7 @@ template <class Executor>
 template <class F, class Rep, class Period>
 inline auto serial_executor<Executor>::schedule(F&& f, std::chrono::duration<Rep, Period> delay) const {
   using R = std::invoke_result_t<std::decay_t<F>&>;
-  auto* t = new_task<R>(std::forward<F>(f), detail::task_kind::one_shot);
+  auto* t = new_task<R>(std::forward<F>(f), detail::task_kind::one_shot, detail::node_lifetime::timed);
   return start<R>(t, detail::saturating_add(state_->timers().now(), delay));
 }
 
@@ -203,7 +203,8 @@ inline void serial_executor<Executor>::dispatch(Function&& f, const Allocator&) 
 
 template <class Executor>
 template <class R, class F>
-inline detail::scheduled_task_base* serial_executor<Executor>::new_task(F&& f, detail::task_kind kind) const {
+inline detail::scheduled_task_base* serial_executor<Executor>::new_task(F&& f, detail::task_kind kind,
+                                                                       detail::node_lifetime lifetime) const {
   if (state_->is_disposed()) throw rejected_execution("metronome: serial_executor is disposed");
   if (state_->refuses_outside_work()) {
     state_->note_rejected();
@@ -211,8 +212,8 @@ inline detail::scheduled_task_base* serial_executor<Executor>::new_task(F&& f, d
   }
   // A callable bound to an executor of its own (bind_executor) is handed there when its
   // turn comes in this executor's order, and runs there (a bound task, as on the pool).
-  auto* t = detail::make_scheduled_task<R, true, detail::has_own_executor<std::decay_t<F>>>(&state_->timers(),
-                                                                                          std::forward<F>(f), kind);
+  auto* t = detail::make_scheduled_task<R, true, detail::has_own_executor<std::decay_t<F>>>(
+      &state_->timers(), std::forward<F>(f), kind, lifetime);
   t->extras().sink = state_;
   return t;
 }
@@ -256,7 +257,7 @@ inline scheduled_future<void> serial_executor<Executor>::periodic(F&& f, std::ch
                                                            bool fixed_delay, periodic_options options) const {
   const clock::duration p = detail::checked_period(period);
   detail::check_jitter(options);
-  auto* t = new_task<void>(std::forward<F>(f), detail::task_kind::periodic);
+  auto* t = new_task<void>(std::forward<F>(f), detail::task_kind::periodic, detail::node_lifetime::timed);
   t->extras().period = p;
   t->extras().fixed_delay = fixed_delay;
   t->extras().periodic = options;
