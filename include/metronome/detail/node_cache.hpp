@@ -24,7 +24,7 @@ void* node_allocate(std::size_t size);
 void node_deallocate(void* p, std::size_t size) noexcept;
 // What a node is for, as a hint to where fresh chunks come from. A timed node (a delayed
 // task, a wheel timeout) may wait long, and a service holds many at once: a million
-// pending timeouts hold ~100 MiB of them. Once the cache has 4 MiB of chunks mapped, a
+// pending timeouts hold ~100 MiB of them. Once the cache has 16 MiB of chunks mapped, a
 // thread that must carve timed nodes from a fresh chunk gets one of a 2 MiB region
 // asked for huge pages (where large_arrays_use_huge_pages()), whose other seven chunks
 // wait for the next timed carvers: a 4 KiB page fault costs up to 13 us on a virtual
