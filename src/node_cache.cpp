@@ -521,7 +521,6 @@ namespace metronome::detail {
 // The cache is off (METRONOME_NODE_CACHE=OFF, AddressSanitizer builds): every node is
 // its own heap block, so that heap profilers see it and a use after free or an overflow
 // into a neighbour is reported.
-void* node_allocate(std::size_t size) { return ::operator new(size); }
 void* node_allocate(std::size_t size, node_lifetime) { return ::operator new(size); }
 void node_deallocate(void* p, std::size_t) noexcept { ::operator delete(p); }
 void node_cache_defer_frees(bool) noexcept {}
@@ -658,7 +657,6 @@ inline void* allocate(std::size_t size, node_lifetime lifetime) {
 
 } // namespace
 
-void* node_allocate(std::size_t size) { return allocate(size, node_lifetime::brief); }
 void* node_allocate(std::size_t size, node_lifetime lifetime) { return allocate(size, lifetime); }
 
 void node_deallocate(void* p, std::size_t size) noexcept {

@@ -30,10 +30,10 @@ void run_at_idle_priority() noexcept;
 void* allocate_aligned_pages(std::size_t bytes);
 // Gives back what allocate_aligned_pages returned, with the same size.
 void free_aligned_pages(void* p, std::size_t bytes) noexcept;
-// Huge pages (2 MiB) for the library's large arrays: the delay queue's run holds an
-// entry per pending timeout, 24 MiB at a million, and on a virtual machine a 4 KiB page
-// fault can cost microseconds (13 us measured on the CI machines). Below 2 MiB nothing
-// changes.
+// Huge pages (2 MiB) for the library's large arrays and for the node cache's regions of
+// timed nodes: the delay queue's run holds an entry per pending timeout, 24 MiB at a
+// million, the nodes ~100 MiB, and on a virtual machine a 4 KiB page fault can cost
+// microseconds (13 us measured on the CI machines). Below 2 MiB nothing changes.
 inline constexpr std::size_t huge_page_bytes = std::size_t(2) << 20;
 // Whether allocate_large maps its large arrays and asks for huge pages (Linux, unless
 // the build turned it off: METRONOME_HUGE_PAGES=OFF).

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <memory>
 #include <new>
+#include <utility>
 
 namespace metronome::detail {
 
@@ -20,7 +21,6 @@ namespace metronome::detail {
 // pool worker: when it is idle, see node_cache_defer_frees). Larger nodes go straight
 // to operator new; with the CMake option METRONOME_NODE_CACHE=OFF, and in
 // AddressSanitizer builds, every node is a plain operator new.
-void* node_allocate(std::size_t size);
 void node_deallocate(void* p, std::size_t size) noexcept;
 // What a node is for, as a hint to where fresh chunks come from. A timed node (a delayed
 // task, a wheel timeout) may wait long, and a service holds many at once: a million
@@ -33,7 +33,28 @@ void node_deallocate(void* p, std::size_t size) noexcept;
 // go, and a huge page would only raise the memory a burst holds. Either kind of node is
 // freed with node_deallocate and may be reused for the other.
 enum class node_lifetime : unsigned char { brief, timed };
-void* node_allocate(std::size_t size, node_lifetime lifetime);
+void* node_allocate(std::size_t size, node_lifetime lifetime = node_lifetime::brief);
+
+// Allocates a node for a T of `lifetime` and constructs it there with `args`; frees the
+// node again when the constructor throws. T's constructor may be private: T befriends
+// this function (node_access). The node is later destroyed and freed by T itself, with
+// node_deallocate(p, sizeof(T)).
+struct node_access {
+  template <class T, class... Args>
+  static T* construct(void* p, Args&&... args) {
+    return ::new (p) T(std::forward<Args>(args)...);
+  }
+};
+template <class T, class... Args>
+T* construct_node(node_lifetime lifetime, Args&&... args) {
+  void* p = node_allocate(sizeof(T), lifetime);
+  try {
+    return node_access::construct<T>(p, std::forward<Args>(args)...);
+  } catch (...) {
+    node_deallocate(p, sizeof(T));
+    throw;
+  }
+}
 // For the calling thread: chunks that empty beyond the kept ones stay mapped instead
 // of being unmapped, so a pool worker in a burst never waits in munmap(); it calls
 // node_cache_trim() when it runs out of work. Later allocations reuse them first.

@@ -123,9 +123,10 @@ public:
 
   explicit scheduled_task_base(pool_core* pool) noexcept;
 
-  // Nodes come from the node cache (sized delete: the virtual destructor passes the
-  // size of the node's own type).
-  static void* operator new(std::size_t size) { return node_allocate(size); }
+  // Nodes come from the node cache, only through make_scheduled_task (construct_node),
+  // which knows the node's lifetime; the sized delete frees them there again (the
+  // virtual destructor passes the size of the node's own type).
+  static void* operator new(std::size_t size) = delete;
   static void operator delete(void* p, std::size_t size) noexcept { node_deallocate(p, size); }
 
   // The pool that times this task. Only for the pool's own paths (it is alive while
@@ -489,14 +490,7 @@ scheduled_task_base* make_scheduled_task(pool_core* pool, F&& f, task_kind kind,
   static_assert(std::is_invocable_v<std::decay_t<F>&>, "metronome: the task must be callable with no arguments");
   if (is_empty_callable(f)) throw std::invalid_argument("metronome: empty function");
   using task = scheduled_task<R, std::decay_t<F>, Extras, Bound>;
-  void* p = node_allocate(sizeof(task), lifetime);
-  task* t = nullptr;
-  try {
-    t = ::new (p) task(pool, std::forward<F>(f));
-  } catch (...) {
-    node_deallocate(p, sizeof(task));
-    throw;
-  }
+  task* t = construct_node<task>(lifetime, pool, std::forward<F>(f));
   t->kind_ = kind;
   return t;
 }

@@ -20,18 +20,11 @@ template <class F>
 class wheel_task final : public wheel_entry {
 public:
   // refs: the wheel's and the returned handle's.
-  static wheel_task* create(F&& f) {
-    void* p = node_allocate(sizeof(wheel_task), node_lifetime::timed);
-    try {
-      return ::new (p) wheel_task(std::move(f));
-    } catch (...) {
-      node_deallocate(p, sizeof(wheel_task));
-      throw;
-    }
-  }
+  static wheel_task* create(F&& f) { return construct_node<wheel_task>(node_lifetime::timed, std::move(f)); }
 
 private:
   friend class wheel_entry;
+  friend struct node_access;
   // Cancelled only through handles, which hold references.
   static constexpr bool cancellers_hold_refs = true;
   explicit wheel_task(F&& f) : wheel_entry(&dispatch_action<wheel_task>, 2) { ::new (&storage_) F(std::move(f)); }

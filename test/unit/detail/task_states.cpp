@@ -83,16 +83,13 @@ const allowed* find(from f, event e, kind k) {
 // executor when `bound`.
 template <bool Bound>
 scheduled_task_base* make_task(metronome::scheduled_thread_pool& pool, metronome::net::io_context& io, kind k) {
-  scheduled_task_base* t = nullptr;
+  const task_kind tk = k == kind::periodic ? task_kind::periodic : task_kind::one_shot;
   if constexpr (Bound) {
     auto f = metronome::net::bind_executor(io.get_executor(), [] {});
-    t = new metronome::detail::scheduled_task<void, decltype(f), false, true>(&metronome::detail::pool_of(pool), f);
+    return metronome::detail::make_scheduled_task<void, false, true>(&metronome::detail::pool_of(pool), f, tk);
   } else {
-    auto f = [] {};
-    t = new metronome::detail::scheduled_task<void, decltype(f), false, false>(&metronome::detail::pool_of(pool), f);
+    return metronome::detail::make_scheduled_task<void, false, false>(&metronome::detail::pool_of(pool), [] {}, tk);
   }
-  t->kind_ = k == kind::periodic ? task_kind::periodic : task_kind::one_shot;
-  return t;
 }
 
 // Brings a fresh task to `f` through allowed transitions only.
