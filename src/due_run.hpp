@@ -8,7 +8,9 @@
 #include "large_array.hpp"
 #include "quad_heap.hpp"
 
+#include <algorithm>
 #include <cstddef>
+#include <cstring>
 #include <memory>
 #include <stdexcept>
 
@@ -153,13 +155,30 @@ private:
     count_ = out;
   }
 
-  // Moves the run to a ring of `size` (a power of two, at least count_), front first;
-  // the nodes keep their numbers.
+  // Makes the ring `size` slots (a power of two, at least count_); the nodes keep their
+  // numbers. The ring keeps its first min(size, old size) slots (large_array::resize:
+  // without a copy where the ring is mapped, so that neither doubling nor halving it
+  // touches a fresh page but those it will use). So a shrink first moves the slots in
+  // use to the ring's start; a growth leaves them, and moves only those that wrapped
+  // round past the old end to the new slots after it. Throws with nothing changed but
+  // the slots' place in the ring.
   void resize_or_throw(std::size_t size) {
     if (size >= run_numbers_) throw std::length_error("metronome: too many delayed tasks");
-    large_array<entry> bigger(size);
-    for (std::size_t k = 0; k < count_; ++k) bigger[k] = slot(k);
-    ring_ = std::move(bigger);
+    const std::size_t old = ring_.size();
+    if (size < old) to_start();
+    ring_.resize(size);
+    if (size > old && head_ + count_ > old) // wrapped: slot k is at (head_ + k) mod size now
+      std::memcpy(static_cast<void*>(&ring_[old]), &ring_[0], (head_ + count_ - old) * sizeof(entry));
+  }
+
+  // Moves the slots in use to [0, count_), in order: head_ becomes 0.
+  void to_start() noexcept {
+    if (head_ == 0) return;
+    entry* r = &ring_[0];
+    if (head_ + count_ <= ring_.size())
+      std::memmove(static_cast<void*>(r), r + head_, count_ * sizeof(entry));
+    else // wrapped: the whole ring turns, O(its size)
+      std::rotate(r, r + head_, r + ring_.size());
     head_ = 0;
   }
 

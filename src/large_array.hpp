@@ -7,6 +7,7 @@
 #include "platform.hpp"
 
 #include <cstddef>
+#include <cstring>
 #include <type_traits>
 #include <utility>
 
@@ -38,6 +39,23 @@ public:
     std::swap(size_, o.size_);
   }
   void reset() noexcept { large_array().swap(*this); }
+  // `size` elements now, the first min(size, size()) kept, the rest uninitialised.
+  // Mapped storage (from huge_page_bytes up, both sizes) resizes without a copy
+  // (platform::resize_large); anything else moves to new storage. @throws
+  // std::bad_alloc, with nothing changed.
+  void resize(std::size_t size) {
+    if (p_ && size) {
+      if (void* q = platform::resize_large(p_, size_ * sizeof(T), size * sizeof(T))) {
+        p_ = static_cast<T*>(q);
+        size_ = size;
+        return;
+      }
+    }
+    large_array bigger(size);
+    const std::size_t kept = size < size_ ? size : size_;
+    if (kept) std::memcpy(static_cast<void*>(bigger.p_), p_, kept * sizeof(T));
+    swap(bigger);
+  }
   std::size_t size() const noexcept { return size_; }
   T& operator[](std::size_t i) noexcept { return p_[i]; }
   const T& operator[](std::size_t i) const noexcept { return p_[i]; }

@@ -100,6 +100,38 @@ void free_large(void* p, std::size_t bytes) noexcept {
   }
 }
 
+void* resize_large(void* p, std::size_t old_bytes, std::size_t new_bytes) noexcept {
+  if (!large_is_mapped(old_bytes) || !large_is_mapped(new_bytes)) return nullptr;
+  const std::size_t mapped = page_rounded(old_bytes);
+  const std::size_t wanted = page_rounded(new_bytes);
+  if (wanted < mapped) {
+    // Unmapping a mapping's tail fails only when the kernel cannot split the mapping (a
+    // neighbour merged with it, and the process at its limit of mappings): then nothing
+    // changed, and the caller copies instead.
+    if (::munmap(static_cast<unsigned char*>(p) + wanted, mapped - wanted) != 0) return nullptr;
+    large_mapped.fetch_sub(mapped - wanted, std::memory_order_relaxed);
+  } else if (wanted > mapped) {
+    // To a fresh place aligned for huge pages: the old pages move there (whole huge pages
+    // as such), the rest of it faults in as used. A failed mremap leaves the old mapping
+    // as it was; the reserved place goes back either way.
+    void* to = nullptr;
+    try {
+      to = map_aligned(wanted, huge_page_bytes);
+    } catch (const std::bad_alloc&) {
+      return nullptr;
+    }
+    void* moved = ::mremap(p, mapped, wanted, MREMAP_MAYMOVE | MREMAP_FIXED, to);
+    if (moved == MAP_FAILED) {
+      ::munmap(to, wanted);
+      return nullptr;
+    }
+    (void)::madvise(moved, wanted, MADV_HUGEPAGE);
+    large_mapped.fetch_add(wanted - mapped, std::memory_order_relaxed);
+    return moved;
+  }
+  return p;
+}
+
 std::size_t large_mapped_bytes() noexcept { return large_mapped.load(std::memory_order_relaxed); }
 
 void populate_pages(void* p, std::size_t bytes) noexcept {
@@ -151,6 +183,7 @@ void populate_pages(void*, std::size_t) noexcept {}
 void* allocate_huge_pages(std::size_t) { throw std::bad_alloc(); } // huge_pages_asked() is false
 void* allocate_large(std::size_t bytes) { return ::operator new(bytes); }
 void free_large(void* p, std::size_t) noexcept { ::operator delete(p); }
+void* resize_large(void*, std::size_t, std::size_t) noexcept { return nullptr; }
 std::size_t large_mapped_bytes() noexcept { return 0; }
 
 #endif

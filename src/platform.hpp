@@ -56,6 +56,15 @@ void* allocate_huge_pages(std::size_t bytes);
 void* allocate_large(std::size_t bytes);
 // Gives back what allocate_large returned, with the same size.
 void free_large(void* p, std::size_t bytes) noexcept;
+// Resizes what allocate_large returned for `old_bytes` to `new_bytes` in place or by
+// moving its pages, keeping its first min(old_bytes, new_bytes), when both sizes are
+// mapped: a shrink gives the tail's pages back to the system, a growth moves the page
+// table entries (mremap) and copies nothing. Returns where the array is now, which
+// free_large(.., new_bytes) frees from then on; nullptr, nothing changed, otherwise (the
+// caller copies to a new array). A copy writes fresh pages, each zeroed by the kernel
+// first: a delay queue of a million timeouts doubles its run up to 24 MiB, and halves it
+// again and again as they are cancelled (docs/benchmarks.md, "The run resized in place").
+void* resize_large(void* p, std::size_t old_bytes, std::size_t new_bytes) noexcept;
 // Bytes allocate_large holds mapped now (not from operator new).
 std::size_t large_mapped_bytes() noexcept;
 // Faults in the pages of [p, p + bytes) in one system call where there is one

@@ -198,4 +198,71 @@ BOOST_AUTO_TEST_CASE(a_run_past_2_mib_maps_its_ring_and_gives_it_back) {
   BOOST_TEST(large_arrays_mapped_bytes() == before);
 }
 
+// A full ring that has wrapped round (its front past slot 0) doubles with its order
+// kept: the slots past the old end move after it. A sparse one that has wrapped round
+// halves with its order kept: its slots move to the start first.
+BOOST_AUTO_TEST_CASE(a_wrapped_ring_keeps_its_order_through_a_doubling_and_a_halving) {
+  due_run run(heap_index_t(1) << 31);
+  std::vector<node> nodes(400);
+  std::deque<timed_node*> expected;
+  std::size_t next = 0;
+  auto add = [&](std::size_t count) {
+    for (std::size_t i = 0; i < count; ++i, ++next) {
+      append(run, {static_cast<std::int64_t>(next), next, &nodes[next]});
+      expected.push_back(&nodes[next]);
+    }
+  };
+  auto take = [&](std::size_t count) {
+    for (std::size_t i = 0; i < count; ++i) {
+      BOOST_REQUIRE(run.front().node == expected.front());
+      run.remove(expected.front());
+      expected.pop_front();
+    }
+  };
+  add(64); // a full ring of 64
+  take(40);
+  add(40); // full again, its front at slot 40
+  BOOST_TEST(run.capacity() == 64u);
+  add(1); // doubles: 65 from slot 40 on in a ring of 128
+  BOOST_TEST(run.capacity() == 128u);
+  take(60); // 5 left, from slot 100 on
+  add(30);  // 35: past the end, round to the start
+  take(5);  // 30 left, from slot 105 round to slot 6
+  run.shrink_if_sparse(64); // 30 < 128 / 4
+  BOOST_TEST(run.capacity() == 64u);
+  add(10);
+  BOOST_TEST(run.size() == 40u);
+  std::vector<timed_node*> want(expected.begin(), expected.end());
+  BOOST_TEST((drain(run) == want));
+}
+
+// A mapped ring emptied from the front (a million timeouts cancelled in order) halves
+// again and again without losing its order, and what it maps follows its size.
+BOOST_AUTO_TEST_CASE(a_mapped_ring_emptied_from_the_front_halves_with_its_order_kept) {
+  constexpr std::size_t n = 400000;
+  const std::size_t before = large_arrays_mapped_bytes();
+  due_run run(heap_index_t(1) << 31);
+  std::vector<node> nodes(n);
+  for (std::size_t i = 0; i < n; ++i) append(run, {static_cast<std::int64_t>(i), i, &nodes[i]});
+  std::size_t in_order = 0, halvings = 0;
+  for (std::size_t i = 0; i < n - 1000; ++i) {
+    in_order += run.front().node == &nodes[i] ? 1 : 0;
+    run.remove(run.front().node);
+    const std::size_t cap = run.capacity();
+    run.shrink_if_sparse(64);
+    halvings += run.capacity() < cap ? 1 : 0;
+    if (large_arrays_use_huge_pages() && run.capacity() * sizeof(delay_entry) >= (std::size_t(2) << 20))
+      BOOST_REQUIRE(large_arrays_mapped_bytes() - before == ((run.capacity() * sizeof(delay_entry) + 4095) & ~std::size_t(4095)));
+  }
+  BOOST_TEST(in_order == n - 1000);
+  BOOST_TEST(halvings >= 8u); // 2^19 slots down to 2^11
+  for (std::size_t i = n - 1000; i < n; ++i) {
+    in_order += run.front().node == &nodes[i] ? 1 : 0;
+    run.remove(run.front().node);
+  }
+  BOOST_TEST(in_order == n);
+  run.shrink_if_sparse(64);
+  BOOST_TEST(large_arrays_mapped_bytes() == before);
+}
+
 BOOST_AUTO_TEST_SUITE_END()
