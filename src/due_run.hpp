@@ -165,8 +165,8 @@ private:
   void resize_or_throw(std::size_t size) {
     if (size >= run_numbers_) throw std::length_error("metronome: too many delayed tasks");
     const std::size_t old = ring_.size();
-    if (size < old) to_start();
-    ring_.resize(size);
+    if (size < old) to_start(); // then only [0, count_) is in use
+    ring_.resize(size, size < old ? count_ : old);
     if (size > old && head_ + count_ > old) // wrapped: slot k is at (head_ + k) mod size now
       std::memcpy(static_cast<void*>(&ring_[old]), &ring_[0], (head_ + count_ - old) * sizeof(entry));
   }

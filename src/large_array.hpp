@@ -39,11 +39,12 @@ public:
     std::swap(size_, o.size_);
   }
   void reset() noexcept { large_array().swap(*this); }
-  // `size` elements now, the first min(size, size()) kept, the rest uninitialised.
-  // Mapped storage (from huge_page_bytes up, both sizes) resizes without a copy
-  // (platform::resize_large); anything else moves to new storage. @throws
+  // `size` elements now, the first `keep` (at most min(size, size())) kept, the rest
+  // uninitialised. Mapped storage (from huge_page_bytes up, both sizes) resizes without
+  // a copy (platform::resize_large); anything else moves to new storage, copying only
+  // the `keep`: a page of it that nothing writes is never faulted in. @throws
   // std::bad_alloc, with nothing changed.
-  void resize(std::size_t size) {
+  void resize(std::size_t size, std::size_t keep) {
     if (p_ && size) {
       if (void* q = platform::resize_large(p_, size_ * sizeof(T), size * sizeof(T))) {
         p_ = static_cast<T*>(q);
@@ -51,10 +52,9 @@ public:
         return;
       }
     }
-    large_array bigger(size);
-    const std::size_t kept = size < size_ ? size : size_;
-    if (kept) std::memcpy(static_cast<void*>(bigger.p_), p_, kept * sizeof(T));
-    swap(bigger);
+    large_array moved(size);
+    if (keep) std::memcpy(static_cast<void*>(moved.p_), p_, keep * sizeof(T));
+    swap(moved);
   }
   std::size_t size() const noexcept { return size_; }
   T& operator[](std::size_t i) noexcept { return p_[i]; }

@@ -35,22 +35,22 @@ constexpr std::size_t mib = std::size_t(1) << 20;
 
 BOOST_AUTO_TEST_SUITE(large_array_suite)
 
-// Whatever the storage, a resize keeps the first min(old, new) elements, growing and
-// shrinking, across the 2 MiB line both ways.
+// Whatever the storage, a resize keeps the elements asked for, growing and shrinking,
+// across the 2 MiB line both ways.
 BOOST_AUTO_TEST_CASE(a_resize_keeps_the_prefix_both_ways) {
   large_array<std::uint64_t> a(64);
   fill(a, 0, 64);
-  a.resize(128);
+  a.resize(128, 64);
   BOOST_TEST(a.size() == 128u);
   BOOST_TEST(kept(a, 64) == 64u);
   fill(a, 64, 128);
-  a.resize(4 * mib / 8); // onto mapped storage where there is any
+  a.resize(4 * mib / 8, 128); // onto mapped storage where there is any
   BOOST_TEST(kept(a, 128) == 128u);
   fill(a, 128, a.size());
-  a.resize(mib / 8); // back to the heap
+  a.resize(mib / 8, mib / 8); // back to the heap
   BOOST_TEST(a.size() == mib / 8);
   BOOST_TEST(kept(a, a.size()) == a.size());
-  a.resize(16);
+  a.resize(16, 16);
   BOOST_TEST(kept(a, 16) == 16u);
 }
 
@@ -64,17 +64,17 @@ BOOST_AUTO_TEST_CASE(mapped_storage_resizes_in_place_and_counts_its_bytes, *boos
     fill(a, 0, a.size());
     BOOST_TEST(large_arrays_mapped_bytes() - before == 8 * mib);
     const std::uint64_t* at = &a[0];
-    a.resize(3 * mib / 8);
+    a.resize(3 * mib / 8, 3 * mib / 8);
     BOOST_TEST(&a[0] == at); // in place
     BOOST_TEST(large_arrays_mapped_bytes() - before == 3 * mib);
     BOOST_TEST(kept(a, a.size()) == a.size());
-    a.resize(12 * mib / 8 + 3); // not a whole number of pages: rounded up to one
+    a.resize(12 * mib / 8 + 3, 3 * mib / 8); // not a whole number of pages: rounded up to one
     BOOST_TEST(large_arrays_mapped_bytes() - before == 12 * mib + 4096);
     BOOST_TEST(kept(a, 3 * mib / 8) == 3 * mib / 8);
     BOOST_TEST(reinterpret_cast<std::uintptr_t>(&a[0]) % (2 * mib) == 0u); // aligned for huge pages
     fill(a, 0, a.size()); // the new part is usable
     BOOST_TEST(kept(a, a.size()) == a.size());
-    a.resize(2 * mib / 8);
+    a.resize(2 * mib / 8, 2 * mib / 8);
     BOOST_TEST(large_arrays_mapped_bytes() - before == 2 * mib);
     BOOST_TEST(kept(a, a.size()) == a.size());
   }
