@@ -19,6 +19,7 @@
 #include <chrono>
 #include <csignal>
 #include <memory>
+#include <optional>
 #include <sys/wait.h>
 #include <thread>
 #include <unistd.h>
@@ -36,13 +37,24 @@ BOOST_AUTO_TEST_CASE(after_fork_an_io_context_s_timing_runs_delayed_serial_work_
   auto serial = metronome::make_serial_executor(io.get_executor());
   // The io_context's timing service exists before the fork, busy with far-future work.
   auto far = serial.schedule([] {}, 1h);
-  // A pool and a wheel of the parent keep running across the fork.
-  scheduled_thread_pool parent_pool(2);
-  metronome::wheel_timer parent_wheel(parent_pool);
+  // A pool and a wheel of the parent keep running across the fork. Not under
+  // AddressSanitizer: GCC 12's ASan allocator takes no lock across fork(), so a child
+  // forked while a parent thread allocates or frees can block for ever in the
+  // allocator's mutex (CI's ASan run, once: this child hung until the test's timeout).
+  // There the parent forks with no thread of its own running.
+  constexpr bool parent_busy = !METRONOME_TEST_ASAN;
+  std::optional<scheduled_thread_pool> parent_pool;
+  std::optional<metronome::wheel_timer> parent_wheel;
   std::atomic<int> parent_ticks{0};
-  auto ticking = parent_pool.schedule_at_fixed_rate([&] { ++parent_ticks; }, 0ms, 1ms);
-  auto parent_timeout = parent_wheel.schedule([] {}, 1h);
-  BOOST_REQUIRE(poll_until([&] { return parent_ticks.load() > 2; }));
+  metronome::scheduled_future<void> ticking;
+  metronome::wheel_timer::timeout parent_timeout;
+  if (parent_busy) {
+    parent_pool.emplace(2);
+    parent_wheel.emplace(*parent_pool);
+    ticking = parent_pool->schedule_at_fixed_rate([&] { ++parent_ticks; }, 0ms, 1ms);
+    parent_timeout = parent_wheel->schedule([] {}, 1h);
+    BOOST_REQUIRE(poll_until([&] { return parent_ticks.load() > 2; }));
+  }
   const pid_t pid = ::fork();
   BOOST_REQUIRE(pid >= 0);
   if (pid == 0) {
@@ -75,13 +87,20 @@ BOOST_AUTO_TEST_CASE(after_fork_an_io_context_s_timing_runs_delayed_serial_work_
     ::_exit(code);
   }
   int status = 0;
-  BOOST_REQUIRE_EQUAL(::waitpid(pid, &status, 0), pid);
+  const bool exited = poll_until([&] { return ::waitpid(pid, &status, WNOHANG) == pid; }, 60s);
+  if (!exited) { // a hung child fails here, not at the test's timeout
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, &status, 0);
+  }
+  BOOST_REQUIRE(exited);
   BOOST_CHECK(WIFEXITED(status));
   BOOST_CHECK_EQUAL(WEXITSTATUS(status), 0);
   BOOST_CHECK(far.cancel());
-  const int ticks = parent_ticks.load();
-  BOOST_CHECK(poll_until([&] { return parent_ticks.load() > ticks; })); // the parent's pool goes on
-  BOOST_CHECK(ticking.cancel());
+  if (parent_busy) {
+    const int ticks = parent_ticks.load();
+    BOOST_CHECK(poll_until([&] { return parent_ticks.load() > ticks; })); // the parent's pool goes on
+    BOOST_CHECK(ticking.cancel());
+  }
 }
 
 // A pool of the parent, in the child: terminated (no threads; its work is the parent's).
