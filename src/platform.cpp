@@ -111,12 +111,14 @@ void* resize_large(void* p, std::size_t old_bytes, std::size_t new_bytes) noexce
     if (::munmap(static_cast<unsigned char*>(p) + wanted, mapped - wanted) != 0) return nullptr;
     large_mapped.fetch_sub(mapped - wanted, std::memory_order_relaxed);
   } else if (wanted > mapped) {
-    // To a fresh place aligned for huge pages: the old pages move there (whole huge pages
-    // as such), the rest of it faults in as used. A failed mremap leaves the old mapping
-    // as it was; the reserved place goes back either way.
+    // To a fresh place reserved as allocate_large reserves one: the old pages move there
+    // (whole huge pages as such), the rest of it faults in as used. A failed mremap leaves
+    // the old mapping as it was; the reserved place goes back either way. The mapping that
+    // replaces the reservation is the old one grown, with the old one's flags; the hint is
+    // given again for the grown part, as allocate_huge_pages gives it.
     void* to = nullptr;
     try {
-      to = map_aligned(wanted, huge_page_bytes);
+      to = allocate_huge_pages(wanted);
     } catch (const std::bad_alloc&) {
       return nullptr;
     }
@@ -125,7 +127,7 @@ void* resize_large(void* p, std::size_t old_bytes, std::size_t new_bytes) noexce
       ::munmap(to, wanted);
       return nullptr;
     }
-    (void)::madvise(moved, wanted, MADV_HUGEPAGE);
+    (void)::madvise(moved, wanted, MADV_HUGEPAGE); // a hint, as in allocate_huge_pages
     large_mapped.fetch_add(wanted - mapped, std::memory_order_relaxed);
     return moved;
   }
