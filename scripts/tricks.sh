@@ -53,6 +53,7 @@ if [[ -z $only ]]; then
   build without-local-run
   build without-delay-run
   build without-spin-before-timed-push-lock
+  build without-pick-promotion-lag
   build with-prepare-ahead -DMETRONOME_NODE_CACHE_PREPARE_AHEAD=ON
 fi
 build without-node-cache -DMETRONOME_NODE_CACHE=OFF
@@ -105,6 +106,8 @@ if [[ -z $only ]]; then
   compare "pool: the delay queue's run beside the heap (variant: the heap alone)" without-delay-run '' timeout-cancel coroutines timers-fire
   compare "pool: a timed push tries the mutex ~3 us before it blocks (variant: blocks at once)" \
     without-spin-before-timed-push-lock '' timers-fire coroutines accuracy
+  compare "pool: a busy worker's pick promotes once the head is 10 us late (variant: when due)" \
+    without-pick-promotion-lag '' timers-fire accuracy coroutines
   compare "node cache: background prepare-ahead thread (variant: ON; as is: OFF)" with-prepare-ahead '' post/1p timers-fire/1M timeout-cancel/1M
 fi
 compare "node cache vs operator new, glibc malloc" without-node-cache '' post serial timers-fire/1M timeout-cancel/1M coroutines

@@ -34,11 +34,23 @@ task_base* const retry_marker = reinterpret_cast<task_base*>(alignof(task_base))
 
 constexpr int spin_rounds = 32;
 // A worker with deferred continuations of its own runs them first, but looks at the
-// shared ready queue first on every this-many-th pick, so that outside work is not
-// starved by a thread that keeps deferring (a prime, as in Go's scheduler, so that it
-// does not fall into step with a periodic pattern of the work).
+// due heap and the shared ready queue first on every this-many-th pick, so that neither
+// timed nor outside work is starved by a thread that keeps deferring (a prime, as in
+// Go's scheduler, so that it does not fall into step with a periodic pattern of the
+// work).
 constexpr unsigned shared_look_every = 61;
 constexpr int spin_pause_rounds = 16;
+// A worker's pick promotes due heap work only once the head is this late. The picks of
+// busy workers then take the pool mutex once per batch of due tasks, not once per task:
+// with a million timers falling due about one a microsecond, nearly every pick took it,
+// and the thread submitting them spun or slept on it (submit at 1 M: 1.25x with this,
+// docs/benchmarks.md "Promotion by busy workers in batches"). Exact elsewhere: a parked
+// leader wakes at the head's due time and park() promotes it; a due-now submission
+// promotes what is due before it queues (due order). So only a due task whose workers
+// are all busy waits up to this much more (Asio looks at its timers once per reactor
+// run, Netty once per loop iteration). Tested by
+// `a_due_task_runs_while_the_only_worker_never_runs_out_of_posted_work`.
+constexpr clock::rep pick_promotion_lag_ns = 10'000;
 
 pool_options validated(pool_options o, bool hosted) {
   if (hosted) {
@@ -256,13 +268,15 @@ task_base* pool_engine::next_task(worker& w) {
   for (;;) {
     // After shutdown_now() nothing more starts: this thread's continuations (defer) stay
     // behind and are dropped, and reported, when it exits.
+    // (A worker that kept deferring used to look at the shared queue only, never at the
+    // heap: a task due meanwhile waited for the chain to end.)
     const bool local = w.local_head && !state_.at_least(lifecycle::stop, std::memory_order_acquire);
-    if (local && ((++w.tick % shared_look_every) != 0 || !ready_.maybe_nonempty())) return pop_local(w);
+    if (local && (++w.tick % shared_look_every) != 0) return pop_local(w);
 
     clock::rep nd = next_due_.load(std::memory_order_relaxed);
     if (nd != no_due && !manual_) {
       const clock::time_point current = clock::now();
-      if (current.time_since_epoch().count() >= nd) promote(current, promoter::by_worker);
+      if (current.time_since_epoch().count() - nd >= pick_promotion_lag_ns) promote(current, promoter::by_worker);
     }
 
     if (task_base* t = ready_.try_pop()) {

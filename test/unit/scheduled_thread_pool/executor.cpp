@@ -10,6 +10,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
+#include <future>
 #include <thread>
 #include <vector>
 
@@ -105,6 +107,44 @@ BOOST_AUTO_TEST_CASE(defer_chains_make_progress_with_other_work) {
   net::post(pool, [&] { other = true; }); // must run although the chain never ends by itself
   BOOST_TEST(done.get_future().get() < 10000);
 }
+
+// A delayed task falls due on a pool whose only worker never runs out of ready work: a
+// chain of handlers that each post (or defer) the next, so the worker never parks and
+// nothing submitted due now promotes the heap for it. The worker's picks promote it (a
+// pick does once the head is 10 us late, pick_promotion_lag_ns in src/pool_core.cpp; a
+// worker running its own deferred continuations looks every 61st pick): it runs while
+// the chain still runs. A deferring chain starved it for as long as the chain ran.
+// Bounds generous: a busy 2-core machine, sanitizers.
+void a_due_task_runs_under_a_chain(bool defer) {
+  scheduled_thread_pool pool(1);
+  std::atomic<bool> stop{false};
+  std::atomic<long> steps{0};
+  std::function<void()> step = [&] {
+    ++steps;
+    if (stop) return;
+    if (defer)
+      net::defer(pool, step);
+    else
+      net::post(pool, step);
+  };
+  net::post(pool, step);
+  BOOST_REQUIRE(metronome::test::poll_until([&] { return steps.load() > 1000; }));
+  const auto start = std::chrono::steady_clock::now();
+  auto ran = pool.schedule([&] { return !stop.exchange(true); }, std::chrono::milliseconds(5));
+  const bool in_time = ran.wait_for(std::chrono::seconds(20)) == std::future_status::ready;
+  const auto after = std::chrono::steady_clock::now() - start;
+  stop = true; // ends the chain either way
+  BOOST_REQUIRE(in_time);
+  BOOST_TEST(ran.get()); // the chain still ran when it did
+  BOOST_TEST((after >= std::chrono::milliseconds(5)));
+  BOOST_TEST((after < std::chrono::seconds(2)));
+}
+
+BOOST_AUTO_TEST_CASE(a_due_task_runs_while_the_only_worker_never_runs_out_of_posted_work) {
+  a_due_task_runs_under_a_chain(false);
+}
+
+BOOST_AUTO_TEST_CASE(a_due_task_runs_while_the_only_worker_keeps_deferring) { a_due_task_runs_under_a_chain(true); }
 
 BOOST_AUTO_TEST_CASE(converts_to_any_io_executor) {
   scheduled_thread_pool pool(1);
