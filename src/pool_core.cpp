@@ -49,7 +49,8 @@ constexpr int spin_pause_rounds = 16;
 // promotes what is due before it queues (due order). So only a due task whose workers
 // are all busy waits up to this much more (Asio looks at its timers once per reactor
 // run, Netty once per loop iteration). Tested by
-// `a_due_task_runs_while_the_only_worker_never_runs_out_of_posted_work`.
+// `a_due_task_runs_while_the_only_worker_never_runs_out_of_posted_work`,
+// `a_deferring_worker_s_look_at_the_heap_promotes_what_is_due_at_once`.
 constexpr clock::rep pick_promotion_lag_ns = 10'000;
 
 pool_options validated(pool_options o, bool hosted) {
@@ -276,7 +277,10 @@ task_base* pool_engine::next_task(worker& w) {
     clock::rep nd = next_due_.load(std::memory_order_relaxed);
     if (nd != no_due && !manual_) {
       const clock::time_point current = clock::now();
-      if (current.time_since_epoch().count() - nd >= pick_promotion_lag_ns) promote(current, promoter::by_worker);
+      // The look of a worker with continuations of its own (every 61st pick) promotes
+      // whatever is due: with the lag, a task due just before it waited 61 picks more.
+      const clock::rep lag = local ? 0 : pick_promotion_lag_ns;
+      if (current.time_since_epoch().count() - nd >= lag) promote(current, promoter::by_worker);
     }
 
     if (task_base* t = ready_.try_pop()) {

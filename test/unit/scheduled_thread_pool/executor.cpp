@@ -8,6 +8,7 @@
 #include <metronome/detail/asio.hpp>
 #include <boost/test/unit_test.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <functional>
@@ -145,6 +146,53 @@ BOOST_AUTO_TEST_CASE(a_due_task_runs_while_the_only_worker_never_runs_out_of_pos
 }
 
 BOOST_AUTO_TEST_CASE(a_due_task_runs_while_the_only_worker_keeps_deferring) { a_due_task_runs_under_a_chain(true); }
+
+// The look a deferring worker takes every 61st pick promotes whatever is due, without the
+// 10 us lag of a busy worker's pick: a task that fell due just before that pick runs
+// there. With the lag it was skipped and waited 61 picks more (found by an adversary
+// pass). One worker runs a chain of short deferred runs; each round, s runs after the
+// last delayed task ran (s = 0, 1, ... 63), a run schedules one due 20 us on and spins
+// until it is due. The task notes how many runs of the chain came after its due time. In
+// one round at least the pick after that run is a look: its task runs before the chain's
+// next run. In every round the task waits at most for the next look.
+BOOST_AUTO_TEST_CASE(a_deferring_worker_s_look_at_the_heap_promotes_what_is_due_at_once) {
+  scheduled_thread_pool pool(1);
+  constexpr int rounds = 64;
+  // Touched by the pool's one thread only: the chain's runs and the delayed tasks.
+  long runs = 0;
+  long since = 0;
+  long due_run = 0;
+  bool waiting = false;
+  std::vector<long> late_by; // runs of the chain between a task's due time and its run
+  std::promise<void> done;
+  std::function<void()> step = [&] {
+    ++runs;
+    if (!waiting && since++ == static_cast<long>(late_by.size())) {
+      waiting = true;
+      due_run = runs;
+      pool.schedule(
+          [&] {
+            late_by.push_back(runs - due_run);
+            waiting = false;
+            since = 0;
+          },
+          std::chrono::microseconds(20));
+      const auto due_by = std::chrono::steady_clock::now() + std::chrono::microseconds(21);
+      while (std::chrono::steady_clock::now() < due_by) {
+      }
+    }
+    if (late_by.size() < static_cast<std::size_t>(rounds) && runs < 1'000'000)
+      net::defer(pool, step);
+    else
+      done.set_value();
+  };
+  net::post(pool, step);
+  BOOST_REQUIRE((done.get_future().wait_for(std::chrono::seconds(60)) == std::future_status::ready));
+  pool.join(); // the pool's thread is done with the counters
+  BOOST_REQUIRE(late_by.size() == static_cast<std::size_t>(rounds));
+  BOOST_TEST(*std::min_element(late_by.begin(), late_by.end()) == 0);
+  BOOST_TEST(*std::max_element(late_by.begin(), late_by.end()) <= 61);
+}
 
 BOOST_AUTO_TEST_CASE(converts_to_any_io_executor) {
   scheduled_thread_pool pool(1);
