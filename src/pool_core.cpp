@@ -269,8 +269,6 @@ task_base* pool_engine::next_task(worker& w) {
   for (;;) {
     // After shutdown_now() nothing more starts: this thread's continuations (defer) stay
     // behind and are dropped, and reported, when it exits.
-    // (A worker that kept deferring used to look at the shared queue only, never at the
-    // heap: a task due meanwhile waited for the chain to end.)
     const bool local = w.local_head && !state_.at_least(lifecycle::stop, std::memory_order_acquire);
     if (local && (++w.tick % shared_look_every) != 0) return pop_local(w);
 
