@@ -5,6 +5,8 @@
 #include <chrono>
 #include <cstddef>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <thread>
 
@@ -14,13 +16,31 @@
 namespace metronome::test {
 
 // Threads of this process (Linux: /proc/self/task). A joined thread can still be listed
-// for a moment (the kernel reaps it after join() returns): readings after threads end go
-// through settled_threads(). ThreadSanitizer starts a thread of its own with the first
+// for a moment (the kernel reaps it after join() returns): such a thread is already
+// exiting, and is not counted (thread_is_live); settled_threads() waits for a count that
+// depends on threads still ending. ThreadSanitizer starts a thread of its own with the first
 // thread a program makes: one is made (and waited out of the list) first, so that every
 // reading counts it.
+// A listed thread that is exiting (PF_EXITING in its stat's flags, set as do_exit()
+// begins, before join() can return) or gone by the time its stat is read is not counted.
+inline bool thread_is_live(const std::filesystem::path& entry) {
+  std::ifstream in(entry / "stat");
+  std::string line;
+  if (!std::getline(in, line)) return false;
+  const auto close = line.rfind(')'); // the name may hold spaces and parentheses
+  if (close == std::string::npos) return false;
+  std::istringstream rest(line.substr(close + 1));
+  std::string field;
+  for (int i = 0; i < 7; ++i) // state ppid pgrp session tty_nr tpgid flags
+    if (!(rest >> field)) return false;
+  constexpr unsigned long pf_exiting = 0x4;
+  return (std::stoul(field) & pf_exiting) == 0;
+}
+
 inline std::size_t count_task_entries() {
   std::size_t n = 0;
-  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/task")) ++n;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/task"))
+    if (thread_is_live(e.path())) ++n;
   return n;
 }
 

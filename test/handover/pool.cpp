@@ -462,7 +462,11 @@ BOOST_AUTO_TEST_CASE(a_task_linked_but_not_yet_counted_when_the_drain_ends_gets_
   });
   BOOST_REQUIRE(stop.arrived());
   hold.open();
-  BOOST_REQUIRE(poll_until([&] { return pool.stats().active == 0; }, 10s)); // the first drain ended
+  // The first drain ran (completed) and ended (idle): before it started, idle alone held.
+  BOOST_REQUIRE(poll_until([&] {
+    const auto s = pool.stats();
+    return s.completed >= 1 && s.active == 0;
+  }, 10s));
   BOOST_CHECK_EQUAL(rec.ran.value(), 0);
   stop.release();
   producer.join();
