@@ -175,6 +175,29 @@ BOOST_AUTO_TEST_CASE(destroying_the_pool_with_io_pending_destroys_its_handlers_u
 }
 
 
+// join() without shutdown() waits for I/O pending on the pool's own sockets, as
+// asio::thread_pool::join does (a pending operation is outstanding work); after
+// shutdown() it would not (a_pool_is_not_terminated_while_a_worker_is_in_its_reactor).
+BOOST_AUTO_TEST_CASE(join_without_shutdown_waits_for_io_pending_on_the_pool) {
+  scheduled_thread_pool pool(2);
+  auto acceptor = std::make_shared<tcp::acceptor>(pool, tcp::endpoint(net::ip::address_v4::loopback(), 0));
+  const auto endpoint = acceptor->local_endpoint();
+  std::atomic<bool> accepted{false};
+  acceptor->async_accept([&accepted, acceptor](error_code ec, tcp::socket) {
+    accepted = !ec;
+    acceptor->close(); // nothing pending any more: join() may return
+  });
+  auto joined = std::async(std::launch::async, [&] { pool.join(); });
+  // Nothing but the pending accept keeps join() waiting.
+  BOOST_TEST((joined.wait_for(200ms) == std::future_status::timeout));
+  net::io_context io;
+  tcp::socket client(io);
+  client.connect(endpoint);
+  BOOST_REQUIRE((joined.wait_for(20s) == std::future_status::ready));
+  BOOST_TEST(accepted.load());
+}
+
+
 // Asio's rule: the reactor is polled fairly against queued work (its scheduler puts the
 // reactor back in the queue on each pass; Tokio polls its driver every 61 tasks). On a
 // pool whose workers never run out of tasks (every one runs a handler that re-posts
