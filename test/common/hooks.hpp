@@ -78,12 +78,22 @@ public:
   struct spec {
     detail::hook_point point;
     bool any_thread = true;
+    // Set (see same_thread_as): only the thread that stopped at `earlier` stops here. A
+    // thread that passed `earlier` before the stops were armed and reaches `point` after
+    // is not the one the test holds: it goes on.
+    bool after_earlier = false;
+    detail::hook_point earlier{};
   };
+  // A stop at `point` for the thread held at `earlier` only (listed before it).
+  static spec same_thread_as(detail::hook_point point, detail::hook_point earlier) {
+    return spec{point, true, true, earlier};
+  }
   explicit hook_stops(std::initializer_list<spec> specs) {
     if (specs.size() > 4) throw std::logic_error("hook_stops: at most 4 points");
     for (auto sp : specs) {
       stops_[count_].point = sp.point;
       stops_[count_].any = sp.any_thread;
+      if (sp.after_earlier) stops_[count_].earlier = &find(sp.earlier);
       ++count_;
     }
     self_.store(this);
@@ -105,10 +115,16 @@ private:
   struct stop {
     detail::hook_point point{};
     bool any = true;
+    const stop* earlier = nullptr;              // same_thread_as: the stop whose thread this one holds
+    std::atomic<const void*> held{nullptr};     // the thread held here (its token)
     std::atomic<bool> armed{true};
     counter arrived;
     gate opened;
   };
+  static const void* this_thread_token() noexcept {
+    static thread_local const char token = 0;
+    return &token;
+  }
   stop& find(detail::hook_point p) {
     for (std::size_t i = 0; i < count_; ++i)
       if (stops_[i].point == p) return stops_[i];
@@ -120,7 +136,10 @@ private:
       for (std::size_t i = 0; i < s->count_; ++i) {
         stop& st = s->stops_[i];
         bool expected = true;
-        if (st.point == p && (st.any || hook_stop::is_marked()) && st.armed.compare_exchange_strong(expected, false)) {
+        if (st.point == p && (st.any || hook_stop::is_marked()) &&
+            (st.earlier == nullptr || st.earlier->held.load() == this_thread_token()) &&
+            st.armed.compare_exchange_strong(expected, false)) {
+          st.held.store(this_thread_token());
           st.arrived.add();
           st.opened.wait();
         }

@@ -344,10 +344,14 @@ BOOST_AUTO_TEST_CASE(a_worker_that_parks_while_another_polls_the_reactor_takes_t
   socket_pair sockets(pool); // the reactor appears
   auto load = std::make_unique<self_reposting_load>(pool, 2, 50us);
   BOOST_REQUIRE(metronome::test::poll_until([&] { return load->workers_seen() == 2; }));
-  // Both workers run the load: neither parks, so the first to poll is a busy one.
-  metronome::test::hook_stops stops{{hook_point::reactor_in_poll},
-                                    {hook_point::follower_before_wait},
-                                    {hook_point::reactor_after_poll}};
+  // Both workers run the load: neither parks, so the first to poll is a busy one. Only
+  // the poller held in its poll is held after it: a worker whose poll began before the
+  // stops were armed passes reactor_after_poll (held there, it could never park, and no
+  // worker would reach follower_before_wait - seen once in 40 runs under ASan).
+  using stops_t = metronome::test::hook_stops;
+  stops_t stops{{hook_point::reactor_in_poll},
+                {hook_point::follower_before_wait},
+                stops_t::same_thread_as(hook_point::reactor_after_poll, hook_point::reactor_in_poll)};
   BOOST_REQUIRE(stops.arrived(hook_point::reactor_in_poll)); // the poller holds the role
   load->stop();
   BOOST_REQUIRE(stops.arrived(hook_point::follower_before_wait)); // the other parks: role held, a follower
