@@ -11,6 +11,7 @@
 #include <array>
 #include <atomic>
 #include <initializer_list>
+#include <optional>
 #include <stdexcept>
 #include <chrono>
 #include <random>
@@ -81,19 +82,18 @@ public:
     // Set (see same_thread_as): only the thread that stopped at `earlier` stops here. A
     // thread that passed `earlier` before the stops were armed and reaches `point` after
     // is not the one the test holds: it goes on.
-    bool after_earlier = false;
-    detail::hook_point earlier{};
+    std::optional<detail::hook_point> earlier{};
   };
   // A stop at `point` for the thread held at `earlier` only (listed before it).
   static spec same_thread_as(detail::hook_point point, detail::hook_point earlier) {
-    return spec{point, true, true, earlier};
+    return spec{point, true, earlier};
   }
   explicit hook_stops(std::initializer_list<spec> specs) {
     if (specs.size() > 4) throw std::logic_error("hook_stops: at most 4 points");
     for (auto sp : specs) {
       stops_[count_].point = sp.point;
       stops_[count_].any = sp.any_thread;
-      if (sp.after_earlier) stops_[count_].earlier = &find(sp.earlier);
+      if (sp.earlier) stops_[count_].earlier = &find(*sp.earlier);
       ++count_;
     }
     self_.store(this);

@@ -16,13 +16,12 @@
 namespace metronome::test {
 
 // Threads of this process (Linux: /proc/self/task). A joined thread can still be listed
-// for a moment (the kernel reaps it after join() returns): such a thread is already
-// exiting, and is not counted (thread_is_live); settled_threads() waits for a count that
-// depends on threads still ending. ThreadSanitizer starts a thread of its own with the first
-// thread a program makes: one is made (and waited out of the list) first, so that every
-// reading counts it.
-// A listed thread that is exiting (PF_EXITING in its stat's flags, set as do_exit()
-// begins, before join() can return) or gone by the time its stat is read is not counted.
+// for a moment (the kernel reaps it after join() returns). A listed thread that is exiting
+// (PF_EXITING in its stat's flags, set as do_exit() begins, before join() can return) or
+// gone by the time its stat is read is not counted (thread_is_live); settled_threads()
+// waits for a count that depends on threads still ending. ThreadSanitizer starts a thread
+// of its own with the first thread a program makes: one is made (and waited out of the
+// list) first, so that every reading counts it.
 inline bool thread_is_live(const std::filesystem::path& entry) {
   std::ifstream in(entry / "stat");
   std::string line;

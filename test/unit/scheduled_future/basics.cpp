@@ -327,7 +327,7 @@ BOOST_AUTO_TEST_CASE(a_wait_on_a_task_already_ended_never_runs_inside_async_wait
 // threads and this one only (the handler used to go through a process-wide timing
 // thread).
 BOOST_AUTO_TEST_CASE(a_wait_with_no_executor_ended_elsewhere_runs_on_the_task_s_pool_and_starts_no_thread) {
-  const std::size_t before = metronome::test::settled_threads(metronome::test::process_threads());
+  const std::size_t before = metronome::test::process_threads();
   scheduled_thread_pool pool(2);
   auto f = pool.schedule([] {}, 1h);
   std::promise<bool> on_pool;
@@ -343,7 +343,7 @@ BOOST_AUTO_TEST_CASE(a_wait_with_no_executor_ended_elsewhere_runs_on_the_task_s_
 // on): its operation_aborted runs on the task's pool, not on a thread of Asio's
 // system_context.
 BOOST_AUTO_TEST_CASE(a_wait_with_no_executor_cancelled_through_its_slot_runs_on_the_task_s_pool_and_starts_no_thread) {
-  const std::size_t before = metronome::test::settled_threads(metronome::test::process_threads());
+  const std::size_t before = metronome::test::process_threads();
   scheduled_thread_pool pool(2);
   auto f = pool.schedule([] {}, 1h);
   std::promise<std::pair<bool, bool>> seen; // {aborted, on the pool}
