@@ -463,7 +463,7 @@ void pool_engine::run_scheduled(scheduled_task_base* t) noexcept {
   }
   const clock::time_point started = now();
   record_start(t, started);
-  const bool ok = t->invoke();
+  std::exception_ptr e = t->invoke();
   if (this_thread_orphaned && t->kind_ == task_kind::periodic) {
     t->finish_cancelled(true);
     t->release();
@@ -471,22 +471,19 @@ void pool_engine::run_scheduled(scheduled_task_base* t) noexcept {
   }
   if (t->kind_ == task_kind::one_shot) {
     t->destroy_callable();
-    t->finish();
+    t->finish(std::move(e));
     t->release();
     return;
   }
-  if (!ok) {
-    // The run's own exception (the handle's failure() reads only a finished task's).
-    std::exception_ptr e = t->error();
+  if (e) {
     if (task_sink* sink = t->sink())
       sink->report(e);
     else
       report(e);
     if (t->extras().periodic.on_error == on_exception::stop) {
-      end_periodic(t, nullptr);
+      end_periodic(t, std::move(e));
       return;
     }
-    t->set_error(nullptr);
   }
   reschedule(t, started);
 }
@@ -543,13 +540,14 @@ void pool_engine::run_once(scheduled_task_base* t) noexcept {
   // cancel() during it returned true, so it ends cancelled - as on the pool, where the
   // run's end finds the request and does not reschedule - unless the run threw (its
   // error, as there). Tested by `a_cancel_during_a_handed_back_periodic_run_ends_it_cancelled`.
-  if (t->invoke() && t->cancel_was_requested()) {
+  std::exception_ptr e = t->invoke();
+  if (!e && t->cancel_was_requested()) {
     t->finish_cancelled(true);
     t->release();
     return;
   }
   t->destroy_callable();
-  t->finish();
+  t->finish(std::move(e));
   t->release();
 }
 
@@ -612,18 +610,18 @@ void pool_engine::run_bound(scheduled_task_base* t, bool detached) noexcept {
     started = p->now(); // the pool's clock (a manual one)
     p->cancel_delivered();
   }
-  const bool ok = t->invoke();
+  std::exception_ptr e = t->invoke();
   METRONOME_TEST_HOOK(hook_point::bound_before_reschedule);
   if (pool_engine* p = enter_live(t)) {
-    p->end_bound_run(t, ok, started);
+    p->end_bound_run(t, std::move(e), started);
     return;
   }
   // The pool is gone or terminated: this run was the last (its destructor cancels
   // periodic tasks it still holds). A run that threw ends with its exception.
-  if (!ok) {
-    print_unhandled(t->error(), "periodic task");
+  if (e) {
+    print_unhandled(e, "periodic task");
     t->destroy_callable();
-    t->finish();
+    t->finish(std::move(e));
     t->release();
     return;
   }
@@ -633,15 +631,13 @@ void pool_engine::run_bound(scheduled_task_base* t, bool detached) noexcept {
 
 // In transit (enter_live): as run_scheduled after a run, then lets go of the tracked
 // work and of the transit.
-void pool_engine::end_bound_run(scheduled_task_base* t, bool ok, clock::time_point started) noexcept {
+void pool_engine::end_bound_run(scheduled_task_base* t, std::exception_ptr e, clock::time_point started) noexcept {
   bool again = true;
-  if (!ok) {
-    report(t->error());
+  if (e) {
+    report(e);
     if (t->extras().periodic.on_error == on_exception::stop) {
-      end_periodic(t, nullptr);
+      end_periodic(t, std::move(e));
       again = false;
-    } else {
-      t->set_error(nullptr);
     }
   }
   if (again) reschedule(t, started);
@@ -666,9 +662,8 @@ void drop_bound_task(scheduled_task_base* t, bool detached) noexcept { pool_engi
 
 // A periodic task that will not run again completes (done, with its error if any).
 void pool_engine::end_periodic(scheduled_task_base* t, std::exception_ptr e) noexcept {
-  if (e) t->set_error(std::move(e));
   t->destroy_callable();
-  t->finish();
+  t->finish(std::move(e));
   t->release();
 }
 

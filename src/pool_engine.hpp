@@ -240,7 +240,7 @@ private:
   // gone or terminated); the end of a periodic run there.
   void hand_off_bound(scheduled_task_base* t) noexcept;
   static pool_engine* enter_live(const scheduled_task_base* t) noexcept;
-  void end_bound_run(scheduled_task_base* t, bool ok, clock::time_point started) noexcept;
+  void end_bound_run(scheduled_task_base* t, std::exception_ptr e, clock::time_point started) noexcept;
   static void run_once(scheduled_task_base* t) noexcept;
   void end_periodic(scheduled_task_base* t, std::exception_ptr e) noexcept;
   void wake_one() noexcept;

@@ -60,12 +60,12 @@ void stripes_child_after_fork() noexcept {
 }
 
 scheduled_task_base::scheduled_task_base(pool_core* pool) noexcept
-    : timed_node(&complete_thunk), anchor_(pool->anchor()), generation_(pool->anchor_generation()) {
+    : timed_node(&complete_thunk), anchor_id_(pool->anchor(), pool->anchor_generation()) {
   cancel_removes_first_ = engine(pool)->time_source() != nullptr;
 }
 
 void scheduled_task_base::deliver_elsewhere(task_base* n) const noexcept {
-  if (!pool_engine::post_completion(anchor_, generation_, n)) n->complete(true);
+  if (!pool_engine::post_completion(anchor(), generation(), n)) n->complete(true);
 }
 
 void scheduled_task_base::complete_thunk(task_base* t, unsigned action) {
@@ -101,7 +101,7 @@ bool on_frames(const scheduled_task_base::dispatch_frame* list, const scheduled_
 
 void scheduled_task_base::enter_dispatch(dispatch_frame& f) noexcept {
   add_ref();
-  dispatchers_.fetch_add(1, std::memory_order_acq_rel);
+  dispatchers().fetch_add(1, std::memory_order_acq_rel);
   f.task = this;
   f.prev = dispatch_frames;
   dispatch_frames = &f;
@@ -115,7 +115,8 @@ void scheduled_task_base::enter_dispatch(dispatch_frame& f) noexcept {
 // `a_worker_that_ran_a_cancelled_bound_task_inline_waits_for_the_cancel_once_out_of_its_dispatch`.
 void scheduled_task_base::leave_dispatch(dispatch_frame& f) noexcept {
   dispatch_frames = f.prev;
-  if (dispatchers_.fetch_sub(1, std::memory_order_acq_rel) == 1) dispatchers_.notify_all(); // (our reference holds the node)
+  std::atomic<std::uint32_t>& count = dispatchers();
+  if (count.fetch_sub(1, std::memory_order_acq_rel) == 1) count.notify_all(); // (our reference holds the node)
   wait_for_settled_cancel();
   release();
 }
@@ -125,10 +126,10 @@ void scheduled_task_base::leave_dispatch(dispatch_frame& f) noexcept {
 // thread holds: blocks (atomic::wait) until the last dispatcher leaves.
 void scheduled_task_base::wait_for_dispatchers() const noexcept {
   if (!bound_) return;
-  for (std::uint32_t n = dispatchers_.load(std::memory_order_acquire); n != 0;
-       n = dispatchers_.load(std::memory_order_acquire)) {
+  std::atomic<std::uint32_t>& count = dispatchers();
+  for (std::uint32_t n = count.load(std::memory_order_acquire); n != 0; n = count.load(std::memory_order_acquire)) {
     if (on_frames(dispatch_frames, this)) return; // this thread dispatches it: an inline run ending
-    dispatchers_.wait(n, std::memory_order_acquire);
+    count.wait(n, std::memory_order_acquire);
   }
 }
 
@@ -155,8 +156,9 @@ void scheduled_task_base::wait_for_settled_cancel() const noexcept {
   }
 }
 
-void scheduled_task_base::finish() noexcept {
+void scheduled_task_base::finish(std::exception_ptr e) noexcept {
   wait_for_dispatchers();
+  if (e) keep_error(std::move(e)); // before done: a handle that sees done reads it
   std::uint32_t old = state_.load(std::memory_order_relaxed);
   while (!state_.compare_exchange_weak(old, (old & has_waiters) | done, std::memory_order_acq_rel)) {
   }
@@ -202,8 +204,10 @@ bool scheduled_task_base::try_rearm() noexcept {
 bool scheduled_task_base::take_out_of_queue(bool in_transit) noexcept {
   bool removed = false;
   {
-    std::unique_lock lk(anchor_->mtx);
-    if (anchor_->generation == generation_) removed = engine(pool())->on_cancelled(lk, this, in_transit);
+    pool_anchor* a = anchor();
+    std::unique_lock lk(a->mtx);
+    if (a->generation == generation())
+      removed = engine(a->core.load(std::memory_order_relaxed))->on_cancelled(lk, this, in_transit);
   }
   if (removed) release();
   return removed;
@@ -240,7 +244,7 @@ bool scheduled_task_base::cancel() noexcept {
           // may be destroyed then). A worker that took it before the exchange may be in
           // its dispatch, or enter it only now: the callable's executor copy is gone
           // (destroy_callable, under the copy's lock), so one that enters from here on
-          // dispatches nothing, and one that copied it first counts in dispatchers_ by
+          // dispatches nothing, and one that copied it first counts in dispatchers() by
           // now. Waited for only after the winning exchange: a dispatch that did not
           // start the task returns at once, while a cancel() of a periodic run in
           // progress must not wait for the run. Until then the task is settling: the
@@ -271,9 +275,10 @@ bool scheduled_task_base::cancel() noexcept {
 
 bool scheduled_task_base::reset(clock::duration delay) noexcept {
   if (phase() != pending) return false;
-  std::unique_lock lk(anchor_->mtx);
-  if (anchor_->generation != generation_) return false; // the pool is gone
-  return engine(pool())->on_reset(lk, this, delay);
+  pool_anchor* a = anchor();
+  std::unique_lock lk(a->mtx);
+  if (a->generation != generation()) return false; // the pool is gone
+  return engine(a->core.load(std::memory_order_relaxed))->on_reset(lk, this, delay);
 }
 
 // Invariant: every wait (a blocking wait() or a hook) sets has_waiters in the state word,
@@ -355,15 +360,16 @@ bool scheduled_task_base::wait_until(clock::time_point deadline) const {
 clock::duration scheduled_task_base::delay() const noexcept {
   if (is_terminal()) return clock::duration::zero();
   METRONOME_TEST_HOOK(hook_point::handle_before_anchor);
-  std::lock_guard lk(anchor_->mtx);
-  if (anchor_->generation != generation_) return clock::duration::zero(); // the pool is gone
-  return due() - pool()->now();
+  pool_anchor* a = anchor();
+  std::lock_guard lk(a->mtx);
+  if (a->generation != generation()) return clock::duration::zero(); // the pool is gone
+  return due() - a->core.load(std::memory_order_relaxed)->now();
 }
 
 std::exception_ptr scheduled_task_base::failure() const {
   const std::uint32_t phase = this->phase();
   if (phase == cancelled) return std::make_exception_ptr(cancelled_error());
-  if (phase == done) return error_;
+  if (phase == done) return kept_error();
   return nullptr;
 }
 

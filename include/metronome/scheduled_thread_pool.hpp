@@ -87,9 +87,11 @@ public:
   /// outstanding_work.untracked, std::allocator.
   using executor_type = basic_executor_type<std::allocator<void>, 0>;
 
-  /// A fixed pool of `threads` workers. @throws std::invalid_argument if 0.
+  /// A fixed pool of `threads` workers. @throws std::invalid_argument if 0;
+  /// std::length_error when 1,048,576 pools exist already.
   explicit scheduled_thread_pool(std::size_t threads);
-  /// A pool built from `options`. @throws std::invalid_argument on bad options.
+  /// A pool built from `options`. @throws std::invalid_argument on bad options;
+  /// std::length_error when 1,048,576 pools exist already.
   explicit scheduled_thread_pool(pool_options options);
 
   /// Runs what is ready, cancels delayed and periodic work not yet due (handles

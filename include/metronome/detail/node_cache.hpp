@@ -13,7 +13,7 @@ namespace metronome::detail {
 // Task node memory. In a pool the producer allocates and the workers free, so
 // per-thread free lists alone never hand memory back to the producer, and glibc
 // falls back to its locked arena (and a 64-byte block costs it 80 bytes). Here nodes
-// of each size class (64, 96, 128, 192, 256 bytes) are carved from 256 KiB chunks
+// of each size class (64, 80, 96, 128, 192, 256 bytes) are carved from 256 KiB chunks
 // mapped from the system: a thread keeps the nodes it frees and hands the oldest back
 // 64 at a time, each to its own chunk's free list; a thread with none takes a chunk's
 // whole free list, or carves new nodes off its own chunk (no lock). A chunk whose

@@ -8,6 +8,7 @@
 #include <metronome/detail/task.hpp>
 #include <metronome/detail/test_hooks.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -131,7 +132,7 @@ public:
 
   // The pool that times this task. Only for the pool's own paths (it is alive while
   // it runs or queues the task); handles go through the anchor.
-  pool_core* pool() const noexcept { return anchor_->core.load(std::memory_order_relaxed); }
+  pool_core* pool() const noexcept { return anchor_id_.anchor()->core.load(std::memory_order_relaxed); }
 
   void add_ref() noexcept { refs_.fetch_add(1, std::memory_order_relaxed); }
   void release() noexcept {
@@ -187,7 +188,9 @@ public:
 
   // Pool-side operations.
   bool try_start() noexcept;        // pending -> running
-  void finish() noexcept;           // running -> done (value or error stored), by its runner
+  // running -> done, by its runner, once the callable is destroyed; `e`: the run's
+  // exception (kept in the callable's storage: kept_error()), or null.
+  void finish(std::exception_ptr e = nullptr) noexcept;
   // pending/running -> cancelled, destroys callable. `by_runner`: see completion_hook.
   bool finish_cancelled(bool by_runner = false) noexcept;
   bool try_rearm() noexcept;        // running -> pending unless cancel requested
@@ -198,11 +201,9 @@ public:
     destroy_callable();
     notify_terminal(old, false);
   }
-  void set_error(std::exception_ptr e) noexcept { error_ = std::move(e); }
-  // The exception of the last run (pool side, while it runs: failure() reads the phase).
-  const std::exception_ptr& error() const noexcept { return error_; }
 
-  virtual bool invoke() noexcept = 0; // false if the callable threw (error stored)
+  // Runs the callable: the exception it threw, or null.
+  virtual std::exception_ptr invoke() noexcept = 0;
   virtual void destroy_callable() noexcept = 0;
   // A bound task (bound_): dispatches a bound_run owning the caller's reference to the
   // callable's associated executor (inline when that executor lets the calling thread run
@@ -216,12 +217,12 @@ public:
   virtual const net::execution_context* bound_context() const noexcept { return nullptr; }
 
   // Where a bound task's run on its executor finds its pool (src/pool_delay.cpp).
-  pool_anchor* anchor() const noexcept { return anchor_; }
-  std::uint32_t generation() const noexcept { return generation_; }
+  pool_anchor* anchor() const noexcept { return anchor_id_.anchor(); }
+  std::uint32_t generation() const noexcept { return anchor_id_.generation(); }
 
   // A thread inside a dispatch of this bound task to its executor (hand_off), linked per
   // thread. Between enter_dispatch() and leave_dispatch() it holds a reference and counts
-  // in dispatchers_: the task does not end (finish, cancel) until every other thread has
+  // in its dispatch count (dispatchers()): the task does not end (finish, cancel) until every other thread has
   // left its dispatch, so that once a handle says done, no pool thread still touches the
   // executor (its context may then be destroyed: a strand's, an io_context's).
   struct dispatch_frame {
@@ -243,9 +244,15 @@ protected:
   // field: eight bytes less per node put a task with a 16-byte callable in the node
   // cache's 96-byte class (docs/benchmarks.md, "The node in 96 bytes").
   virtual task_extras* extras_of() const noexcept { return nullptr; }
+  // A bound task's count of threads inside a dispatch of it (enter_dispatch()); only
+  // bound tasks have one (bound_executor_of), and only they call this.
+  virtual std::atomic<std::uint32_t>& dispatchers() const noexcept = 0;
+  // Stores a finished run's exception where the callable was (finish()).
+  virtual void keep_error(std::exception_ptr e) noexcept = 0;
+  // The exception finish() kept, or null.
+  virtual std::exception_ptr kept_error() const noexcept = 0;
 
   virtual ~scheduled_task_base() = default;
-  std::exception_ptr error_;
 
 private:
   static bool ended(std::uint32_t s) noexcept { return (s & phase_mask) >= done && (s & settling) == 0; }
@@ -260,11 +267,9 @@ private:
   // the ending has passed and will not look for this wait (notify_terminal()).
   std::uint32_t flag_waiting() const noexcept { return state_.fetch_or(has_waiters, std::memory_order_acq_rel); }
 
-  pool_anchor* anchor_;
-  std::uint32_t generation_; // the pool's anchor generation (see pool_anchor.hpp)
+  pool_anchor_id anchor_id_; // the pool's anchor and its generation (see pool_anchor.hpp)
   mutable std::atomic<std::uint32_t> state_{pending};
   std::atomic<std::uint32_t> refs_{1};
-  std::atomic<std::uint32_t> dispatchers_{0}; // bound tasks: see enter_dispatch()
   completion_hook* hooks_ = nullptr; // under the task's stripe mutex (notify_terminal())
 };
 
@@ -324,6 +329,8 @@ auto without_outstanding_work(const E& ex) {
 template <class F, bool Bound>
 struct bound_executor_of {
   explicit bound_executor_of(const F& /*f*/) noexcept {}
+  // Never called: only bound tasks count dispatches (scheduled_task_base::dispatchers()).
+  std::atomic<std::uint32_t>& dispatch_count() const noexcept { std::terminate(); }
 };
 // A copy of the callable's executor, destroyed with the callable (an executor, a strand's,
 // must not outlive its context: neither may a handle's node hold one). The hand-over reads
@@ -356,6 +363,7 @@ struct bound_executor_of<F, true> {
     ex.reset(); // (a strand's last copy locks its service: the other side blocks meanwhile)
     unlock();
   }
+  std::atomic<std::uint32_t>& dispatch_count() const noexcept { return dispatchers; }
 
 private:
   void lock() noexcept {
@@ -367,6 +375,8 @@ private:
   }
   std::atomic<bool> busy{false};
   std::optional<executor> ex;
+  // Threads inside a dispatch of the task (scheduled_task_base::enter_dispatch()).
+  mutable std::atomic<std::uint32_t> dispatchers{0};
 };
 
 template <class R>
@@ -393,7 +403,7 @@ public:
   scheduled_task(pool_core* pool, G&& g)
       : scheduled_result<R>(pool), bound_ex_(static_cast<const std::remove_reference_t<G>&>(g)) {
     ::new (static_cast<void*>(&storage_)) F(std::forward<G>(g));
-    this->callable_alive_ = true;
+    this->storage_holds_ = timed_node::holds_callable;
     this->bound_ = Bound;
     this->has_extras_ = Extras;
   }
@@ -430,7 +440,7 @@ public:
       return nullptr;
   }
 
-  bool invoke() noexcept override {
+  std::exception_ptr invoke() noexcept override {
     try {
       F& f = *std::launder(reinterpret_cast<F*>(&storage_));
       if constexpr (std::is_void_v<R>) {
@@ -438,23 +448,39 @@ public:
       } else {
         this->value_.emplace(std::invoke(f));
       }
-      return true;
+      return nullptr;
     } catch (...) {
-      this->error_ = std::current_exception();
-      return false;
+      return std::current_exception();
     }
   }
 
   void destroy_callable() noexcept override {
-    if (this->callable_alive_) {
-      this->callable_alive_ = false;
+    if (this->storage_holds_ == timed_node::holds_callable) {
+      this->storage_holds_ = timed_node::holds_nothing;
       std::launder(reinterpret_cast<F*>(&storage_))->~F();
       if constexpr (Bound) bound_ex_.reset();
     }
   }
 
 private:
-  ~scheduled_task() override { destroy_callable(); }
+  ~scheduled_task() override {
+    destroy_callable();
+    if (this->storage_holds_ == timed_node::holds_error)
+      std::launder(reinterpret_cast<std::exception_ptr*>(&storage_))->~exception_ptr();
+  }
+
+  std::atomic<std::uint32_t>& dispatchers() const noexcept override { return bound_ex_.dispatch_count(); }
+
+  // The callable is gone (finish() is called after destroy_callable()): its storage holds
+  // the exception instead, so that a node needs no field of its own for it.
+  void keep_error(std::exception_ptr e) noexcept override {
+    ::new (static_cast<void*>(&storage_)) std::exception_ptr(std::move(e));
+    this->storage_holds_ = timed_node::holds_error;
+  }
+  std::exception_ptr kept_error() const noexcept override {
+    if (this->storage_holds_ != timed_node::holds_error) return nullptr;
+    return *std::launder(reinterpret_cast<const std::exception_ptr*>(&storage_));
+  }
 
   task_extras* extras_of() const noexcept override {
     if constexpr (Extras)
@@ -463,22 +489,25 @@ private:
       return nullptr;
   }
 
-  alignas(F) unsigned char storage_[sizeof(F)];
+  // The callable, then (a one-shot's, once run) the exception it threw: storage_holds_.
+  alignas(F) alignas(std::exception_ptr) unsigned char storage_[std::max(sizeof(F), sizeof(std::exception_ptr))];
   [[no_unique_address]] mutable std::conditional_t<Extras, task_extras, no_extras> extras_storage_; // extras_of()
   [[no_unique_address]] mutable bound_executor_of<F, Bound> bound_ex_; // mutable: its lock
 };
 
 // A pool task whose callable captures two pointers is one node of the node cache's
-// 96-byte class (the million-timeout rows hold one per timeout: docs/benchmarks.md, "The
-// node in 96 bytes"). Itanium C++ ABI layout, as g++ and clang use: the small fields sit
-// in task_base's tail padding, the serial/periodic extras are found through a virtual.
+// 80-byte class (the million-timeout rows hold one per timeout: docs/benchmarks.md, "The
+// node in 80 bytes"). Itanium C++ ABI layout, as g++ and clang use: the small fields sit
+// in task_base's tail padding, the serial/periodic extras, a bound task's dispatch count
+// and a run's exception are found through virtuals (the exception in the callable's
+// storage), and the anchor is named by index and generation in one word.
 struct two_pointer_task {
   void* p;
   void* q;
   void operator()() const {}
 };
-static_assert(sizeof(scheduled_task<void, two_pointer_task, false>) <= 96,
-              "metronome: a task with a two-pointer callable is one 96-byte node");
+static_assert(sizeof(scheduled_task<void, two_pointer_task, false>) <= 80,
+              "metronome: a task with a two-pointer callable is one 80-byte node");
 
 // Extras: the node carries task_extras (periodic tasks, serial executors' tasks). Bound:
 // the task runs on its callable's associated executor (the pool's typed API). `lifetime`:

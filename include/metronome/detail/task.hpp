@@ -100,7 +100,10 @@ struct timed_node : task_base {
 
   // The small fields first: they sit in task_base's tail padding (three bools and the
   // heap position fill it, so that a timed node is 32 bytes).
-  bool callable_alive_ = false; // scheduled tasks: the callable is constructed
+  // Scheduled tasks: what the callable's storage holds (the callable, or once it is gone
+  // the exception of a finished run: scheduled_task::keep_error).
+  static constexpr std::uint8_t holds_nothing = 0, holds_callable = 1, holds_error = 2;
+  std::uint8_t storage_holds_ = holds_nothing;
   // This run waited for a due time (it went through the delay heap, or is a periodic
   // run): its start counts as lateness in the pool's stats, else as queue wait.
   bool timed_ = false;

@@ -14,12 +14,15 @@
 #include "common/poll_until.hpp"
 #include "common/threads.hpp"
 
+#include <metronome/detail/pool_anchor.hpp>
+
 #include <metronome/detail/asio.hpp>
 #include METRONOME_ASIO_HEADER(experimental/awaitable_operators.hpp)
 
 #include <boost/test/unit_test.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <atomic>
 #include <chrono>
@@ -75,6 +78,58 @@ BOOST_AUTO_TEST_CASE(get_rethrows_the_task_exception) {
   auto f = pool.submit([]() -> int { throw std::runtime_error("boom"); });
   BOOST_CHECK_EXCEPTION(f.get(), std::runtime_error, [](const auto& e) { return std::string(e.what()) == "boom"; });
   BOOST_TEST(f.is_done());
+}
+
+// A finished task keeps its exception where its callable was (the node has no field for
+// it): whatever the callable's size - none, smaller than the exception's pointer, or
+// larger - every handle rethrows that very exception, a periodic task's too, and it is
+// freed with the task's last handle.
+namespace {
+std::atomic<int> counted_errors{0};
+struct counted_error : std::runtime_error {
+  explicit counted_error(int v) : std::runtime_error("counted"), value(v) { ++counted_errors; }
+  counted_error(const counted_error& o) : std::runtime_error(o), value(o.value) { ++counted_errors; }
+  ~counted_error() override { --counted_errors; }
+  int value;
+};
+} // namespace
+
+BOOST_AUTO_TEST_CASE(a_task_s_exception_outlives_its_callable_and_is_freed_with_its_last_handle) {
+  BOOST_REQUIRE_EQUAL(counted_errors.load(), 0);
+  {
+    metronome::scheduled_thread_pool pool(2);
+    char small = 3;
+    std::array<long, 6> large{};
+    large[5] = 4;
+    auto none = pool.submit([] { throw counted_error(1); });
+    auto tiny = pool.schedule([small]() -> int { throw counted_error(small); }, 1ms);
+    auto big = pool.submit([large]() -> std::string { throw counted_error(int(large[5])); });
+    metronome::periodic_options stop;
+    stop.on_error = metronome::on_exception::stop;
+    std::atomic<int> runs{0};
+    auto periodic = pool.schedule_at_fixed_rate(
+        [&runs, large] {
+          if (++runs == 3) throw counted_error(int(large[5]) + 1);
+        },
+        0ms, 1ms, stop);
+    auto value_of = [](auto& h) {
+      try {
+        h.get();
+      } catch (const counted_error& e) {
+        return e.value;
+      }
+      return -1;
+    };
+    BOOST_TEST(value_of(none) == 1);
+    BOOST_TEST(value_of(tiny) == 3);
+    BOOST_TEST(value_of(big) == 4);
+    BOOST_TEST(value_of(periodic) == 5);
+    BOOST_TEST(runs.load() == 3);
+    auto copy = big;
+    BOOST_TEST(value_of(copy) == 4); // every handle: the same exception, still there
+    BOOST_TEST(counted_errors.load() >= 4);
+  } // the handles and the pool are gone
+  BOOST_TEST(counted_errors.load() == 0);
 }
 
 BOOST_AUTO_TEST_CASE(move_only_results_are_moved_out) {
@@ -575,6 +630,52 @@ BOOST_AUTO_TEST_CASE(handles_of_work_the_destructor_cancelled_stay_usable) {
   BOOST_CHECK(!p.cancel());
   BOOST_CHECK(h.delay() == 0ns);
   BOOST_CHECK_THROW(h.get(), metronome::cancelled_error);
+}
+
+// A task names its pool's anchor by index and generation (pool_anchor_id): with pools
+// alive across several blocks of the anchor table, and anchors recycled as pools go,
+// each handle still finds its own pool, or learns that it is gone.
+BOOST_AUTO_TEST_CASE(handles_find_their_own_pool_among_many_and_learn_when_it_is_gone) {
+  constexpr int pools = 3 * int(metronome::detail::anchor_block_size) + 5;
+  std::vector<std::unique_ptr<scheduled_thread_pool>> live;
+  std::vector<metronome::scheduled_future<void>> handles;
+  std::vector<metronome::pending_task> left; // keeps the gone pools' tasks pending
+  for (int i = 0; i < pools; ++i) {
+    live.push_back(std::make_unique<scheduled_thread_pool>(pool_options::fixed(1)));
+    handles.push_back(live.back()->schedule([] {}, 1h + i * 1s));
+  }
+  for (int i = 0; i < pools; i += 2) { // every other pool gone, its task still pending
+    for (auto& t : live[i]->shutdown_now()) left.push_back(std::move(t));
+    live[i].reset();
+  }
+  BOOST_REQUIRE_EQUAL(left.size(), std::size_t(pools + 1) / 2);
+  // New pools take the recycled anchors (a new generation each).
+  std::vector<std::unique_ptr<scheduled_thread_pool>> fresh;
+  std::vector<metronome::scheduled_future<void>> fresh_handles;
+  for (int i = 0; i < pools; ++i) {
+    fresh.push_back(std::make_unique<scheduled_thread_pool>(pool_options::fixed(1)));
+    fresh_handles.push_back(fresh.back()->schedule([] {}, 2h));
+  }
+  for (int i = 0; i < pools; ++i) {
+    if (i % 2 == 0) { // its pool is gone: it learns so, and touches the anchor's new pool not
+      BOOST_TEST(!handles[i].is_done());
+      BOOST_TEST(handles[i].delay() == 0ns);
+      BOOST_TEST(!handles[i].reset(1s));
+      BOOST_TEST(handles[i].cancel());
+      BOOST_TEST(handles[i].is_cancelled());
+    } else { // its own pool: the delay it was given, and a cancel that takes it out
+      BOOST_TEST(handles[i].delay() > 1h + i * 1s - 1min);
+      BOOST_TEST(handles[i].delay() <= 1h + i * 1s);
+      BOOST_TEST(handles[i].cancel());
+      BOOST_TEST(live[i]->stats().delayed_queued == 0u);
+    }
+  }
+  for (std::size_t i = 0; i < fresh.size(); ++i) {
+    BOOST_TEST(fresh[i]->stats().delayed_queued == 1u); // no old handle reached it
+    BOOST_TEST(fresh_handles[i].delay() > 1h);
+    BOOST_TEST(fresh_handles[i].cancel());
+    BOOST_TEST(fresh[i]->stats().delayed_queued == 0u);
+  }
 }
 
 BOOST_AUTO_TEST_CASE(cancels_racing_the_pool_s_destruction_are_safe) {
