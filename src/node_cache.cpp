@@ -520,13 +520,36 @@ std::size_t node_cache_empty_chunks() noexcept {
 
 namespace metronome::detail {
 
+namespace {
+// A node from the heap (larger than the cache's classes, or the cache off): aligned as
+// the cache's nodes are, to the largest power of two up to 64 that divides its size -
+// a type's size is a multiple of its alignment, so a T aligned up to 64 bytes is aligned
+// (operator new alone gives 16). Freed with the same alignment, found from the size.
+constexpr std::size_t heap_node_alignment(std::size_t size) noexcept {
+  const std::size_t a = size & (~size + 1); // the lowest set bit
+  return a == 0 || a > 64 ? 64 : a;
+}
+[[maybe_unused]] void* heap_node_allocate(std::size_t size) {
+  const std::size_t a = heap_node_alignment(size);
+  if (a <= __STDCPP_DEFAULT_NEW_ALIGNMENT__) return ::operator new(size);
+  return ::operator new(size, std::align_val_t(a));
+}
+[[maybe_unused]] void heap_node_deallocate(void* p, std::size_t size) noexcept {
+  const std::size_t a = heap_node_alignment(size);
+  if (a <= __STDCPP_DEFAULT_NEW_ALIGNMENT__)
+    ::operator delete(p);
+  else
+    ::operator delete(p, std::align_val_t(a));
+}
+} // namespace
+
 #ifdef METRONOME_NODE_CACHE_OFF
 
 // The cache is off (METRONOME_NODE_CACHE=OFF, AddressSanitizer builds): every node is
 // its own heap block, so that heap profilers see it and a use after free or an overflow
 // into a neighbour is reported.
-void* node_allocate(std::size_t size, node_lifetime) { return ::operator new(size); }
-void node_deallocate(void* p, std::size_t) noexcept { ::operator delete(p); }
+void* node_allocate(std::size_t size, node_lifetime) { return heap_node_allocate(size); }
+void node_deallocate(void* p, std::size_t size) noexcept { heap_node_deallocate(p, size); }
 void node_cache_defer_frees(bool) noexcept {}
 void node_cache_prepare_ahead(bool) noexcept {}
 bool node_cache_trim(std::size_t, bool) noexcept { return false; }
@@ -645,7 +668,7 @@ void* allocate_slow(int c, node_lifetime lifetime) {
 
 inline void* allocate(std::size_t size, node_lifetime lifetime) {
   const int c = class_of(size);
-  if (c < 0) return ::operator new(size);
+  if (c < 0) return heap_node_allocate(size);
   class_cache& k = caches[c];
   if (free_node* n = k.freed) {
     k.freed = n->next;
@@ -666,7 +689,7 @@ void* node_allocate(std::size_t size, node_lifetime lifetime) { return allocate(
 void node_deallocate(void* p, std::size_t size) noexcept {
   const int c = class_of(size);
   if (c < 0) {
-    ::operator delete(p);
+    heap_node_deallocate(p, size);
     return;
   }
   auto* n = static_cast<free_node*>(p);

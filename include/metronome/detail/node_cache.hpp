@@ -45,8 +45,12 @@ struct node_access {
     return ::new (p) T(std::forward<Args>(args)...);
   }
 };
+// Alignment: a node of `size` bytes is aligned to the largest power of two up to 64 that
+// divides `size` (at least 16), from the cache or from the heap alike; since a type's
+// size is a multiple of its alignment, a T aligned up to 64 bytes is aligned.
 template <class T, class... Args>
 T* construct_node(node_lifetime lifetime, Args&&... args) {
+  static_assert(alignof(T) <= 64, "metronome: a callable aligned to more than 64 bytes is not supported");
   void* p = node_allocate(sizeof(T), lifetime);
   try {
     return node_access::construct<T>(p, std::forward<Args>(args)...);
@@ -96,7 +100,10 @@ struct recycling_allocator {
   recycling_allocator() noexcept = default;
   template <class U>
   recycling_allocator(const recycling_allocator<U>&) noexcept {}
-  T* allocate(std::size_t n) { return static_cast<T*>(node_allocate(n * sizeof(T))); }
+  T* allocate(std::size_t n) {
+    static_assert(alignof(T) <= 64, "metronome: a callable aligned to more than 64 bytes is not supported");
+    return static_cast<T*>(node_allocate(n * sizeof(T)));
+  }
   void deallocate(T* p, std::size_t n) noexcept { node_deallocate(p, n * sizeof(T)); }
   friend bool operator==(const recycling_allocator&, const recycling_allocator&) noexcept { return true; }
   friend bool operator!=(const recycling_allocator&, const recycling_allocator&) noexcept { return false; }

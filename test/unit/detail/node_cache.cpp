@@ -154,6 +154,19 @@ BOOST_AUTO_TEST_CASE(nodes_are_distinct_aligned_and_hold_their_whole_size) {
   }
 }
 
+// A node is aligned to the largest power of two up to 64 that divides its size, from a
+// size class or (beyond 256 bytes, or with the cache off) from the heap: a type aligned
+// to 32 or 64 bytes, whose size is a multiple of that, is aligned wherever it lands.
+BOOST_AUTO_TEST_CASE(a_node_is_aligned_as_far_as_its_size_allows_up_to_64_bytes) {
+  for (std::size_t align : {16u, 32u, 64u})
+    for (std::size_t size = align; size <= 640; size += align) {
+      auto v = allocate_n(100, size);
+      const std::size_t want = std::min<std::size_t>(64, size & (~size + 1));
+      for (void* p : v) BOOST_TEST(reinterpret_cast<std::uintptr_t>(p) % want == 0u, "size " << size);
+      free_all(v, size);
+    }
+}
+
 BOOST_AUTO_TEST_CASE(freed_nodes_are_reused_not_mapped_again, *boost::unit_test::precondition(cache_is_on)) {
   auto v = allocate_n(100000, 64);
   free_all(v, 64);

@@ -10,9 +10,12 @@
 #include <boost/test/unit_test.hpp>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <functional>
+#include <future>
 #include <limits>
 #include <malloc.h>
 #include <mutex>
@@ -72,6 +75,24 @@ BOOST_AUTO_TEST_SUITE(scheduled_thread_pool_suite)
 // ---- bad input
 
 BOOST_AUTO_TEST_CASE(rejects_zero_threads) { BOOST_CHECK_THROW(scheduled_thread_pool(0), std::invalid_argument); }
+
+// A callable aligned to a cache line runs from a node aligned for it, whether the node
+// comes from a size class or (beyond 256 bytes) from the heap, on the typed API and the
+// executor path alike.
+BOOST_AUTO_TEST_CASE(a_callable_aligned_to_a_cache_line_runs_aligned) {
+  struct alignas(64) line {
+    std::array<char, 64> bytes{};
+  };
+  scheduled_thread_pool pool(1);
+  auto misalignment = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 64; };
+  auto small = pool.submit([l = line{}, &misalignment] { return misalignment(&l); });
+  auto large = pool.schedule([l = std::array<line, 5>{}, &misalignment] { return misalignment(&l); }, 1ms);
+  std::promise<std::uintptr_t> posted;
+  metronome::net::post(pool, [l = std::array<line, 5>{}, &posted, &misalignment] { posted.set_value(misalignment(&l)); });
+  BOOST_TEST(small.get() == 0u);
+  BOOST_TEST(large.get() == 0u);
+  BOOST_TEST(posted.get_future().get() == 0u);
+}
 
 BOOST_AUTO_TEST_CASE(empty_functions_are_invalid_arguments) {
   scheduled_thread_pool pool(1);
