@@ -18,7 +18,9 @@ class pool_core;
 //
 // Invariant: `core` is non-null and `generation` equals the one a task recorded exactly
 // while that task's pool exists; both change only under `mtx`, when the pool goes.
-struct pool_anchor {
+// 64 bytes, on a cache line of its own: neighbouring anchors in the table are other
+// pools' mutexes.
+struct alignas(64) pool_anchor {
   std::mutex mtx;
   std::atomic<pool_core*> core{nullptr};
   std::uint32_t generation = 0;

@@ -9,6 +9,7 @@
 #include <metronome/detail/test_hooks.hpp>
 
 #include <algorithm>
+#include <cassert>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -241,8 +242,8 @@ public:
 
 protected:
   // The node's own task_extras (has_extras_), or null. A virtual call, not a pointer
-  // field: eight bytes less per node put a task with a 16-byte callable in the node
-  // cache's 96-byte class (docs/benchmarks.md, "The node in 96 bytes").
+  // field: eight bytes less per node (docs/benchmarks.md, "The node in 96 bytes" and
+  // "The node in 80 bytes").
   virtual task_extras* extras_of() const noexcept { return nullptr; }
   // A bound task's count of threads inside a dispatch of it (enter_dispatch()); only
   // bound tasks have one (bound_executor_of), and only they call this.
@@ -474,6 +475,7 @@ private:
   // The callable is gone (finish() is called after destroy_callable()): its storage holds
   // the exception instead, so that a node needs no field of its own for it.
   void keep_error(std::exception_ptr e) noexcept override {
+    assert(this->storage_holds_ != timed_node::holds_callable && "metronome: finish(e) before destroy_callable()");
     ::new (static_cast<void*>(&storage_)) std::exception_ptr(std::move(e));
     this->storage_holds_ = timed_node::holds_error;
   }
@@ -489,7 +491,8 @@ private:
       return nullptr;
   }
 
-  // The callable, then (a one-shot's, once run) the exception it threw: storage_holds_.
+  // The callable, then (once it is destroyed, after the task's last run) the exception
+  // that run threw: storage_holds_.
   alignas(F) alignas(std::exception_ptr) unsigned char storage_[std::max(sizeof(F), sizeof(std::exception_ptr))];
   [[no_unique_address]] mutable std::conditional_t<Extras, task_extras, no_extras> extras_storage_; // extras_of()
   [[no_unique_address]] mutable bound_executor_of<F, Bound> bound_ex_; // mutable: its lock

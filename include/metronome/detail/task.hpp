@@ -98,7 +98,7 @@ struct timed_node : task_base {
   }
   void set_due(clock::time_point t) noexcept { due_.store(t.time_since_epoch().count(), std::memory_order_relaxed); }
 
-  // The small fields first: they sit in task_base's tail padding (three bools and the
+  // The small fields first: they sit in task_base's tail padding (three bytes and the
   // heap position fill it, so that a timed node is 32 bytes).
   // Scheduled tasks: what the callable's storage holds (the callable, or once it is gone
   // the exception of a finished run: scheduled_task::keep_error).

@@ -31,7 +31,7 @@ using metronome::detail::node_lifetime;
 
 namespace {
 
-constexpr std::size_t sizes[] = {64, 96, 128, 192, 256, 257};
+constexpr std::size_t sizes[] = {64, 72, 80, 96, 128, 192, 256, 257};
 constexpr std::size_t mib = 1u << 20;
 // Empty chunks the cache keeps for reuse, plus a chunk or two per thread and class
 // still holding a thread's few most recently freed nodes.
