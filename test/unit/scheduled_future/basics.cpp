@@ -659,20 +659,20 @@ BOOST_AUTO_TEST_CASE(handles_find_their_own_pool_among_many_and_learn_when_it_is
   for (int i = 0; i < pools; ++i) {
     if (i % 2 == 0) { // its pool is gone: it learns so, and touches the anchor's new pool not
       BOOST_TEST(!handles[i].is_done());
-      BOOST_TEST(handles[i].delay() == 0ns);
+      BOOST_CHECK(handles[i].delay() == 0ns); // (BOOST_CHECK: libc++ 16 cannot print a duration)
       BOOST_TEST(!handles[i].reset(1s));
       BOOST_TEST(handles[i].cancel());
       BOOST_TEST(handles[i].is_cancelled());
     } else { // its own pool: the delay it was given, and a cancel that takes it out
-      BOOST_TEST(handles[i].delay() > 1h + i * 1s - 1min);
-      BOOST_TEST(handles[i].delay() <= 1h + i * 1s);
+      BOOST_CHECK(handles[i].delay() > 1h + i * 1s - 1min);
+      BOOST_CHECK(handles[i].delay() <= 1h + i * 1s);
       BOOST_TEST(handles[i].cancel());
       BOOST_TEST(live[i]->stats().delayed_queued == 0u);
     }
   }
   for (std::size_t i = 0; i < fresh.size(); ++i) {
     BOOST_TEST(fresh[i]->stats().delayed_queued == 1u); // no old handle reached it
-    BOOST_TEST(fresh_handles[i].delay() > 1h);
+    BOOST_CHECK(fresh_handles[i].delay() > 1h);
     BOOST_TEST(fresh_handles[i].cancel());
     BOOST_TEST(fresh[i]->stats().delayed_queued == 0u);
   }
