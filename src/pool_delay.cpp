@@ -388,7 +388,7 @@ bool pool_engine::heap_remove(const held_lock& lk, timed_node* n) noexcept {
 pool_engine* pool_engine::take_wait_out(const held_lock& lk, pool_anchor* anchor, std::uint32_t generation,
                                         wait_node* n) noexcept {
   assert_held(lk, anchor->mtx);
-  pool_engine* core = engine(anchor->core.load(std::memory_order_relaxed));
+  pool_engine* core = engine(anchor->pool());
   if (!core || anchor->generation != generation) return nullptr; // the pool is gone
   return core->heap_remove(lk, n) ? core : nullptr;              // or the wait already left the queue
 }
@@ -407,7 +407,7 @@ bool pool_engine::post_completion(pool_anchor* anchor, std::uint32_t generation,
   pool_engine* core = nullptr;
   {
     std::lock_guard lk(anchor->mtx);
-    core = engine(anchor->core.load(std::memory_order_relaxed));
+    core = engine(anchor->pool());
     if (!core || anchor->generation != generation || core->state_.terminated()) return false;
     core->ready_.push(n);
     ++core->in_transit_;
@@ -470,7 +470,6 @@ void pool_engine::run_scheduled(scheduled_task_base* t) noexcept {
     return;
   }
   if (t->kind_ == task_kind::one_shot) {
-    t->destroy_callable();
     t->finish(std::move(e));
     t->release();
     return;
@@ -546,7 +545,6 @@ void pool_engine::run_once(scheduled_task_base* t) noexcept {
     t->release();
     return;
   }
-  t->destroy_callable();
   t->finish(std::move(e));
   t->release();
 }
@@ -590,7 +588,7 @@ void pool_engine::hand_off_bound(scheduled_task_base* t) noexcept {
 pool_engine* pool_engine::enter_live(const scheduled_task_base* t) noexcept {
   pool_anchor* a = t->anchor();
   std::lock_guard lk(a->mtx);
-  pool_engine* core = engine(a->core.load(std::memory_order_relaxed));
+  pool_engine* core = engine(a->pool());
   if (!core || a->generation != t->generation() || core->state_.terminated()) return nullptr;
   ++core->in_transit_;
   return core;
@@ -620,7 +618,6 @@ void pool_engine::run_bound(scheduled_task_base* t, bool detached) noexcept {
   // periodic tasks it still holds). A run that threw ends with its exception.
   if (e) {
     print_unhandled(e, "periodic task");
-    t->destroy_callable();
     t->finish(std::move(e));
     t->release();
     return;
@@ -662,7 +659,6 @@ void drop_bound_task(scheduled_task_base* t, bool detached) noexcept { pool_engi
 
 // A periodic task that will not run again completes (done, with its error if any).
 void pool_engine::end_periodic(scheduled_task_base* t, std::exception_ptr e) noexcept {
-  t->destroy_callable();
   t->finish(std::move(e));
   t->release();
 }

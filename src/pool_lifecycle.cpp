@@ -105,7 +105,7 @@ void pool_core::end_hand_over(const pool_core* core, pool_anchor* anchor, std::u
 
 void pool_engine::end_hand_over_through(pool_anchor* anchor, std::uint32_t generation) noexcept {
   std::unique_lock lk(anchor->mtx);
-  pool_engine* core = engine(anchor->core.load(std::memory_order_relaxed));
+  pool_engine* core = engine(anchor->pool());
   if (!core || anchor->generation != generation) return; // the pool is gone
   if (core->hand_overs_.fetch_sub(1, std::memory_order_relaxed) == 1 && core->state_.seeks_termination())
     core->wake_all(lk); // parked workers look for the termination again

@@ -101,7 +101,7 @@ bool on_frames(const scheduled_task_base::dispatch_frame* list, const scheduled_
 
 void scheduled_task_base::enter_dispatch(dispatch_frame& f) noexcept {
   add_ref();
-  dispatchers().fetch_add(1, std::memory_order_acq_rel);
+  dispatchers()->fetch_add(1, std::memory_order_acq_rel);
   f.task = this;
   f.prev = dispatch_frames;
   dispatch_frames = &f;
@@ -115,7 +115,7 @@ void scheduled_task_base::enter_dispatch(dispatch_frame& f) noexcept {
 // `a_worker_that_ran_a_cancelled_bound_task_inline_waits_for_the_cancel_once_out_of_its_dispatch`.
 void scheduled_task_base::leave_dispatch(dispatch_frame& f) noexcept {
   dispatch_frames = f.prev;
-  std::atomic<std::uint32_t>& count = dispatchers();
+  std::atomic<std::uint32_t>& count = *dispatchers();
   if (count.fetch_sub(1, std::memory_order_acq_rel) == 1) count.notify_all(); // (our reference holds the node)
   wait_for_settled_cancel();
   release();
@@ -126,7 +126,7 @@ void scheduled_task_base::leave_dispatch(dispatch_frame& f) noexcept {
 // thread holds: blocks (atomic::wait) until the last dispatcher leaves.
 void scheduled_task_base::wait_for_dispatchers() const noexcept {
   if (!bound_) return;
-  std::atomic<std::uint32_t>& count = dispatchers();
+  std::atomic<std::uint32_t>& count = *dispatchers();
   for (std::uint32_t n = count.load(std::memory_order_acquire); n != 0; n = count.load(std::memory_order_acquire)) {
     if (on_frames(dispatch_frames, this)) return; // this thread dispatches it: an inline run ending
     count.wait(n, std::memory_order_acquire);
@@ -157,8 +157,13 @@ void scheduled_task_base::wait_for_settled_cancel() const noexcept {
 }
 
 void scheduled_task_base::finish(std::exception_ptr e) noexcept {
+  destroy_callable(); // first: its storage then keeps `e`, and a bound task's executor copy is gone
   wait_for_dispatchers();
-  if (e) keep_error(std::move(e)); // before done: a handle that sees done reads it
+  // Hand-over to a handle: `e` is written before the acq_rel exchange to done below, and a
+  // handle reads it (failure()) only after an acquire load that saw done. See
+  // docs/design.md "Task nodes"; tested by `a_handle_held_between_keeping_the_error_and_done_sees_pending_then_the_error`.
+  if (e) keep_error(std::move(e));
+  METRONOME_TEST_HOOK(hook_point::runner_error_kept);
   std::uint32_t old = state_.load(std::memory_order_relaxed);
   while (!state_.compare_exchange_weak(old, (old & has_waiters) | done, std::memory_order_acq_rel)) {
   }
@@ -207,7 +212,7 @@ bool scheduled_task_base::take_out_of_queue(bool in_transit) noexcept {
     pool_anchor* a = anchor();
     std::unique_lock lk(a->mtx);
     if (a->generation == generation())
-      removed = engine(a->core.load(std::memory_order_relaxed))->on_cancelled(lk, this, in_transit);
+      removed = engine(a->pool())->on_cancelled(lk, this, in_transit);
   }
   if (removed) release();
   return removed;
@@ -278,7 +283,7 @@ bool scheduled_task_base::reset(clock::duration delay) noexcept {
   pool_anchor* a = anchor();
   std::unique_lock lk(a->mtx);
   if (a->generation != generation()) return false; // the pool is gone
-  return engine(a->core.load(std::memory_order_relaxed))->on_reset(lk, this, delay);
+  return engine(a->pool())->on_reset(lk, this, delay);
 }
 
 // Invariant: every wait (a blocking wait() or a hook) sets has_waiters in the state word,
@@ -363,7 +368,7 @@ clock::duration scheduled_task_base::delay() const noexcept {
   pool_anchor* a = anchor();
   std::lock_guard lk(a->mtx);
   if (a->generation != generation()) return clock::duration::zero(); // the pool is gone
-  return due() - a->core.load(std::memory_order_relaxed)->now();
+  return due() - a->pool()->now();
 }
 
 std::exception_ptr scheduled_task_base::failure() const {

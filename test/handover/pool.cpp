@@ -617,6 +617,34 @@ BOOST_AUTO_TEST_CASE(a_cancel_stopped_before_the_anchor_while_the_pool_is_destro
   BOOST_CHECK(task.delay() == std::chrono::nanoseconds::zero());
 }
 
+// The runner's exception to a handle: finish() keeps it in the callable's storage, then
+// exchanges the phase to done (acq_rel); a handle reads it (failure()) only after an
+// acquire load that saw done. The runner is held between the two: the handle must see the
+// task still running - not done with no error, not cancellable - and then the error.
+BOOST_AUTO_TEST_CASE(a_handle_held_between_keeping_the_error_and_done_sees_pending_then_the_error) {
+  scheduled_thread_pool pool(1);
+  hook_stop stop(hook_point::runner_error_kept, true);
+  auto h = pool.submit([]() -> int { throw std::runtime_error("kept"); });
+  BOOST_REQUIRE(stop.arrived()); // the error is in the node; the phase still says running
+  BOOST_CHECK(!h.is_done());
+  BOOST_CHECK(h.wait_for(0ms) == std::future_status::timeout);
+  BOOST_CHECK(!h.cancel()); // a one-shot run under way is not cancelled
+  std::string what;
+  std::thread getter([&] {
+    try {
+      h.get();
+      what = "no error";
+    } catch (const std::runtime_error& e) {
+      what = e.what();
+    }
+  });
+  stop.release();
+  getter.join();
+  BOOST_CHECK_EQUAL(what, "kept");
+  BOOST_CHECK(h.is_done());
+  BOOST_CHECK(!h.is_cancelled());
+}
+
 // A cancel from outside of a shut-down pool's last delayed task, in Java's order: the
 // canceller is held after it delivered the handle's completion (an async_wait bound to
 // the pool itself, which runs there) and before it takes the task out of the delay queue.

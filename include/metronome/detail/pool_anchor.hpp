@@ -26,6 +26,10 @@ struct alignas(64) pool_anchor {
   std::uint32_t generation = 0;
   std::uint32_t index = 0;          // its place in the anchor table (never changes)
   pool_anchor* next_free = nullptr; // the registry's free list (under its mutex)
+
+  // The pool, for a task whose generation matches (checked under `mtx`, or known, as on
+  // the pool's own threads). Relaxed: `core` changes only under `mtx`, with the generation.
+  pool_core* pool() const noexcept { return core.load(std::memory_order_relaxed); }
 };
 
 // The anchor table: anchors live in blocks of anchor_block_size, made as needed and never

@@ -133,7 +133,7 @@ public:
 
   // The pool that times this task. Only for the pool's own paths (it is alive while
   // it runs or queues the task); handles go through the anchor.
-  pool_core* pool() const noexcept { return anchor_id_.anchor()->core.load(std::memory_order_relaxed); }
+  pool_core* pool() const noexcept { return anchor_id_.anchor()->pool(); }
 
   void add_ref() noexcept { refs_.fetch_add(1, std::memory_order_relaxed); }
   void release() noexcept {
@@ -189,8 +189,8 @@ public:
 
   // Pool-side operations.
   bool try_start() noexcept;        // pending -> running
-  // running -> done, by its runner, once the callable is destroyed; `e`: the run's
-  // exception (kept in the callable's storage: kept_error()), or null.
+  // running -> done, by its runner: destroys the callable, then keeps `e`, the run's
+  // exception, in its storage (kept_error()), or null.
   void finish(std::exception_ptr e = nullptr) noexcept;
   // pending/running -> cancelled, destroys callable. `by_runner`: see completion_hook.
   bool finish_cancelled(bool by_runner = false) noexcept;
@@ -245,9 +245,9 @@ protected:
   // field: eight bytes less per node (docs/benchmarks.md, "The node in 96 bytes" and
   // "The node in 80 bytes").
   virtual task_extras* extras_of() const noexcept { return nullptr; }
-  // A bound task's count of threads inside a dispatch of it (enter_dispatch()); only
-  // bound tasks have one (bound_executor_of), and only they call this.
-  virtual std::atomic<std::uint32_t>& dispatchers() const noexcept = 0;
+  // A bound task's count of threads inside a dispatch of it (enter_dispatch()), kept
+  // beside its executor copy (bound_executor_of); null for an unbound task.
+  virtual std::atomic<std::uint32_t>* dispatchers() const noexcept = 0;
   // Stores a finished run's exception where the callable was (finish()).
   virtual void keep_error(std::exception_ptr e) noexcept = 0;
   // The exception finish() kept, or null.
@@ -330,8 +330,6 @@ auto without_outstanding_work(const E& ex) {
 template <class F, bool Bound>
 struct bound_executor_of {
   explicit bound_executor_of(const F& /*f*/) noexcept {}
-  // Never called: only bound tasks count dispatches (scheduled_task_base::dispatchers()).
-  std::atomic<std::uint32_t>& dispatch_count() const noexcept { std::terminate(); }
 };
 // A copy of the callable's executor, destroyed with the callable (an executor, a strand's,
 // must not outlive its context: neither may a handle's node hold one). The hand-over reads
@@ -364,7 +362,9 @@ struct bound_executor_of<F, true> {
     ex.reset(); // (a strand's last copy locks its service: the other side blocks meanwhile)
     unlock();
   }
-  std::atomic<std::uint32_t>& dispatch_count() const noexcept { return dispatchers; }
+
+  // Threads inside a dispatch of the task (scheduled_task_base::enter_dispatch()).
+  mutable std::atomic<std::uint32_t> dispatchers{0};
 
 private:
   void lock() noexcept {
@@ -376,8 +376,6 @@ private:
   }
   std::atomic<bool> busy{false};
   std::optional<executor> ex;
-  // Threads inside a dispatch of the task (scheduled_task_base::enter_dispatch()).
-  mutable std::atomic<std::uint32_t> dispatchers{0};
 };
 
 template <class R>
@@ -470,12 +468,16 @@ private:
       std::launder(reinterpret_cast<std::exception_ptr*>(&storage_))->~exception_ptr();
   }
 
-  std::atomic<std::uint32_t>& dispatchers() const noexcept override { return bound_ex_.dispatch_count(); }
+  std::atomic<std::uint32_t>* dispatchers() const noexcept override {
+    if constexpr (Bound)
+      return &bound_ex_.dispatchers;
+    else
+      return nullptr;
+  }
 
-  // The callable is gone (finish() is called after destroy_callable()): its storage holds
-  // the exception instead, so that a node needs no field of its own for it.
+  // The callable is gone (finish() destroyed it first): its storage holds the exception
+  // instead, so that a node needs no field of its own for it.
   void keep_error(std::exception_ptr e) noexcept override {
-    assert(this->storage_holds_ != timed_node::holds_callable && "metronome: finish(e) before destroy_callable()");
     ::new (static_cast<void*>(&storage_)) std::exception_ptr(std::move(e));
     this->storage_holds_ = timed_node::holds_error;
   }

@@ -64,6 +64,7 @@ enum class hook_point {
   cancel_before_removal,       // a cancel() delivered its task's completions; the task not yet taken out of the delay queue
   wheel_cancel_before_release, // a cancel() took a timeout out of the wheel and dropped it; the wheel's reference not yet let go
   wheel_cancel_after_withdraw, // a cancel() took the last timeout out and withdrew the tick; sleeping_until_ not yet reset
+  runner_error_kept,           // a task's runner kept its run's exception (callable destroyed); the task not yet done
 };
 
 using hook_function = void (*)(hook_point);
