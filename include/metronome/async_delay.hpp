@@ -181,8 +181,9 @@ auto start_delay(Target& target, clock::duration amount, bool relative, Completi
  * that executor, the operation holds outstanding work on it, and lets go on the
  * completing thread once the executor took it (Asio's rule: `io_context::run()` does
  * not return while a wait is pending, nor while its completion is being posted). A handler that
- * throws is reported to the exception handler of the pool whose thread runs it (else
- * printed to stderr). Per-operation cancellation (any type: terminal, partial,
+ * throws is reported to the exception handler of the pool whose thread runs it; off a
+ * pool it leaves the Asio handler that ran it (`io_context::run()` throws it: Asio's
+ * rule, docs/semantics.md "Exceptions"). Per-operation cancellation (any type: terminal, partial,
  * total) through the associated cancellation slot takes the wait out of the delay
  * queue and completes it with `asio::error::operation_aborted`; a wait that already
  * fell due completes normally. Over an `io_context`, every due wait completes inside

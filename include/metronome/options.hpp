@@ -62,7 +62,8 @@ struct pool_options {
   /// Core worker threads, started at construction; at least 1.
   std::size_t threads = 1;
   /// Elastic upper bound; threads beyond `threads` start when work finds nobody idle
-  /// and exit after `keep_alive` without work. 0 (or <= threads) means fixed size.
+  /// and exit after `keep_alive` without work. 0 or `threads` means fixed size; between
+  /// 1 and `threads - 1` the constructor throws std::invalid_argument.
   std::size_t max_threads = 0;
   /// Idle time after which an elastic (non-core) thread exits.
   std::chrono::nanoseconds keep_alive = std::chrono::seconds(60);
@@ -169,8 +170,10 @@ struct serial_options {
   /// executor, so one busy serial executor cannot starve others on the same pool. >= 1.
   std::size_t batch = 64;
   /// Receives exceptions thrown by fire-and-forget tasks (and work dropped because the
-  /// pool underneath was shut down). Default: the pool's handler when the underlying
-  /// executor is a metronome pool, else print to stderr.
+  /// pool underneath was shut down). Default (empty): the pool's handler when the
+  /// underlying executor is a metronome pool; over another executor the exception leaves
+  /// the drain's Asio handler, as from an `asio::strand` (`io_context::run()` throws it:
+  /// docs/semantics.md "Exceptions").
   std::function<void(std::exception_ptr)> exception_handler;
 };
 
@@ -183,8 +186,8 @@ struct wheel_options {
   /// deadline less than S/2 to S ticks away, and a level's slot moves down while the
   /// slot before it is current (spread over that time, never in one burst).
   std::size_t slots_per_level = 512;
-  /// Levels: S * (S/2)^(levels-1) ticks are covered (256 * 128^4 ticks of 1 ms: two
-  /// years); later deadlines wait at the top level and move down as time passes.
+  /// Levels: S * (S/2)^(levels-1) ticks are covered (512 * 256^4 = 2^41 ticks of 1 ms:
+  /// about 69 years); later deadlines wait at the top level and move down as time passes.
   /// log2(S) + log2(S/2) * (levels-1) <= 60.
   std::size_t levels = 5;
   /// Most timeouts pending at once; 0 = unbounded. Beyond it schedule() throws
@@ -195,8 +198,10 @@ struct wheel_options {
   manual_clock* time_source = nullptr;
   /// Receives the exceptions that timeouts throw (never a null pointer), on the thread
   /// that ran the timeout. Empty (default), or once the wheel is destroyed: the
-  /// exception handler of the metronome pool the timeout runs on, else stderr. A handler
-  /// that throws has its exception printed to stderr, and the wheel goes on.
+  /// exception handler of the metronome pool the timeout runs on; on another executor
+  /// the exception leaves the Asio handler that ran the timeout (`io_context::run()`
+  /// throws it: docs/semantics.md "Exceptions"). A handler that throws has its exception
+  /// printed to stderr, and the wheel goes on.
   std::function<void(std::exception_ptr)> exception_handler;
 };
 

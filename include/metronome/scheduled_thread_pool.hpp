@@ -166,8 +166,12 @@ public:
   /// Stops accepting work; ready work still runs; delayed and periodic work per options.
   void shutdown();
 
-  /// Stops accepting work and starts nothing more; returns every task that never ran.
-  /** Tasks a worker had already taken when this is called still run. */
+  /// Stops accepting work and starts nothing more; returns the tasks that never ran.
+  /** Tasks a worker had already taken when this is called still run. Not returned: a
+   *  task bound to the pool itself (to a strand or serial executor over it: it ends
+   *  cancelled), and an `asio::strand`'s invoker (destroyed unrun with its handlers, as
+   *  at an `io_context`'s destruction); pending `async_delay` waits complete with
+   *  `operation_aborted`. docs/semantics.md, "Shutdown and lifecycle". */
   std::vector<pending_task> shutdown_now();
 
   /// Waits until the pool has terminated. Without shutdown(), waits until no

@@ -30,8 +30,8 @@ class wheel_scheduler; // metronome/execution.hpp
  * passes. A timeout never fires early and fires at the first tick at or after its
  * deadline (plus scheduling noise).
  *
- * Due timeouts run on the executor given at construction (a metronome pool's executor
- * costs no allocation per firing). The wheel has no thread of its own: its tick is one
+ * Due timeouts run on the executor given at construction (a metronome pool, or its
+ * own executor, costs no allocation per firing). The wheel has no thread of its own: its tick is one
  * wait in the engine of that executor's context (the pool's heap, or the context's timing
  * service), run by the context's threads while the wheel holds timeouts; it only moves
  * timeouts and never runs user code. Once a pool it fires onto has terminated, the wheel
@@ -39,8 +39,9 @@ class wheel_scheduler; // metronome/execution.hpp
  * `wheel_options::time_source` set to a manual clock, `advance()` moves the wheel.
  *
  * A timeout that throws: to `wheel_options::exception_handler`, by default (and once
- * the wheel is destroyed) to the exception handler of the metronome pool running it,
- * else stderr.
+ * the wheel is destroyed) to the exception handler of the metronome pool running it;
+ * on another executor it leaves the Asio handler that ran it (`io_context::run()`
+ * throws it: Asio's rule, docs/semantics.md "Exceptions").
  *
  * Handles (`timeout`) may outlive the wheel. Destroying the wheel cancels the timeouts
  * it still holds; a timeout already handed to the executor stays expired, runs unless
@@ -102,11 +103,14 @@ public:
       : core_(detail::wheel_core::make(std::move(opts), pool.get_executor(), &detail::pool_of(pool),
                                                    &detail::pool_of(pool))) {}
 
-  /// A wheel firing onto any Asio executor.
+  /// A wheel firing onto any Asio executor. A pool's own executor (`pool.get_executor()`)
+  /// makes the same wheel as `wheel_timer(pool)`: the pool's `shutdown()` aborts its
+  /// waits and firing allocates nothing. Over a strand, a serial executor or another
+  /// executor of a pool, only `stop()` aborts them.
   template <class Executor>
   requires(!std::is_convertible_v<Executor&, scheduled_thread_pool&>) explicit wheel_timer(const Executor& ex,
                                                                                            wheel_options opts = {})
-      : core_(detail::wheel_core::make(std::move(opts), net::any_io_executor(ex), nullptr,
+      : core_(detail::wheel_core::make(std::move(opts), net::any_io_executor(ex), own_pool(ex),
                                                    hosted_ticks(ex))) {}
 
   /// Stops the wheel (cancelling what never fired).
@@ -133,15 +137,16 @@ public:
   /// Waits for `delay` on the wheel: an Asio operation with signature
   /// `void(error_code)`, any completion token, per-operation
   /// cancellation (completes with `operation_aborted`). `stop()` aborts pending waits,
-  /// and so does the `shutdown()` of the pool the wheel fires onto (later waits too).
+  /// and so does the `shutdown()` of the pool the wheel fires onto, when built from the
+  /// pool or its own executor (later waits too).
   /**
    * The handler runs on its associated executor (default: the wheel's), allocated with
    * its associated allocator; outstanding work on that executor is held until the
    * completion has been handed to it (Asio's rule). On a metronome pool every completion,
    * aborted ones included, is handed over by a pool worker running the wait's node:
    * completing allocates nothing when the handler runs on the pool. A handler that throws
-   * is reported to the exception handler of the pool whose thread runs it (else printed
-   * to stderr).
+   * is reported to the exception handler of the pool whose thread runs it; off a pool it
+   * leaves the Asio handler that ran it (`io_context::run()` throws it: Asio's rule).
    */
   template <class Rep, class Period, class CompletionToken>
   auto async_wait(std::chrono::duration<Rep, Period> delay, CompletionToken&& token);
@@ -176,6 +181,16 @@ private:
   template <class Executor>
   static detail::pool_core* hosted_ticks(const Executor& ex) {
     return &detail::pool_core_of(ex);
+  }
+  // The pool a wheel fires onto directly: only through the pool's own executor, which
+  // is what wheel_timer(pool) uses (any other executor of it carries properties or
+  // ordering that firing must go through).
+  template <class Executor>
+  static detail::pool_core* own_pool(const Executor& ex) noexcept {
+    if constexpr (std::is_same_v<Executor, scheduled_thread_pool::executor_type>)
+      return detail::pool_of(ex);
+    else
+      return nullptr;
   }
 
   std::unique_ptr<detail::wheel_core> core_;

@@ -214,31 +214,41 @@ BOOST_AUTO_TEST_CASE(wait_handlers_completing_onto_a_dying_io_context_leave_it_a
 // async_delay waits: they complete with operation_aborted on the pool before it
 // terminates, and join() returns after that. (They were dropped unrun once the pool had
 // terminated: a coroutine awaiting one was destroyed, never resumed.) A wait started
-// after shutdown() completes with operation_aborted too; timeouts are not touched.
+// after shutdown() completes with operation_aborted too; timeouts are not touched. A
+// wheel built from the pool's own executor is the pool's wheel as well.
 BOOST_AUTO_TEST_CASE(the_pool_s_shutdown_aborts_the_waits_of_a_wheel_over_it) {
-  scheduled_thread_pool pool(1);
-  wheel_timer wheel(pool);
-  std::atomic<int> calls{0}, aborted{0};
-  auto handler = [&](error_code ec) {
-    if (ec == net::error::operation_aborted) aborted.fetch_add(1);
-    calls.fetch_add(1);
-  };
-  wheel.async_wait(1h, handler);
-  wheel.async_wait(10min, handler);
-  std::atomic<int> timeout_runs{0};
-  auto timeout = wheel.schedule([&] { timeout_runs.fetch_add(1); }, 1h);
-  metronome::test::gate busy;
-  metronome::test::counter busy_started;
-  BOOST_REQUIRE(metronome::test::occupy_worker(pool, busy, busy_started));
-  pool.shutdown();
-  wheel.async_wait(1h, handler); // after shutdown
-  BOOST_CHECK_EQUAL(wheel.pending(), 1u); // the timeout
-  busy.open();
-  pool.join();
-  BOOST_CHECK_EQUAL(calls.load(), 3);
-  BOOST_CHECK_EQUAL(aborted.load(), 3);
-  BOOST_CHECK(timeout.cancel());
-  BOOST_CHECK_EQUAL(timeout_runs.load(), 0);
+  for (const bool from_executor : {false, true}) {
+    BOOST_TEST_CONTEXT("built from the pool's executor: " << from_executor) {
+      scheduled_thread_pool pool(1);
+      std::optional<wheel_timer> made;
+      if (from_executor)
+        made.emplace(pool.get_executor());
+      else
+        made.emplace(pool);
+      wheel_timer& wheel = *made;
+      std::atomic<int> calls{0}, aborted{0};
+      auto handler = [&](error_code ec) {
+        if (ec == net::error::operation_aborted) aborted.fetch_add(1);
+        calls.fetch_add(1);
+      };
+      wheel.async_wait(1h, handler);
+      wheel.async_wait(10min, handler);
+      std::atomic<int> timeout_runs{0};
+      auto timeout = wheel.schedule([&] { timeout_runs.fetch_add(1); }, 1h);
+      metronome::test::gate busy;
+      metronome::test::counter busy_started;
+      BOOST_REQUIRE(metronome::test::occupy_worker(pool, busy, busy_started));
+      pool.shutdown();
+      wheel.async_wait(1h, handler); // after shutdown
+      BOOST_CHECK_EQUAL(wheel.pending(), 1u); // the timeout
+      busy.open();
+      pool.join();
+      BOOST_CHECK_EQUAL(calls.load(), 3);
+      BOOST_CHECK_EQUAL(aborted.load(), 3);
+      BOOST_CHECK(timeout.cancel());
+      BOOST_CHECK_EQUAL(timeout_runs.load(), 0);
+    }
+  }
 }
 
 
@@ -346,7 +356,8 @@ BOOST_AUTO_TEST_CASE(a_timeout_refused_by_its_executor_may_cancel_another_of_its
       st->pool.shutdown();
       st->pool.join(); // terminated: pushes are dropped
     } else {
-      st->wheel.emplace(st->pool.get_executor());
+      // Another executor of the pool (not its own, which makes the pool's wheel).
+      st->wheel.emplace(metronome::net::any_io_executor(st->pool.get_executor()));
       st->pool.shutdown(); // posts from outside are dropped
     }
     st->other = st->wheel->schedule([] {}, 1h);
