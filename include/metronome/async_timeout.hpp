@@ -144,7 +144,8 @@ private:
  * @param coroutine the `asio::awaitable<T>` to run; its executor type must accept
  * `target`'s executor, as for `co_spawn`.
  * @param token any completion token; the handler runs on its associated executor
- * (default: `target`'s).
+ * (default: `target`'s). Default token: `target`'s executor's, as for `async_delay`
+ * (`deferred` from Asio 1.31; none before, then pass one).
  * @throws std::invalid_argument if `coroutine` is empty (default-constructed or moved
  * from); std::bad_alloc when the operation cannot be started.
  *
@@ -154,9 +155,11 @@ private:
  * serialised executor (a strand, a `serial_executor`, a one-thread pool or an
  * `io_context` run by one thread) when its pool has several threads.
  */
-template <class Target, class Rep, class Period, class T, class AwaitableExecutor, class CompletionToken>
+template <class Target, class Rep, class Period, class T, class AwaitableExecutor,
+          class CompletionToken = detail::delay_default_token_t<Target>>
 auto async_timeout(Target&& target, std::chrono::duration<Rep, Period> timeout,
-                   net::awaitable<T, AwaitableExecutor> coroutine, CompletionToken&& token) {
+                   net::awaitable<T, AwaitableExecutor> coroutine,
+                   CompletionToken&& token = detail::delay_default_token_t<Target>()) {
   static_assert(detail::is_delay_target_v<Target>,
                 "metronome::async_timeout: the first argument must be an Asio executor or execution context");
   if (!coroutine.valid()) throw std::invalid_argument("metronome: async_timeout of an empty awaitable");

@@ -61,6 +61,8 @@ struct retry_any {
  * again (default `retry_any`: always); false delivers that attempt's result. It must not
  * throw.
  * @param token any completion token; the handler gets the last attempt's arguments.
+ * Default (the form without `retry_if`): `target`'s executor's default token, as for
+ * `async_delay` (`deferred` from Asio 1.31; none before, then pass one).
  *
  * Per-operation cancellation (terminal, Asio's default for composed operations)
  * through the handler's slot reaches the running attempt (its operation sees the
@@ -84,8 +86,10 @@ struct retry_any {
  * As for any Asio operation: emit cancellation from the handler's executor; the
  * operation's I/O objects are used from that executor.
  */
-template <class Signature = void, class Target, class Operation, class CompletionToken>
-auto async_retry(Target&& target, backoff policy, Operation&& op, CompletionToken&& token) {
+template <class Signature = void, class Target, class Operation,
+          class CompletionToken = detail::delay_default_token_t<Target>>
+auto async_retry(Target&& target, backoff policy, Operation&& op,
+                 CompletionToken&& token = detail::delay_default_token_t<Target>()) {
   return detail::start_retry<Signature>(target, policy, std::forward<Operation>(op), retry_any{},
                                         std::forward<CompletionToken>(token));
 }

@@ -116,6 +116,11 @@ public:
   /// Stops the wheel (cancelling what never fired).
   ~wheel_timer() = default;
 
+  /// The executor due timeouts and waits run on (a wait's default), as an Asio I/O
+  /// object names it: the one given at construction, type-erased as `steady_timer`'s.
+  using executor_type = net::any_io_executor;
+  executor_type get_executor() const noexcept { return core_->executor(); }
+
   /// Runs `f` on the executor once `delay` has passed (at tick resolution).
   /**
    * A callable with an associated executor of its own (`asio::bind_executor(strand, f)`,
@@ -135,7 +140,8 @@ private:
 public:
 
   /// Waits for `delay` on the wheel: an Asio operation with signature
-  /// `void(error_code)`, any completion token, per-operation
+  /// `void(error_code)`, any completion token (default: the executor's, as
+  /// `steady_timer::async_wait`'s: `deferred` from Asio 1.31), per-operation
   /// cancellation (completes with `operation_aborted`). `stop()` aborts pending waits,
   /// and so does the `shutdown()` of the pool the wheel fires onto, when built from the
   /// pool or its own executor (later waits too).
@@ -148,8 +154,9 @@ public:
    * is reported to the exception handler of the pool whose thread runs it; off a pool it
    * leaves the Asio handler that ran it (`io_context::run()` throws it: Asio's rule).
    */
-  template <class Rep, class Period, class CompletionToken>
-  auto async_wait(std::chrono::duration<Rep, Period> delay, CompletionToken&& token);
+  template <class Rep, class Period, class CompletionToken = net::default_completion_token_t<executor_type>>
+  auto async_wait(std::chrono::duration<Rep, Period> delay,
+                  CompletionToken&& token = net::default_completion_token_t<executor_type>());
 
   /// Timeouts waiting in the wheel (not yet due, not cancelled).
   std::size_t pending() const { return core_->pending(); }

@@ -167,6 +167,27 @@ BOOST_AUTO_TEST_CASE(in_a_coroutine_with_use_awaitable_and_as_tuple) {
   BOOST_TEST(p.get_future().get() == "7 timed_out timed_out 0");
 }
 
+// With no token the target's executor's default is used, as async_delay does: here an
+// executor whose default is use_awaitable.
+BOOST_AUTO_TEST_CASE(the_token_defaults_to_the_target_executor_s) {
+  c.set_auto_advance(true);
+  const net::use_awaitable_t<>::executor_with_default<scheduled_thread_pool::executor_type> awaiting(ex);
+  std::promise<std::string> p;
+  net::co_spawn(
+      pool,
+      [&]() -> net::awaitable<void> {
+        std::string out = std::to_string(co_await async_timeout(awaiting, 1s, work(10ms, 7)));
+        try {
+          co_await async_timeout(awaiting, 1s, work(1min, 8));
+        } catch (const metronome::system_error& e) {
+          out += e.code() == net::error::timed_out ? " timed_out" : " other";
+        }
+        p.set_value(out);
+      },
+      net::detached);
+  BOOST_TEST(p.get_future().get() == "7 timed_out");
+}
+
 // With deferred the deadline counts from the launch.
 BOOST_AUTO_TEST_CASE(with_deferred_the_deadline_counts_from_the_launch) {
   auto op = async_timeout(ex, 10ms, work(15ms, 7), deferred);

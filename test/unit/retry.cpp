@@ -153,6 +153,20 @@ BOOST_AUTO_TEST_CASE(retries_after_each_backoff_pause_until_an_attempt_succeeds)
   BOOST_TEST(pool.stats().delayed_queued == 0u);
 }
 
+// With no token the target's executor's default is used, as async_delay does: here an
+// executor whose default is use_awaitable (an error throws, the value is returned).
+BOOST_AUTO_TEST_CASE(the_token_defaults_to_the_target_executor_s) {
+  s.outcome = [](int n) { return n < 1 ? refused : error_code(); };
+  c.set_auto_advance(true);
+  const net::use_awaitable_t<>::executor_with_default<scheduled_thread_pool::executor_type> awaiting(
+      pool.get_executor());
+  auto f = net::co_spawn(
+      pool, [&]() -> net::awaitable<int> { co_return co_await async_retry(awaiting, exact(5), s.op()); },
+      net::use_future);
+  BOOST_TEST(f.get() == 1); // the second attempt's
+  BOOST_TEST(s.started().size() == 2u);
+}
+
 BOOST_AUTO_TEST_CASE(attempts_run_out_with_the_last_attempts_error_and_values) {
   s.outcome = [](int n) { return n < 2 ? refused : unreachable; };
   c.set_auto_advance(true);

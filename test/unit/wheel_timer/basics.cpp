@@ -675,6 +675,32 @@ BOOST_AUTO_TEST_CASE(async_wait_completes_and_cancels) {
   BOOST_CHECK_THROW(g.get(), metronome::system_error); // aborted by stop()
 }
 
+// Waits the default token starts (the executor's, as steady_timer::async_wait's): true
+// when there is one (Asio 1.31 on: deferred), else false, and nothing is started.
+template <class Wheel, class Clock>
+bool wait_with_the_default_token(Wheel& wheel, Clock& clock, std::promise<metronome::error_code>& done) {
+  if constexpr (requires { wheel.async_wait(5ms); }) {
+    auto op = wheel.async_wait(5ms); // deferred: nothing started yet
+    BOOST_TEST(wheel.pending() == 0u);
+    std::move(op)([&](metronome::error_code ec) { done.set_value(ec); });
+    BOOST_TEST(wheel.pending() == 1u);
+    clock.advance(5ms);
+    return true;
+  } else {
+    return false;
+  }
+}
+
+// An I/O object's executor, and the default completion token it gives async_wait.
+BOOST_AUTO_TEST_CASE(the_wheel_names_its_executor_and_its_waits_default_to_its_token) {
+  manual_wheel w;
+  BOOST_TEST((w.wheel.get_executor() == net::any_io_executor(w.pool.get_executor())));
+  std::promise<metronome::error_code> done;
+  constexpr bool has_default = !std::is_void_v<net::default_completion_token_t<net::any_io_executor>>;
+  BOOST_TEST(wait_with_the_default_token(w.wheel, w.clock, done) == has_default);
+  if (has_default) BOOST_TEST(!done.get_future().get()); // completed, not aborted
+}
+
 // A manual clock standing at its end (time_point::max()): every deadline rounds to its
 // last tick, which has come; new timeouts fire at once (they waited in the inbox for an
 // advance that cannot move the clock further).
