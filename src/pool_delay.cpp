@@ -342,22 +342,24 @@ bool pool_core::add_wait(wait_node* n, clock::time_point due, clock::time_point 
   METRONOME_POOL_CALL(e.calls_);
   n->set_due(due);
   if (e.state_.terminated()) return false;
-  // A wheel's tick is timed after shutdown() too: the wheel delivers until termination.
-  if (due > current && (!e.state_.at_least(lifecycle::shutdown) || n->untracked_)) {
+  // A wheel's tick is timed after shutdown() too: the wheel delivers until termination;
+  // so is a cancel_after's deadline, as a delayed one-shot task is (keeps_deadline).
+  const bool kept_after_shutdown = n->untracked_ || e.keeps_deadline(n);
+  if (due > current && (!e.state_.at_least(lifecycle::shutdown) || kept_after_shutdown)) {
     METRONOME_TEST_HOOK(hook_point::wait_before_lock);
     std::unique_lock lk(e.mtx_, std::defer_lock);
     lock_as_timed_producer(lk);
     if (e.state_.terminated()) return false;
     // Cancelled before it got here (wait_node::adding_): queued aborted, never timed.
     const bool cancelled = std::exchange(n->adding_, false) && n->cancel_before_add_;
-    if (!cancelled && (!e.state_.at_least(lifecycle::shutdown) || n->untracked_)) {
+    if (!cancelled && (!e.state_.at_least(lifecycle::shutdown) || kept_after_shutdown)) {
       e.heap_push(lk, n, current); // may throw std::bad_alloc with nothing queued
       e.ask_clock_after_outside_push(lk);
       return true;
     }
     if (cancelled) n->aborted_ = true;
   }
-  if (e.state_.at_least(lifecycle::shutdown)) n->aborted_ = true;
+  if (e.state_.at_least(lifecycle::shutdown) && !e.keeps_deadline(n)) n->aborted_ = true; // (a due deadline emits)
   // Its time had passed at initiation: its start counts as queue wait from now, as typed
   // work's whose delay had passed (record_wait_start). It queues behind the waits and
   // tasks already due (promoted first, one load when none is), as typed work due now
@@ -443,7 +445,10 @@ void pool_core::cancel_wait(pool_anchor* anchor, std::uint32_t generation, wait_
 
 bool pool_core::withdraw_wait(pool_anchor* anchor, std::uint32_t generation, wait_node* n) noexcept {
   std::unique_lock lk(anchor->mtx);
-  return pool_engine::take_wait_out(lk, anchor, generation, n) != nullptr;
+  pool_engine* core = pool_engine::take_wait_out(lk, anchor, generation, n);
+  // A deadline kept after shutdown() held a terminating pool up: its workers look again.
+  if (core && core->state_.seeks_termination()) core->wake_all(lk);
+  return core != nullptr;
 }
 
 void pool_core::promote_due_before(clock::time_point current) noexcept {

@@ -280,6 +280,9 @@ private:
   timed_node* drain_heap(const held_lock& lk) noexcept;
   void discard_chain(timed_node* first) noexcept;
   void sweep_for_shutdown(const held_lock& lk, timed_node*& gone) noexcept;
+  // A cancel_after's deadline (wait_node::deadline_) stays timed after shutdown() as a
+  // delayed one-shot task does: per run_delayed_after_shutdown (opts_ never changes).
+  bool keeps_deadline(const wait_node* n) const noexcept { return n->deadline_ && opts_.run_delayed_after_shutdown; }
   bool idle_for_termination(const held_lock& lk, int awake_expected) const noexcept;
   void terminate(const held_lock& lk) noexcept;
   // fork() (pool_lifecycle.cpp): the registry of live pools and the child's side.

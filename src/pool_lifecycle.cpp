@@ -183,7 +183,8 @@ void pool_engine::sweep_for_shutdown(const held_lock& lk, timed_node*& gone) noe
   assert_held(lk, mtx_);
   heap_.remove_if(
       [this](timed_node* n) {
-        if (n->kind_ == task_kind::wait) return !is_tick(n); // a wheel's tick stays (add_wait)
+        if (n->kind_ == task_kind::wait) // a wheel's tick stays (add_wait), and a kept deadline
+          return !is_tick(n) && !keeps_deadline(static_cast<const wait_node*>(n));
         if (n->kind_ == task_kind::periodic) return !opts_.continue_periodic_after_shutdown;
         return !opts_.run_delayed_after_shutdown;
       },

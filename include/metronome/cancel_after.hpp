@@ -143,10 +143,13 @@ auto cancel_at(Target&& timing, std::chrono::time_point<clock, Duration> deadlin
  * operation's I/O executor (else the handler's executor), or the timing service of that
  * executor's context (an `io_context`'s, driven by its own threads);
  * pass `timing` (an executor or execution context, e.g. a pool on a manual clock) to
- * choose. When the operation completes first, the node leaves the queue at once. If the
- * pool that times it has terminated (or the context of its timing service has shut
- * down), the operation runs without a timeout; if the timer cannot
- * be queued for lack of memory, the cancellation is emitted at once.
+ * choose. When the operation completes first, the node leaves the queue at once. After
+ * the timing pool's `shutdown()` the timer is kept (and one started later is timed) as a
+ * delayed one-shot task is, per `pool_options::run_delayed_after_shutdown` (default: a
+ * drain keeps its deadlines; the pool terminates once they fired or their operations
+ * completed). With that option off, once the pool has terminated (or the context of
+ * its timing service has shut down), the operation runs without a timeout; if the
+ * timer cannot be queued for lack of memory, the cancellation is emitted at once.
  */
 template <class Rep, class Period, class CompletionToken>
   requires(!std::is_same_v<std::remove_cvref_t<CompletionToken>, net::cancellation_type_t>)

@@ -116,9 +116,10 @@ public:
   /// Stops the wheel (cancelling what never fired).
   ~wheel_timer() = default;
 
-  /// The executor due timeouts and waits run on (a wait's default), as an Asio I/O
-  /// object names it: the one given at construction, type-erased as `steady_timer`'s.
+  /// The executor type, as `steady_timer`'s: type-erased.
   using executor_type = net::any_io_executor;
+  /// The executor due timeouts and waits run on (a wait's default), as an Asio I/O
+  /// object names it: the one given at construction.
   executor_type get_executor() const noexcept { return core_->executor(); }
 
   /// Runs `f` on the executor once `delay` has passed (at tick resolution).

@@ -14,6 +14,7 @@
 #include <atomic>
 #include <chrono>
 #include <future>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <thread>
@@ -269,6 +270,90 @@ BOOST_AUTO_TEST_CASE(an_operation_that_outlives_its_timing_pool_completes_safely
   t.cancel();
   io.run(); // the handler's side finds the pool gone and leaves it alone
   BOOST_TEST((got == net::error::operation_aborted));
+}
+
+namespace {
+// Ends an io_context's pending timers from its own thread if the test's deadlines did
+// not (a failing run ends instead of hanging), then joins its runner.
+void finish_io(net::io_context& io, std::thread& runner, std::initializer_list<net::steady_timer*> timers) {
+  BOOST_TEST(poll_until([&] { return io.stopped(); }, 10s));
+  net::post(io, [timers] {
+    for (net::steady_timer* t : timers) t->cancel();
+  });
+  runner.join();
+}
+} // namespace
+
+// A graceful drain keeps its deadlines: after the timing pool's shutdown() a
+// cancel_after's deadline is timed as a delayed one-shot task is (pool_options::
+// run_delayed_after_shutdown, the default), one started after shutdown() too. Each
+// still cancels its operation when time is up, and holds the pool up until then; the
+// pool terminates after. (shutdown() used to drop them: the operations ran on with no
+// timeout, and a drain waiting for them could hang.)
+BOOST_AUTO_TEST_CASE(deadlines_outlive_their_timing_pool_s_shutdown_as_delayed_tasks_do) {
+  manual_clock c;
+  scheduled_thread_pool pool(on_clock(c));
+  net::io_context io;
+  net::steady_timer before(io, 1h), after(io, 1h);
+  error_code got_before, got_after;
+  before.async_wait(cancel_after(pool.get_executor(), 10ms, [&](error_code ec) { got_before = ec; }));
+  std::thread runner([&] { io.run(); }); // the waits keep it running
+  BOOST_TEST(poll_until([&] { return pool.stats().delayed_queued == 1; }));
+  pool.shutdown();
+  BOOST_TEST(pool.stats().delayed_queued == 1u); // kept
+  after.async_wait(cancel_after(pool.get_executor(), 20ms, [&](error_code ec) { got_after = ec; }));
+  BOOST_TEST(poll_until([&] { return pool.stats().delayed_queued == 2; })); // timed, not aborted
+  c.advance(10ms);
+  BOOST_TEST(poll_until([&] { return pool.stats().delayed_queued == 1; }));
+  BOOST_TEST(!pool.is_terminated()); // the second deadline holds it
+  c.advance(10ms);
+  finish_io(io, runner, {&before, &after});
+  BOOST_TEST((got_before == net::error::operation_aborted));
+  BOOST_TEST((got_after == net::error::operation_aborted));
+  BOOST_TEST(pool.await_termination(10s));
+}
+
+// With run_delayed_after_shutdown off, shutdown() drops the deadline as it drops delayed
+// tasks: the pool terminates at once, and the operation runs on without a timeout.
+BOOST_AUTO_TEST_CASE(a_pool_that_drops_delayed_tasks_at_shutdown_drops_deadlines_too) {
+  manual_clock c;
+  metronome::pool_options o = on_clock(c);
+  o.run_delayed_after_shutdown = false;
+  scheduled_thread_pool pool(o);
+  net::io_context io;
+  net::steady_timer t(io, 1h);
+  error_code got;
+  t.async_wait(cancel_after(pool.get_executor(), 10ms, [&](error_code ec) { got = ec; }));
+  std::thread runner([&] { io.run(); });
+  BOOST_TEST(poll_until([&] { return pool.stats().delayed_queued == 1; }));
+  pool.shutdown();
+  BOOST_TEST(pool.await_termination(10s));
+  BOOST_TEST(pool.stats().delayed_queued == 0u);
+  c.advance(10ms);
+  BOOST_TEST(!io.stopped()); // the timer still waits: nothing cancelled it
+  net::post(io, [&] { t.cancel(); });
+  runner.join();
+  BOOST_TEST((got == net::error::operation_aborted)); // by t.cancel()
+}
+
+// An operation that completes after its timing pool's shutdown() takes its deadline
+// out, and the pool, held up by it alone, terminates then - not at the deadline, an
+// hour away on the real clock, which its worker was waiting for.
+BOOST_AUTO_TEST_CASE(an_operation_completing_after_shutdown_lets_its_timing_pool_terminate) {
+  scheduled_thread_pool pool(1);
+  net::io_context io;
+  net::steady_timer t(io, 1h);
+  error_code got;
+  t.async_wait(cancel_after(pool.get_executor(), 1h, [&](error_code ec) { got = ec; }));
+  std::thread runner([&] { io.run(); });
+  BOOST_TEST(poll_until([&] { return pool.stats().delayed_queued == 1; }));
+  pool.shutdown();
+  BOOST_TEST(!pool.is_terminated());
+  net::post(io, [&] { t.cancel(); }); // the operation ends on its own
+  runner.join();
+  BOOST_TEST((got == net::error::operation_aborted));
+  BOOST_TEST(pool.await_termination(10s));
+  BOOST_TEST(pool.stats().delayed_queued == 0u);
 }
 
 BOOST_AUTO_TEST_CASE(an_io_context_operation_with_the_shared_timing_pool) {

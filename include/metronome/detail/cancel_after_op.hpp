@@ -139,7 +139,9 @@ public:
 private:
   cancel_after_op(const node_alloc& a, const Executor& ex, net::cancellation_type_t type, pool_core& core)
       : wait_node(&do_complete), alloc_(a), executor_(ex), type_(type), anchor_(core.anchor()),
-        generation_(core.anchor_generation()) {}
+        generation_(core.anchor_generation()) {
+    deadline_ = true; // kept after its pool's shutdown() as a delayed task is (wait_node)
+  }
   ~cancel_after_op() = default;
 
   void release() noexcept {

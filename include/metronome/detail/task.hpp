@@ -132,6 +132,11 @@ struct wait_node : timed_node {
   // A wheel's tick (wheel_tick.cpp): does not keep its pool from terminating, and
   // outlives shutdown() in the heap (the wheel keeps delivering until termination).
   bool untracked_ = false;
+  // A cancel_after's timer: a deadline on an operation, not a wait of its own. After
+  // shutdown() it is kept and timed as a delayed one-shot task is
+  // (pool_options::run_delayed_after_shutdown; pool_engine::keeps_deadline): a drain
+  // keeps its operations' deadlines, and the pool terminates once they fired or left.
+  bool deadline_ = false;
 };
 
 // Saturating now + d: never wraps past time_point::max().
