@@ -105,7 +105,9 @@ public:
   /// Waits, then returns the result.
   /**
    * @throws cancelled_error if the task was cancelled; the task's own exception if
-   * it threw. For a move-only `R` the value is moved out (call once).
+   * it threw. For a move-only `R` the value is moved out, once for all the handles of
+   * the task: a later get() throws std::future_error (future_already_retrieved), as
+   * std::future's second get() fails.
    */
   R get() const {
     auto& t = checked();
@@ -113,10 +115,12 @@ public:
     t.rethrow_if_failed();
     if constexpr (!std::is_void_v<R>) {
       auto& v = static_cast<detail::scheduled_result<R>&>(t).value_;
-      if constexpr (std::is_copy_constructible_v<R>)
+      if constexpr (std::is_copy_constructible_v<R>) {
         return *v;
-      else
+      } else {
+        if (!t.take_value()) throw std::future_error(std::future_errc::future_already_retrieved);
         return std::move(*v);
+      }
     }
   }
 

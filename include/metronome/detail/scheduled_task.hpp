@@ -122,6 +122,9 @@ public:
   // for the pool (nothing starts it), not yet done for its handles, until no thread is
   // inside a dispatch of it any more (cancel(), src/scheduled_task.cpp).
   static constexpr std::uint32_t settling = 0x80;
+  // A move-only result was moved out by a handle's get() (take_value()): set once the
+  // task is done, when no transition rewrites the word any more.
+  static constexpr std::uint32_t value_taken = 0x200;
 
   explicit scheduled_task_base(pool_core* pool) noexcept;
 
@@ -186,6 +189,11 @@ public:
   bool remove_hook(completion_hook* h) noexcept;
   std::exception_ptr failure() const; // cancelled_error, the task's exception, or null
   void rethrow_if_failed() const;
+  // A done task's move-only result may be moved out once: true for the first caller
+  // (any handle, any thread), false after.
+  bool take_value() const noexcept {
+    return (state_.fetch_or(value_taken, std::memory_order_acq_rel) & value_taken) == 0;
+  }
 
   // Pool-side operations.
   bool try_start() noexcept;        // pending -> running

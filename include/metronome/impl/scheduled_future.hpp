@@ -8,6 +8,7 @@
 #include <metronome/detail/asio.hpp>
 
 #include <exception>
+#include <future>
 #include <optional>
 #include <tuple>
 #include <type_traits>
@@ -69,7 +70,7 @@ public:
   // `immediate`: the task had ended before a call that must not run the handler inline.
   void deliver(bool immediate) noexcept {
     try {
-      std::exception_ptr e = task_->failure();
+      std::exception_ptr e = outcome();
       auto args = std::tuple_cat(std::make_tuple(e), result(e));
       std::apply([&](auto&... a) { this->complete_with(!immediate, std::move(a)...); }, args);
     } catch (...) { // copying the value failed: the handler is lost, so say so
@@ -86,7 +87,7 @@ public:
   // system_context, whose failure was reported and the handler lost.)
   void deliver_at_initiation() {
     if constexpr (has_own_executor) {
-      const std::exception_ptr e = task_->failure();
+      const std::exception_ptr e = outcome();
       std::optional<decltype(std::tuple_cat(std::make_tuple(e), result(e)))> args;
       try {
         args.emplace(std::tuple_cat(std::make_tuple(e), result(e)));
@@ -150,6 +151,18 @@ private:
 
   static void release_node(wait_hook* h) noexcept { handler_base::destroy(h); }
 
+  // The task's exception; for a move-only R whose value a get() or another completion
+  // took already, future_already_retrieved (what get() throws then). A null result
+  // claims the value (take_value): result() moves it out next.
+  std::exception_ptr outcome() const {
+    std::exception_ptr e = task_->failure();
+    if constexpr (!std::is_void_v<R> && !std::is_copy_constructible_v<R>) {
+      if (!e && !task_->take_value())
+        e = std::make_exception_ptr(std::future_error(std::future_errc::future_already_retrieved));
+    }
+    return e;
+  }
+
   auto result(const std::exception_ptr& e) {
     if constexpr (std::is_void_v<R>) {
       return std::tuple<>();
@@ -186,8 +199,8 @@ private:
  * pool whose thread runs it (else printed to stderr). Any number of waits may be
  * pending. For a periodic task it completes when the task stops. `R` must be default-
  * constructible (errors complete with `R{}`). A move-only `R` is moved into the first
- * completion (or `get()`) that takes it, as `get()` moves it: the others see a moved-from
- * value - await such a handle once.
+ * completion (or `get()`) that takes it; the others complete with a
+ * `std::future_error` (`future_already_retrieved`) and `R{}`, as a second `get()` throws.
  */
 template <class R>
 template <class CompletionToken>

@@ -132,11 +132,39 @@ BOOST_AUTO_TEST_CASE(a_task_s_exception_outlives_its_callable_and_is_freed_with_
   BOOST_TEST(counted_errors.load() == 0);
 }
 
-BOOST_AUTO_TEST_CASE(move_only_results_are_moved_out) {
+// A move-only result is moved out once for all the handles of its task: a second get()
+// (through any copy) throws future_already_retrieved, as std::future's does, and so does
+// an async_wait that comes after (its R{} beside the error) - never a moved-from value.
+BOOST_AUTO_TEST_CASE(move_only_results_are_moved_out_once) {
   metronome::scheduled_thread_pool pool(1);
   auto f = pool.submit([] { return std::make_unique<int>(5); });
+  auto copy = f;
   auto p = f.get();
   BOOST_TEST(*p == 5);
+  try {
+    (void)copy.get();
+    BOOST_FAIL("a second get() returned");
+  } catch (const std::future_error& e) {
+    BOOST_TEST((e.code() == std::future_errc::future_already_retrieved));
+  }
+  std::promise<std::pair<bool, bool>> waited; // (the error, a null value)
+  f.async_wait([&](std::exception_ptr e, std::unique_ptr<int> v) {
+    bool retrieved = false;
+    try {
+      if (e) std::rethrow_exception(e);
+    } catch (const std::future_error& fe) {
+      retrieved = fe.code() == std::future_errc::future_already_retrieved;
+    }
+    waited.set_value({retrieved, v == nullptr});
+  });
+  BOOST_TEST((waited.get_future().get() == std::pair<bool, bool>(true, true)));
+
+  // The first taker may be a completion: then get() throws.
+  auto g = pool.submit([] { return std::make_unique<int>(6); });
+  std::promise<int> first;
+  g.async_wait([&](std::exception_ptr e, std::unique_ptr<int> v) { first.set_value(e || !v ? -1 : *v); });
+  BOOST_TEST(first.get_future().get() == 6);
+  BOOST_CHECK_THROW((void)g.get(), std::future_error);
 }
 
 BOOST_AUTO_TEST_CASE(cancel_wins_only_before_start) {
