@@ -82,13 +82,9 @@ public:
   /// Whether the calling thread is running a task of this serial executor.
   bool running_in_this_thread() const noexcept { return state_->running_in_this_thread(); }
 
-  // ---- typed API (handles as on the pool)
-  //
-  // Every call below throws rejected_execution after dispose(), and, over a metronome
-  // pool, once that pool is shut down: a serial executor has no rejection_policy of its
-  // own and does not take the pool's (caller_runs would run a task outside its order,
-  // discard would lose it silently); nor does the pool's max_queued count its queue.
-  // Over another executor, that executor's own rules apply when the drain is posted.
+  // ---- typed API (handles as on the pool). Each call throws rejected_execution after
+  // dispose() and once the metronome pool under it is shut down, whatever that pool's
+  // rejection_policy (docs/semantics.md, "Rejection"); max_queued does not count it.
 
   /// Queues `f`; @returns its handle. @throws rejected_execution after dispose().
   template <class F>
