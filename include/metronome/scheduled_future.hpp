@@ -114,13 +114,9 @@ public:
     t.wait();
     t.rethrow_if_failed();
     if constexpr (!std::is_void_v<R>) {
-      auto& v = static_cast<detail::scheduled_result<R>&>(t).value_;
-      if constexpr (std::is_copy_constructible_v<R>) {
-        return *v;
-      } else {
-        if (!t.take_value()) throw std::future_error(std::future_errc::future_already_retrieved);
-        return std::move(*v);
-      }
+      auto& r = static_cast<detail::scheduled_result<R>&>(t);
+      if (std::exception_ptr e = r.claim_value()) std::rethrow_exception(e);
+      return r.claimed_value();
     }
   }
 

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <future>
 #include <memory>
 #include <new>
 #include <optional>
@@ -122,7 +123,7 @@ public:
   // for the pool (nothing starts it), not yet done for its handles, until no thread is
   // inside a dispatch of it any more (cancel(), src/scheduled_task.cpp).
   static constexpr std::uint32_t settling = 0x80;
-  // A move-only result was moved out by a handle's get() (take_value()): set once the
+  // A move-only result was claimed by a reader (claim_value, take_value): set once the
   // task is done, when no transition rewrites the word any more.
   static constexpr std::uint32_t value_taken = 0x200;
 
@@ -390,6 +391,22 @@ template <class R>
 class scheduled_result : public scheduled_task_base {
 public:
   using scheduled_task_base::scheduled_task_base;
+  // A done task's value, for one reader (a handle's get(), a wait's completion): null
+  // when it may read it (claimed_value() next); for a move-only R that another reader
+  // took already, future_already_retrieved (what a second get() throws).
+  std::exception_ptr claim_value() const {
+    if constexpr (!std::is_copy_constructible_v<R>) {
+      if (!take_value()) return std::make_exception_ptr(std::future_error(std::future_errc::future_already_retrieved));
+    }
+    return nullptr;
+  }
+  // The value after claim_value(): a copy, or a move-only R moved out.
+  R claimed_value() {
+    if constexpr (std::is_copy_constructible_v<R>)
+      return *value_;
+    else
+      return std::move(*value_);
+  }
   std::optional<R> value_;
 };
 

@@ -151,14 +151,12 @@ private:
 
   static void release_node(wait_hook* h) noexcept { handler_base::destroy(h); }
 
-  // The task's exception; for a move-only R whose value a get() or another completion
-  // took already, future_already_retrieved (what get() throws then). A null result
-  // claims the value (take_value): result() moves it out next.
+  // The task's exception, or the claim's (scheduled_result::claim_value): a null
+  // result claims the value, and result() reads it next.
   std::exception_ptr outcome() const {
     std::exception_ptr e = task_->failure();
-    if constexpr (!std::is_void_v<R> && !std::is_copy_constructible_v<R>) {
-      if (!e && !task_->take_value())
-        e = std::make_exception_ptr(std::future_error(std::future_errc::future_already_retrieved));
+    if constexpr (!std::is_void_v<R>) {
+      if (!e) e = static_cast<scheduled_result<R>&>(*task_).claim_value();
     }
     return e;
   }
@@ -167,12 +165,9 @@ private:
     if constexpr (std::is_void_v<R>) {
       return std::tuple<>();
     } else {
-      auto& v = static_cast<scheduled_result<R>&>(*task_).value_;
-      if (e || !v) return std::tuple<R>(R{});
-      if constexpr (std::is_copy_constructible_v<R>)
-        return std::tuple<R>(*v);
-      else
-        return std::tuple<R>(std::move(*v));
+      auto& r = static_cast<scheduled_result<R>&>(*task_);
+      if (e || !r.value_) return std::tuple<R>(R{});
+      return std::tuple<R>(r.claimed_value());
     }
   }
 

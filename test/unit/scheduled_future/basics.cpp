@@ -28,6 +28,7 @@
 #include <chrono>
 #include <functional>
 #include <future>
+#include <latch>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -165,6 +166,59 @@ BOOST_AUTO_TEST_CASE(move_only_results_are_moved_out_once) {
   g.async_wait([&](std::exception_ptr e, std::unique_ptr<int> v) { first.set_value(e || !v ? -1 : *v); });
   BOOST_TEST(first.get_future().get() == 6);
   BOOST_CHECK_THROW((void)g.get(), std::future_error);
+}
+
+// Two handles' get() at once, on two threads, over a done task with a move-only
+// result: the claim (scheduled_result::claim_value) is one atomic fetch_or, so exactly
+// one of them gets the value and the other future_already_retrieved - never both the
+// value (a double move), never neither. Half the rounds race a get() against an
+// async_wait's completion instead (a wait on a done task completes on the pool's thread).
+BOOST_AUTO_TEST_CASE(two_threads_taking_a_move_only_result_at_once_get_it_once) {
+  metronome::scheduled_thread_pool pool(1);
+  constexpr int rounds = 400;
+  int values = 0, retrieved = 0, other = 0;
+  for (int i = 0; i < rounds; ++i) {
+    auto f = pool.submit([i] { return std::make_unique<int>(i); });
+    f.wait();
+    std::latch start(2); // both sides start together
+    auto take = [&start, i](metronome::scheduled_future<std::unique_ptr<int>> h) {
+      start.arrive_and_wait();
+      try {
+        auto v = h.get();
+        return v && *v == i ? 1 : 3;
+      } catch (const std::future_error& e) {
+        return e.code() == std::future_errc::future_already_retrieved ? 2 : 3;
+      }
+    };
+    std::array<int, 2> got{};
+    if (i % 2 == 0) {
+      std::thread other_side([&, copy = f] { got[1] = take(copy); });
+      got[0] = take(f);
+      other_side.join();
+    } else {
+      std::promise<int> waited;
+      start.count_down(); // the wait's side starts with async_wait
+      f.async_wait([&waited, i](std::exception_ptr e, std::unique_ptr<int> v) {
+        if (!e) {
+          waited.set_value(v && *v == i ? 1 : 3);
+          return;
+        }
+        try {
+          std::rethrow_exception(e);
+        } catch (const std::future_error& fe) {
+          waited.set_value(fe.code() == std::future_errc::future_already_retrieved ? 2 : 3);
+        } catch (...) {
+          waited.set_value(3);
+        }
+      });
+      got[0] = take(f);
+      got[1] = waited.get_future().get();
+    }
+    for (int g : got) (g == 1 ? values : g == 2 ? retrieved : other) += 1;
+  }
+  BOOST_TEST(values == rounds);
+  BOOST_TEST(retrieved == rounds);
+  BOOST_TEST(other == 0);
 }
 
 BOOST_AUTO_TEST_CASE(cancel_wins_only_before_start) {
