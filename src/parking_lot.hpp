@@ -80,6 +80,7 @@ public:
   // pool mutex, released while it waits.
   void wait_as_leader(std::unique_lock<std::mutex>& lk, const void* w, clock::time_point until) {
     leader_ = w;
+    METRONOME_TEST_HOOK(hook_point::leader_before_wait);
     if (until == clock::time_point::max())
       leader_cv_.wait(lk);
     else

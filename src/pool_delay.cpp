@@ -344,7 +344,8 @@ bool pool_core::add_wait(wait_node* n, clock::time_point due, clock::time_point 
   if (e.state_.terminated()) return false;
   // A wheel's tick is timed after shutdown() too: the wheel delivers until termination;
   // so is a cancel_after's deadline, as a delayed one-shot task is (keeps_deadline).
-  const bool kept_after_shutdown = n->untracked_ || e.keeps_deadline(n);
+  const bool keeps_deadline = e.keeps_deadline(n);
+  const bool kept_after_shutdown = n->untracked_ || keeps_deadline;
   if (due > current && (!e.state_.at_least(lifecycle::shutdown) || kept_after_shutdown)) {
     METRONOME_TEST_HOOK(hook_point::wait_before_lock);
     std::unique_lock lk(e.mtx_, std::defer_lock);
@@ -359,7 +360,7 @@ bool pool_core::add_wait(wait_node* n, clock::time_point due, clock::time_point 
     }
     if (cancelled) n->aborted_ = true;
   }
-  if (e.state_.at_least(lifecycle::shutdown) && !e.keeps_deadline(n)) n->aborted_ = true; // (a due deadline emits)
+  if (e.state_.at_least(lifecycle::shutdown) && !keeps_deadline) n->aborted_ = true; // (a due deadline emits)
   // Its time had passed at initiation: its start counts as queue wait from now, as typed
   // work's whose delay had passed (record_wait_start). It queues behind the waits and
   // tasks already due (promoted first, one load when none is), as typed work due now
@@ -447,6 +448,13 @@ bool pool_core::withdraw_wait(pool_anchor* anchor, std::uint32_t generation, wai
   std::unique_lock lk(anchor->mtx);
   pool_engine* core = pool_engine::take_wait_out(lk, anchor, generation, n);
   // A deadline kept after shutdown() held a terminating pool up: its workers look again.
+  // Invariant: the removal and the wake-up happen under one hold of the pool's mutex
+  // (anchor->mtx is it), so a worker parked as the leader until that deadline looks at
+  // the heap only after both - it cannot miss the wake and sleep on to a deadline that
+  // is gone. Tested by `an_operation_completing_after_shutdown_lets_its_timing_pool_terminate`
+  // (hook leader_before_wait, test/unit/cancel_after.cpp; the deadline an hour away) and
+  // the stress round `cancel_after_deadlines_race_their_timing_pool_s_shutdown`
+  // (test/stress/async_delay.cpp).
   if (core && core->state_.seeks_termination()) core->wake_all(lk);
   return core != nullptr;
 }

@@ -4,15 +4,19 @@
 // launched wait's handler runs exactly once and is destroyed exactly once. Bounded in
 // time like every stress case; seeds as in common/stress_rounds.hpp.
 
+#include "common/poll_until.hpp"
 #include "common/wait_batch.hpp"
 
 #include <metronome/detail/asio.hpp>
 
+#include <memory>
 #include <random>
 #include <thread>
 #include <vector>
 
 namespace {
+
+using metronome::test::poll_until;
 
 // Coroutines co_spawned on asio strands over the pool loop on async_delay; a producer
 // posts plain work to the same strands from outside; shutdown() comes at a random
@@ -81,6 +85,79 @@ bool coroutine_join_round(std::uint64_t seed, errors& errs) {
     errs.add(fmt("join() returned but only %d of %d coroutines finished (the others never resumed)", st.finished.load(), n));
   st.strands.clear();
   st.pool.reset();
+  return true;
+}
+
+
+// cancel_after's deadlines on a timing pool that is shut down while operations (timers
+// of an io_context on a thread of its own) are being started. Each operation ends once:
+// completed (its timer expired first), fired (its deadline cancelled it) or dropped (the
+// test cancelled it at the end: its deadline was dropped at shutdown). Some operations,
+// started before shutdown(), never end by themselves (hour-long timers). With
+// run_delayed_after_shutdown (the default) shutdown() keeps deadlines as delayed tasks:
+// none is dropped, every one of those ends fired, and the pool terminates once the last
+// deadline is done. Without it shutdown() drops them: those operations (given hour-long
+// deadlines in that mode) are all dropped, and the pool terminates without them.
+bool deadline_shutdown_round(std::uint64_t seed, errors& errs, bool keep_deadlines) {
+  std::mt19937_64 rng(seed);
+  pool_options o;
+  o.threads = 2;
+  o.run_delayed_after_shutdown = keep_deadlines;
+  scheduled_thread_pool pool(o);
+  net::io_context io;
+  auto guard = net::make_work_guard(io);
+  std::thread runner([&io] { io.run(); });
+  enum outcome : int { none, completed, fired, dropped, twice };
+  const int n = scaled(300, 60);
+  std::vector<std::unique_ptr<net::steady_timer>> timers;
+  std::vector<std::atomic<int>> outcomes(n);
+  std::atomic<int> ended{0}, hour_long{0};
+  std::atomic<bool> test_cancels{false};
+  const int shutdown_at = static_cast<int>(rng() % n);
+  for (int i = 0; i < n; ++i) {
+    if (i == shutdown_at) pool.shutdown();
+    const bool forever = i < shutdown_at && rng() % 4 == 0; // only before shutdown(): see above
+    hour_long += forever ? 1 : 0;
+    timers.push_back(std::make_unique<net::steady_timer>(
+        io, forever ? std::chrono::steady_clock::duration(1h) : std::chrono::microseconds(rng() % 2000)));
+    auto handler = [&, i](error_code ec) {
+      const int how = !ec ? completed : test_cancels.load() ? dropped : fired;
+      int expected = none;
+      if (!outcomes[i].compare_exchange_strong(expected, how)) outcomes[i].store(twice);
+      ended.fetch_add(1);
+    };
+    const auto deadline = forever && !keep_deadlines ? std::chrono::steady_clock::duration(1h)
+                                                     : std::chrono::microseconds(rng() % 2000);
+    timers.back()->async_wait(metronome::cancel_after(pool.get_executor(), deadline, std::move(handler)));
+  }
+  if (!pool.await_termination(20s))
+    errs.add(fmt("the timing pool did not terminate within 20 s of shutdown() (keep deadlines: %d, %d of %d ended)",
+                 keep_deadlines, ended.load(), n));
+  // Terminated: no deadline fires any more. With deadlines kept every operation ends by
+  // itself (a fired one's emission runs on io's thread, after the termination maybe);
+  // without, all but the hour-long ones do, and the test ends those from io's thread.
+  const int by_themselves = keep_deadlines ? n : n - hour_long.load();
+  if (!poll_until([&] { return ended.load() >= by_themselves; }, 20s))
+    errs.add(fmt("only %d of %d operations ended by themselves within 20 s", ended.load(), by_themselves));
+  test_cancels.store(true);
+  net::post(io, [&timers] {
+    for (auto& t : timers) t->cancel();
+  });
+  guard.reset();
+  runner.join();
+  int count[5] = {};
+  for (auto& x : outcomes) ++count[x.load()];
+  if (count[none] != 0 || count[twice] != 0)
+    errs.add(fmt("%d handlers never ran, %d ran twice, of %d", count[none], count[twice], n));
+  if (count[completed] + count[fired] + count[dropped] != n)
+    errs.add(fmt("completed %d + fired %d + dropped %d != started %d", count[completed], count[fired],
+                 count[dropped], n));
+  if (keep_deadlines && count[dropped] != 0)
+    errs.add(fmt("%d deadlines lost to shutdown() though run_delayed_after_shutdown keeps them", count[dropped]));
+  if (keep_deadlines && count[fired] < hour_long.load())
+    errs.add(fmt("only %d fired of %d operations that never end by themselves", count[fired], hour_long.load()));
+  if (!keep_deadlines && count[dropped] != hour_long.load())
+    errs.add(fmt("%d dropped, but %d hour-long deadlines were pending at shutdown()", count[dropped], hour_long.load()));
   return true;
 }
 
@@ -184,6 +261,15 @@ BOOST_AUTO_TEST_CASE(async_delay_cancellation_races_shutdown_strand_handler) {
                return delay_shutdown_round(seed, errs,
                                            [](scheduled_thread_pool& p) { return net::make_strand(p.get_executor()); });
              });
+}
+
+// ---- cancel_after deadlines, their timing pool shut down mid-way
+
+BOOST_AUTO_TEST_CASE(cancel_after_deadlines_race_their_timing_pool_s_shutdown) {
+  run_rounds("cancel_after deadlines racing shutdown(), kept", 14, budget(ms(1500, 2500), 2, 100000),
+             [](std::uint64_t seed, errors& errs) { return deadline_shutdown_round(seed, errs, true); });
+  run_rounds("cancel_after deadlines racing shutdown(), dropped", 15, budget(ms(1500, 2500), 2, 100000),
+             [](std::uint64_t seed, errors& errs) { return deadline_shutdown_round(seed, errs, false); });
 }
 
 // ---- coroutines on strands, shutdown() and join()

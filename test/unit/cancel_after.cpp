@@ -14,10 +14,11 @@
 #include <atomic>
 #include <chrono>
 #include <future>
-#include <initializer_list>
+#include <list>
 #include <memory>
 #include <optional>
 #include <thread>
+#include <utility>
 
 namespace net = metronome::net;
 using metronome::detail::as_tuple; // net::experimental::as_tuple in Asio 1.22
@@ -273,15 +274,32 @@ BOOST_AUTO_TEST_CASE(an_operation_that_outlives_its_timing_pool_completes_safely
 }
 
 namespace {
-// Ends an io_context's pending timers from its own thread if the test's deadlines did
-// not (a failing run ends instead of hanging), then joins its runner.
-void finish_io(net::io_context& io, std::thread& runner, std::initializer_list<net::steady_timer*> timers) {
-  BOOST_TEST(poll_until([&] { return io.stopped(); }, 10s));
-  net::post(io, [timers] {
-    for (net::steady_timer* t : timers) t->cancel();
-  });
-  runner.join();
-}
+// An io_context whose hour-long timer waits, each timed out by a cancel_after, keep it
+// running on a thread of its own (started with the first wait) until they end.
+struct timed_io {
+  net::io_context io;
+  std::list<net::steady_timer> timers;
+  std::thread runner;
+
+  // A wait on a new hour-long timer, timed out by cancel_after(ex, d); its error code goes to `got`.
+  void start_wait(const scheduled_thread_pool::executor_type& ex, std::chrono::milliseconds d, error_code& got) {
+    timers.emplace_back(io, 1h).async_wait(cancel_after(ex, d, [&got](error_code ec) { got = ec; }));
+    if (!runner.joinable()) runner = std::thread([this] { io.run(); });
+  }
+  // Cancels the waits left, from io's own thread, and joins it.
+  void cancel_and_join() {
+    net::post(io, [this] {
+      for (net::steady_timer& t : timers) t.cancel();
+    });
+    runner.join();
+  }
+  // Waits until every wait ended (io ran out of work): a wait the deadlines did not end
+  // fails the test, and is cancelled rather than hanging it.
+  void join_after_deadlines() {
+    BOOST_TEST(poll_until([&] { return io.stopped(); }, 10s));
+    cancel_and_join();
+  }
+};
 } // namespace
 
 // A graceful drain keeps its deadlines: after the timing pool's shutdown() a
@@ -293,21 +311,19 @@ void finish_io(net::io_context& io, std::thread& runner, std::initializer_list<n
 BOOST_AUTO_TEST_CASE(deadlines_outlive_their_timing_pool_s_shutdown_as_delayed_tasks_do) {
   manual_clock c;
   scheduled_thread_pool pool(on_clock(c));
-  net::io_context io;
-  net::steady_timer before(io, 1h), after(io, 1h);
+  timed_io io;
   error_code got_before, got_after;
-  before.async_wait(cancel_after(pool.get_executor(), 10ms, [&](error_code ec) { got_before = ec; }));
-  std::thread runner([&] { io.run(); }); // the waits keep it running
+  io.start_wait(pool.get_executor(), 10ms, got_before);
   BOOST_TEST(poll_until([&] { return pool.stats().delayed_queued == 1; }));
   pool.shutdown();
   BOOST_TEST(pool.stats().delayed_queued == 1u); // kept
-  after.async_wait(cancel_after(pool.get_executor(), 20ms, [&](error_code ec) { got_after = ec; }));
+  io.start_wait(pool.get_executor(), 20ms, got_after);
   BOOST_TEST(poll_until([&] { return pool.stats().delayed_queued == 2; })); // timed, not aborted
   c.advance(10ms);
   BOOST_TEST(poll_until([&] { return pool.stats().delayed_queued == 1; }));
   BOOST_TEST(!pool.is_terminated()); // the second deadline holds it
   c.advance(10ms);
-  finish_io(io, runner, {&before, &after});
+  io.join_after_deadlines();
   BOOST_TEST((got_before == net::error::operation_aborted));
   BOOST_TEST((got_after == net::error::operation_aborted));
   BOOST_TEST(pool.await_termination(10s));
@@ -320,40 +336,92 @@ BOOST_AUTO_TEST_CASE(a_pool_that_drops_delayed_tasks_at_shutdown_drops_deadlines
   metronome::pool_options o = on_clock(c);
   o.run_delayed_after_shutdown = false;
   scheduled_thread_pool pool(o);
-  net::io_context io;
-  net::steady_timer t(io, 1h);
+  timed_io io;
   error_code got;
-  t.async_wait(cancel_after(pool.get_executor(), 10ms, [&](error_code ec) { got = ec; }));
-  std::thread runner([&] { io.run(); });
+  io.start_wait(pool.get_executor(), 10ms, got);
   BOOST_TEST(poll_until([&] { return pool.stats().delayed_queued == 1; }));
   pool.shutdown();
   BOOST_TEST(pool.await_termination(10s));
   BOOST_TEST(pool.stats().delayed_queued == 0u);
   c.advance(10ms);
-  BOOST_TEST(!io.stopped()); // the timer still waits: nothing cancelled it
-  net::post(io, [&] { t.cancel(); });
-  runner.join();
-  BOOST_TEST((got == net::error::operation_aborted)); // by t.cancel()
+  BOOST_TEST(!io.io.stopped()); // the timer still waits: nothing cancelled it
+  io.cancel_and_join();
+  BOOST_TEST((got == net::error::operation_aborted)); // by the cancel
 }
+
+#if defined(METRONOME_TEST_HOOKS)
+namespace {
+// Counts the leader waits that begin after `pool`'s shutdown(): the hook runs with the
+// pool's mutex held, under which shutdown() set the state, so is_shutdown() tells.
+std::atomic<scheduled_thread_pool*> leader_pool{nullptr};
+std::atomic<int> leader_waits_after_shutdown{0};
+void count_leader_waits(metronome::detail::hook_point p) {
+  scheduled_thread_pool* pool = leader_pool.load();
+  if (p == metronome::detail::hook_point::leader_before_wait && pool && pool->is_shutdown())
+    leader_waits_after_shutdown.fetch_add(1);
+}
+} // namespace
 
 // An operation that completes after its timing pool's shutdown() takes its deadline
 // out, and the pool, held up by it alone, terminates then - not at the deadline, an
-// hour away on the real clock, which its worker was waiting for.
+// hour away on the real clock, which its worker waits for, parked as the leader. Stopped
+// there: the worker re-parked as the leader after shutdown() (hook leader_before_wait,
+// the mutex held), and is in its wait once the test has taken the mutex (stats()).
+// withdraw_wait() takes the deadline out and wakes the workers of a pool seeking
+// termination under one hold of the mutex: the leader looks again after both. (Without
+// the wake-up the worker slept on for the hour: the pool never terminated.)
 BOOST_AUTO_TEST_CASE(an_operation_completing_after_shutdown_lets_its_timing_pool_terminate) {
   scheduled_thread_pool pool(1);
-  net::io_context io;
-  net::steady_timer t(io, 1h);
+  timed_io io;
   error_code got;
-  t.async_wait(cancel_after(pool.get_executor(), 1h, [&](error_code ec) { got = ec; }));
-  std::thread runner([&] { io.run(); });
+  io.start_wait(pool.get_executor(), 1h, got);
   BOOST_TEST(poll_until([&] { return pool.stats().delayed_queued == 1; }));
+  leader_waits_after_shutdown.store(0);
+  leader_pool.store(&pool);
+  metronome::detail::test_hook.store(&count_leader_waits);
   pool.shutdown();
+  BOOST_TEST(poll_until([&] { return leader_waits_after_shutdown.load() > 0; }));
+  (void)pool.stats(); // the pool's mutex: the leader let go of it, so it waits
+  metronome::detail::test_hook.store(nullptr);
+  leader_pool.store(nullptr);
   BOOST_TEST(!pool.is_terminated());
-  net::post(io, [&] { t.cancel(); }); // the operation ends on its own
-  runner.join();
+  io.cancel_and_join(); // the operation ends on its own
   BOOST_TEST((got == net::error::operation_aborted));
   BOOST_TEST(pool.await_termination(10s));
   BOOST_TEST(pool.stats().delayed_queued == 0u);
+}
+#endif
+
+// A deadline that fires after its timing pool's shutdown(), for a handler bound to that
+// same pool: its emission and the wait's aborted completion are the library's own work
+// of a pool still running (the deadline held it up), so the shut-down pool takes both -
+// they are not outside work it would refuse - and the handler runs there. The task the
+// handler waited for still holds the pool (a delayed task, kept), until cancelled.
+BOOST_AUTO_TEST_CASE(a_deadline_firing_after_shutdown_completes_a_handler_bound_to_the_same_pool) {
+  manual_clock c;
+  scheduled_thread_pool pool(on_clock(c));
+  auto f = pool.schedule([] { return 1; }, 1h);
+  std::promise<std::pair<bool, bool>> got; // (operation_aborted, ran on the pool)
+  f.async_wait(cancel_after(pool.get_executor(), 10ms,
+                            net::bind_executor(pool.get_executor(), [&](std::exception_ptr e, int) {
+                              bool aborted = false;
+                              try {
+                                if (e) std::rethrow_exception(e);
+                              } catch (const metronome::system_error& se) {
+                                aborted = se.code() == net::error::operation_aborted;
+                              }
+                              got.set_value({aborted, pool.get_executor().running_in_this_thread()});
+                            })));
+  pool.shutdown();
+  BOOST_TEST(pool.stats().delayed_queued == 2u); // the task and the deadline, both kept
+  c.advance(10ms);
+  auto result = got.get_future();
+  BOOST_REQUIRE(result.wait_for(10s) == std::future_status::ready);
+  BOOST_TEST((result.get() == std::pair<bool, bool>(true, true)));
+  BOOST_TEST(!f.is_done()); // the wait ended, not the task
+  BOOST_TEST(!pool.is_terminated());
+  BOOST_TEST(f.cancel());
+  BOOST_TEST(pool.await_termination(10s));
 }
 
 BOOST_AUTO_TEST_CASE(an_io_context_operation_with_the_shared_timing_pool) {

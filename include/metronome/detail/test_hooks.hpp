@@ -65,6 +65,7 @@ enum class hook_point {
   wheel_cancel_before_release, // a cancel() took a timeout out of the wheel and dropped it; the wheel's reference not yet let go
   wheel_cancel_after_withdraw, // a cancel() took the last timeout out and withdrew the tick; sleeping_until_ not yet reset
   runner_error_kept,           // a task's runner kept its run's exception (callable destroyed); the task not yet done
+  leader_before_wait,          // a parking worker holds the mutex as the leader (timing the heap's head); not waiting yet
 };
 
 using hook_function = void (*)(hook_point);
