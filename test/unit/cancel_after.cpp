@@ -281,6 +281,13 @@ struct timed_io {
   std::list<net::steady_timer> timers;
   std::thread runner;
 
+  timed_io() = default;
+  timed_io(const timed_io&) = delete;
+  timed_io& operator=(const timed_io&) = delete;
+  ~timed_io() { // a test that stopped early (a failed requirement) still ends its runner
+    if (runner.joinable()) cancel_and_join();
+  }
+
   // A wait on a new hour-long timer, timed out by cancel_after(ex, d); its error code goes to `got`.
   void start_wait(const scheduled_thread_pool::executor_type& ex, std::chrono::milliseconds d, error_code& got) {
     timers.emplace_back(io, 1h).async_wait(cancel_after(ex, d, [&got](error_code ec) { got = ec; }));
