@@ -452,8 +452,9 @@ bool pool_core::withdraw_wait(pool_anchor* anchor, std::uint32_t generation, wai
   // (anchor->mtx is it), so a worker parked as the leader until that deadline looks at
   // the heap only after both - it cannot miss the wake and sleep on to a deadline that
   // is gone. Tested by `an_operation_completing_after_shutdown_lets_its_timing_pool_terminate`
-  // (hook leader_before_wait, test/unit/cancel_after.cpp; the deadline an hour away) and
-  // the stress round `cancel_after_deadlines_race_their_timing_pool_s_shutdown`
+  // (test/unit/cancel_after.cpp: the worker held through shutdown() at worker_before_park,
+  // then as the leader at leader_before_wait while the operation ends; the deadline an
+  // hour away) and the stress round `cancel_after_deadlines_race_their_timing_pool_s_shutdown`
   // (test/stress/async_delay.cpp).
   if (core && core->state_.seeks_termination()) core->wake_all(lk);
   return core != nullptr;

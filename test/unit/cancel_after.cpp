@@ -293,12 +293,16 @@ struct timed_io {
     timers.emplace_back(io, 1h).async_wait(cancel_after(ex, d, [&got](error_code ec) { got = ec; }));
     if (!runner.joinable()) runner = std::thread([this] { io.run(); });
   }
-  // Cancels the waits left, from io's own thread, and joins it.
-  void cancel_and_join() {
+  // Cancels the waits left, from io's own thread.
+  void cancel() {
     net::post(io, [this] {
       for (net::steady_timer& t : timers) t.cancel();
     });
-    runner.join();
+  }
+  void join() { runner.join(); }
+  void cancel_and_join() {
+    cancel();
+    join();
   }
   // Waits until every wait ended (io ran out of work): a wait the deadlines did not end
   // fails the test, and is cancelled rather than hanging it.
@@ -318,8 +322,8 @@ struct timed_io {
 BOOST_AUTO_TEST_CASE(deadlines_outlive_their_timing_pool_s_shutdown_as_delayed_tasks_do) {
   manual_clock c;
   scheduled_thread_pool pool(on_clock(c));
+  error_code got_before, got_after; // before io: written by its thread until it is joined
   timed_io io;
-  error_code got_before, got_after;
   io.start_wait(pool.get_executor(), 10ms, got_before);
   BOOST_TEST(poll_until([&] { return pool.stats().delayed_queued == 1; }));
   pool.shutdown();
@@ -343,8 +347,8 @@ BOOST_AUTO_TEST_CASE(a_pool_that_drops_delayed_tasks_at_shutdown_drops_deadlines
   metronome::pool_options o = on_clock(c);
   o.run_delayed_after_shutdown = false;
   scheduled_thread_pool pool(o);
-  timed_io io;
   error_code got;
+  timed_io io;
   io.start_wait(pool.get_executor(), 10ms, got);
   BOOST_TEST(poll_until([&] { return pool.stats().delayed_queued == 1; }));
   pool.shutdown();
@@ -356,48 +360,44 @@ BOOST_AUTO_TEST_CASE(a_pool_that_drops_delayed_tasks_at_shutdown_drops_deadlines
   BOOST_TEST((got == net::error::operation_aborted)); // by the cancel
 }
 
-#if defined(METRONOME_TEST_HOOKS)
-namespace {
-// Counts the leader waits that begin after `pool`'s shutdown(): the hook runs with the
-// pool's mutex held, under which shutdown() set the state, so is_shutdown() tells.
-std::atomic<scheduled_thread_pool*> leader_pool{nullptr};
-std::atomic<int> leader_waits_after_shutdown{0};
-void count_leader_waits(metronome::detail::hook_point p) {
-  scheduled_thread_pool* pool = leader_pool.load();
-  if (p == metronome::detail::hook_point::leader_before_wait && pool && pool->is_shutdown())
-    leader_waits_after_shutdown.fetch_add(1);
-}
-} // namespace
-
 // An operation that completes after its timing pool's shutdown() takes its deadline
 // out, and the pool, held up by it alone, terminates then - not at the deadline, an
-// hour away on the real clock, which its worker waits for, parked as the leader. Stopped
-// there: the worker re-parked as the leader after shutdown() (hook leader_before_wait,
-// the mutex held), and is in its wait once the test has taken the mutex (stats()).
-// withdraw_wait() takes the deadline out and wakes the workers of a pool seeking
-// termination under one hold of the mutex: the leader looks again after both. (Without
-// the wake-up the worker slept on for the hour: the pool never terminated.)
+// hour away on the real clock, which its worker waits for, parked as the leader.
+// withdraw_wait() wakes the workers of a pool seeking termination. With the hooks, the
+// worker is stopped exactly there: held on its way to park (worker_before_park) while
+// shutdown() runs, so that none of shutdown()'s wake-ups is pending for it; then held as
+// the leader with the mutex, about to wait (leader_before_wait), while io's thread ends
+// the operation - whose withdraw_wait() can only take the mutex once the worker waits.
+// (Without the wake-up the worker slept on for the hour: the pool never terminated.)
 BOOST_AUTO_TEST_CASE(an_operation_completing_after_shutdown_lets_its_timing_pool_terminate) {
   scheduled_thread_pool pool(1);
-  timed_io io;
   error_code got;
+  timed_io io;
   io.start_wait(pool.get_executor(), 1h, got);
   BOOST_TEST(poll_until([&] { return pool.stats().delayed_queued == 1; }));
-  leader_waits_after_shutdown.store(0);
-  leader_pool.store(&pool);
-  metronome::detail::test_hook.store(&count_leader_waits);
+#if defined(METRONOME_TEST_HOOKS)
+  using metronome::detail::hook_point;
+  using metronome::test::hook_stops;
+  hook_stops stops{{hook_point::worker_before_park},
+                   hook_stops::same_thread_as(hook_point::leader_before_wait, hook_point::worker_before_park)};
+  (void)pool.submit([] {}); // the worker runs it, then goes to park: held on the way
+  BOOST_REQUIRE(stops.arrived(hook_point::worker_before_park));
+#endif
   pool.shutdown();
-  BOOST_TEST(poll_until([&] { return leader_waits_after_shutdown.load() > 0; }));
-  (void)pool.stats(); // the pool's mutex: the leader let go of it, so it waits
-  metronome::detail::test_hook.store(nullptr);
-  leader_pool.store(nullptr);
   BOOST_TEST(!pool.is_terminated());
-  io.cancel_and_join(); // the operation ends on its own
+#if defined(METRONOME_TEST_HOOKS)
+  stops.release(hook_point::worker_before_park);
+  BOOST_REQUIRE(stops.arrived(hook_point::leader_before_wait)); // leads, the mutex held
+  io.cancel(); // io's thread ends the operation: its withdraw_wait() waits for the mutex
+  stops.release(hook_point::leader_before_wait); // the worker waits, then the deadline goes
+#else
+  io.cancel();
+#endif
+  io.join();
   BOOST_TEST((got == net::error::operation_aborted));
   BOOST_TEST(pool.await_termination(10s));
   BOOST_TEST(pool.stats().delayed_queued == 0u);
 }
-#endif
 
 // A deadline that fires after its timing pool's shutdown(), for a handler bound to that
 // same pool: its emission and the wait's aborted completion are the library's own work
@@ -406,9 +406,9 @@ BOOST_AUTO_TEST_CASE(an_operation_completing_after_shutdown_lets_its_timing_pool
 // handler waited for still holds the pool (a delayed task, kept), until cancelled.
 BOOST_AUTO_TEST_CASE(a_deadline_firing_after_shutdown_completes_a_handler_bound_to_the_same_pool) {
   manual_clock c;
+  std::promise<std::pair<bool, bool>> got; // (operation_aborted, ran on the pool); outlives the pool
   scheduled_thread_pool pool(on_clock(c));
   auto f = pool.schedule([] { return 1; }, 1h);
-  std::promise<std::pair<bool, bool>> got; // (operation_aborted, ran on the pool)
   f.async_wait(cancel_after(pool.get_executor(), 10ms,
                             net::bind_executor(pool.get_executor(), [&](std::exception_ptr e, int) {
                               bool aborted = false;

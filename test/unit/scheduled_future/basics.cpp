@@ -28,7 +28,6 @@
 #include <chrono>
 #include <functional>
 #include <future>
-#include <latch>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -171,48 +170,57 @@ BOOST_AUTO_TEST_CASE(move_only_results_are_moved_out_once) {
 // Two handles' get() at once, on two threads, over a done task with a move-only
 // result: the claim (scheduled_result::claim_value) is one atomic fetch_or, so exactly
 // one of them gets the value and the other future_already_retrieved - never both the
-// value (a double move), never neither. Half the rounds race a get() against an
-// async_wait's completion instead (a wait on a done task completes on the pool's thread).
+// value (a double move), never neither. Even rounds: two get()s released together (a
+// two-party spin at the start line, for overlap). Odd rounds: a get() against an
+// async_wait's completion, both waiting on the running task - its runner completes the
+// wait on the worker as the task ends, while get() returns from its wait.
 BOOST_AUTO_TEST_CASE(two_threads_taking_a_move_only_result_at_once_get_it_once) {
   metronome::scheduled_thread_pool pool(1);
   constexpr int rounds = 400;
   int values = 0, retrieved = 0, other = 0;
+  auto outcome_of = [](auto&& take, int i) {
+    try {
+      auto v = take();
+      return v && *v == i ? 1 : 3;
+    } catch (const std::future_error& e) {
+      return e.code() == std::future_errc::future_already_retrieved ? 2 : 3;
+    } catch (...) {
+      return 3;
+    }
+  };
   for (int i = 0; i < rounds; ++i) {
-    auto f = pool.submit([i] { return std::make_unique<int>(i); });
-    f.wait();
-    std::latch start(2); // both sides start together
-    auto take = [&start, i](metronome::scheduled_future<std::unique_ptr<int>> h) {
-      start.arrive_and_wait();
-      try {
-        auto v = h.get();
-        return v && *v == i ? 1 : 3;
-      } catch (const std::future_error& e) {
-        return e.code() == std::future_errc::future_already_retrieved ? 2 : 3;
-      }
-    };
     std::array<int, 2> got{};
     if (i % 2 == 0) {
+      auto f = pool.submit([i] { return std::make_unique<int>(i); });
+      f.wait();
+      std::atomic<int> ready{0};
+      auto take = [&](metronome::scheduled_future<std::unique_ptr<int>> h) {
+        ready.fetch_add(1);
+        while (ready.load() < 2) { // the start line: both claim at once
+        }
+        return outcome_of([&] { return h.get(); }, i);
+      };
       std::thread other_side([&, copy = f] { got[1] = take(copy); });
       got[0] = take(f);
       other_side.join();
     } else {
-      std::promise<int> waited;
-      start.count_down(); // the wait's side starts with async_wait
-      f.async_wait([&waited, i](std::exception_ptr e, std::unique_ptr<int> v) {
-        if (!e) {
-          waited.set_value(v && *v == i ? 1 : 3);
-          return;
-        }
-        try {
-          std::rethrow_exception(e);
-        } catch (const std::future_error& fe) {
-          waited.set_value(fe.code() == std::future_errc::future_already_retrieved ? 2 : 3);
-        } catch (...) {
-          waited.set_value(3);
-        }
+      metronome::test::gate go;
+      auto f = pool.submit([i, &go] {
+        go.wait();
+        return std::make_unique<int>(i);
       });
-      got[0] = take(f);
-      got[1] = waited.get_future().get();
+      auto waited = std::make_shared<std::promise<int>>(); // outlives a failed round
+      f.async_wait([waited, outcome_of, i](std::exception_ptr e, std::unique_ptr<int> v) {
+        waited->set_value(outcome_of([&] {
+          if (e) std::rethrow_exception(e);
+          return std::move(v);
+        }, i));
+      });
+      go.open();
+      got[0] = outcome_of([&] { return f.get(); }, i);
+      auto w = waited->get_future();
+      BOOST_REQUIRE(w.wait_for(10s) == std::future_status::ready);
+      got[1] = w.get();
     }
     for (int g : got) (g == 1 ? values : g == 2 ? retrieved : other) += 1;
   }
