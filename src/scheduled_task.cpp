@@ -21,9 +21,14 @@ namespace {
 // Threads blocked in get()/wait() park on one of a few striped mutex/condvar pairs,
 // keyed by the task's address, so a task node carries no mutex of its own. A
 // completing task touches a stripe only when its has_waiters flag is set.
+// The stripe also lists the async waits (completion hooks) of its tasks, so that a node
+// carries no list head either: in one of 16 buckets chosen by more bits of the same
+// hash (1,024 buckets in all), each a doubly linked list of the hooks of every task that
+// hashes there, under the stripe's mutex. An ending task with waiters walks its bucket.
 struct parking_stripe {
   std::mutex mtx;
   std::condition_variable cv;
+  std::array<completion_hook*, 16> hooks{};
 };
 
 std::array<parking_stripe, 64>& all_stripes() noexcept {
@@ -31,15 +36,27 @@ std::array<parking_stripe, 64>& all_stripes() noexcept {
   return stripes;
 }
 
-parking_stripe& stripe_for(const void* p) noexcept {
-  auto& stripes = all_stripes();
+std::uintptr_t stripe_hash(const void* p) noexcept {
   auto h = reinterpret_cast<std::uintptr_t>(p);
   h ^= h >> 17;
   h *= 0x9E3779B97F4A7C15ull;
-  return stripes[(h >> 58) & 63];
+  return h;
 }
 
-completion_hook* const hooks_closed = reinterpret_cast<completion_hook*>(alignof(completion_hook));
+parking_stripe& stripe_for(const void* p) noexcept { return all_stripes()[(stripe_hash(p) >> 58) & 63]; }
+
+// The bucket of p's hooks, in stripe_for(p) (hold its mutex).
+completion_hook*& hook_bucket(const void* p) noexcept {
+  const std::uintptr_t h = stripe_hash(p);
+  return all_stripes()[(h >> 58) & 63].hooks[(h >> 54) & 15];
+}
+
+void unlink_hook(completion_hook* h) noexcept {
+  *h->pprev_ = h->next_;
+  if (h->next_) h->next_->pprev_ = h->pprev_;
+  h->next_ = nullptr;
+  h->pprev_ = nullptr;
+}
 
 } // namespace
 
@@ -59,8 +76,8 @@ void stripes_child_after_fork() noexcept {
   }
 }
 
-scheduled_task_base::scheduled_task_base(pool_core* pool) noexcept
-    : timed_node(&complete_thunk), anchor_id_(pool->anchor(), pool->anchor_generation()) {
+scheduled_task_base::scheduled_task_base(pool_core* pool, complete_fn act) noexcept
+    : timed_node(act), anchor_id_(pool->anchor(), pool->anchor_generation()) {
   cancel_removes_first_ = engine(pool)->time_source() != nullptr;
 }
 
@@ -68,7 +85,7 @@ void scheduled_task_base::deliver_elsewhere(task_base* n) const noexcept {
   if (!pool_engine::post_completion(anchor(), generation(), n)) n->complete(true);
 }
 
-void scheduled_task_base::complete_thunk(task_base* t, unsigned action) {
+void scheduled_task_base::complete_common(task_base* t, unsigned action) {
   const bool run = action == run_action;
   auto* self = static_cast<scheduled_task_base*>(t);
   if (run) {
@@ -291,23 +308,33 @@ bool scheduled_task_base::reset(clock::duration delay) noexcept {
 // finds the task ended. The transition that ends a task keeps the flag, and passes the
 // word it replaced here. So a task whose old word has no has_waiters has no wait and
 // gets none: its ending touches neither the list nor the stripe (one read-modify-write
-// less per task). Else the list is taken whole under the stripe mutex and marked closed
-// (a later remove_hook() finds nothing), and the waits complete outside it. Tested by
-// `a_wait_added_as_its_task_ends_completes_exactly_once` (hook wait_hook_before_flag).
+// less per task). Else its hooks are taken out of the stripe's bucket under the stripe
+// mutex, unlisted (a later remove_hook() finds nothing), and complete outside it, newest
+// first. Tested by `a_wait_added_as_its_task_ends_completes_exactly_once` (hook
+// wait_hook_before_flag) and `waits_on_tasks_sharing_a_bucket_complete_with_their_own_task`.
 void scheduled_task_base::notify_terminal(std::uint32_t old_state, bool by_runner) noexcept {
   METRONOME_TEST_HOOK(hook_point::task_before_closing_waits);
   if (!(old_state & has_waiters)) return;
   auto& st = stripe_for(this);
-  completion_hook* h = nullptr;
+  completion_hook* taken = nullptr;
   {
     std::lock_guard lk(st.mtx);
-    h = std::exchange(hooks_, hooks_closed);
+    completion_hook** tail = &taken;
+    for (completion_hook* h = hook_bucket(this); h;) {
+      completion_hook* next = h->next_;
+      if (h->task_ == this) {
+        unlink_hook(h);
+        *tail = h;
+        tail = &h->next_;
+      }
+      h = next;
+    }
   }
   st.cv.notify_all();
-  while (h && h != hooks_closed) {
-    completion_hook* next = h->next_;
-    h->on_complete(by_runner);
-    h = next;
+  while (taken) {
+    completion_hook* next = taken->next_;
+    taken->on_complete(by_runner);
+    taken = next;
   }
 }
 
@@ -316,27 +343,22 @@ bool scheduled_task_base::add_hook(completion_hook* h) noexcept {
   METRONOME_TEST_HOOK(hook_point::wait_hook_before_flag);
   std::lock_guard lk(stripe_for(this).mtx);
   if (ended(flag_waiting())) return false;
-  h->next_ = hooks_;
-  hooks_ = h;
+  completion_hook*& head = hook_bucket(this);
+  h->task_ = this;
+  h->next_ = head;
+  if (head) head->pprev_ = &h->next_;
+  h->pprev_ = &head;
+  head = h;
   return true;
 }
 
+// False once the ending took it (it completes then).
 bool scheduled_task_base::remove_hook(completion_hook* h) noexcept {
   std::lock_guard lk(stripe_for(this).mtx);
-  completion_hook* head = hooks_;
-  if (head == hooks_closed || head == nullptr) return false;
-  // Non-empty and not closed: nobody else changes the list while we hold the mutex.
-  if (head == h) {
-    hooks_ = h->next_;
-    return true;
-  }
-  for (completion_hook* p = head; p->next_; p = p->next_) {
-    if (p->next_ == h) {
-      p->next_ = h->next_;
-      return true;
-    }
-  }
-  return false;
+  if (!h->pprev_) return false;
+  assert(h->task_ == this);
+  unlink_hook(h);
+  return true;
 }
 
 void scheduled_task_base::wait() const {

@@ -139,13 +139,13 @@ bool wheel_entry::claim(std::uint32_t to) noexcept {
 
 void wheel_entry::settle(bool run) noexcept {
   if (run && claim(running)) {
-    complete_(this, fire_action);
+    complete_(this, fire_action, nullptr);
     state_.store(done, std::memory_order_release);
     drop();
   } else if (!run && claim(cancelled)) {
-    complete_(this, discarded_action);
+    complete_(this, discarded_action, nullptr);
   } else { // a cancel claimed it first
-    complete_(this, run ? cancelled_run_action : cancelled_discard_action);
+    complete_(this, run ? cancelled_run_action : cancelled_discard_action, nullptr);
   }
   release();
 }
@@ -181,7 +181,7 @@ bool wheel_entry::cancel() noexcept {
     // The caller holds a reference (a handle's, or the one a wait's slot takes): the
     // executor's settle() may let go of the queue's reference meanwhile.
     METRONOME_TEST_HOOK(hook_point::wheel_cancel_after_claim);
-    complete_(this, cancel_queued_action);
+    complete_(this, cancel_queued_action, nullptr);
     return true;
   }
   return false;

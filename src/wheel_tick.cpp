@@ -37,7 +37,7 @@ struct wheel_tick final : wait_node {
   wheel_tick(const wheel_tick&) = delete;
   wheel_tick& operator=(const wheel_tick&) = delete;
 
-  static void complete(task_base* b, unsigned action) noexcept {
+  static void complete(task_base* b, unsigned action, void* /*io*/) noexcept {
     auto* t = static_cast<wheel_tick*>(b);
     wheel_anchor& a = *t->anchor;
     std::unique_lock lk(a.mtx);

@@ -124,7 +124,7 @@ private:
   // discard: it never ran (shutdown_now, terminated pool): post. A connected slot keeps
   // the node until the handler's context clears it, so that a cancellation emitted in
   // the meantime finds the wait already out of the delay queue and does nothing.
-  static void do_complete(task_base* b, unsigned action) {
+  static void do_complete(task_base* b, unsigned action, void* /*io*/) {
     auto* d = static_cast<delay_op*>(b);
     const bool run = action == run_action;
     d->complete_with(run, (run && !d->aborted_) ? error_code()

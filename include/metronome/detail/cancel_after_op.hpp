@@ -160,7 +160,7 @@ private:
   }
 
   // The pool is done with the node: fired (run), aborted (shutdown) or discarded.
-  static void do_complete(task_base* b, unsigned action) {
+  static void do_complete(task_base* b, unsigned action, void* /*io*/) {
     auto* n = static_cast<cancel_after_op*>(b);
     if (action != run_action || n->aborted_ || n->op_done_.load()) {
       n->release();

@@ -35,7 +35,7 @@ public:
   executor_op(G&& g, const Alloc& a) : op_node(&do_complete), f_(std::forward<G>(g)), alloc_(a) {}
 
 private:
-  static void do_complete(task_base* b, unsigned action) {
+  static void do_complete(task_base* b, unsigned action, void* /*io*/) {
     const bool run = action == run_action;
     auto* op = static_cast<executor_op*>(b);
     node_alloc na(op->alloc_);

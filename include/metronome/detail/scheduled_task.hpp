@@ -30,8 +30,12 @@ namespace metronome::detail {
 // `by_runner`: the thread that ran the task is ending it (its last run returned, threw,
 // or saw a cancel); false for every other ending (cancel(), dispose(), shutdown_now(),
 // the pool's destruction), whose completions never run inside the call that caused it.
+// Listed, while it waits, in a bucket of the task's parking stripe, not in the task node
+// (scheduled_task_base::add_hook(), src/scheduled_task.cpp).
 struct completion_hook {
   completion_hook* next_ = nullptr;
+  completion_hook** pprev_ = nullptr; // the link that points at it while listed, else null
+  const void* task_ = nullptr;        // the task it waits for while listed
   virtual void on_complete(bool by_runner) noexcept = 0;
 
 protected:
@@ -127,11 +131,28 @@ public:
   // task is done, when no transition rewrites the word any more.
   static constexpr std::uint32_t value_taken = 0x200;
 
-  explicit scheduled_task_base(pool_core* pool) noexcept;
+  // The actions a node type's function (complete_, one per type: no vtable, eight bytes
+  // less per node) takes beyond discard and run: what a virtual would otherwise do.
+  // `io` points at each one's argument or result (the member that sends it says which).
+  enum : unsigned {
+    invoke_action = 2,
+    destroy_callable_action,
+    hand_off_action,
+    hand_off_detached_action,
+    bound_context_action,
+    extras_action,
+    dispatchers_action,
+    keep_error_action,
+    kept_error_action,
+    delete_action
+  };
+
+  // `act`: the node type's function (scheduled_task::act).
+  scheduled_task_base(pool_core* pool, complete_fn act) noexcept;
 
   // Nodes come from the node cache, only through make_scheduled_task (construct_node),
-  // which knows the node's lifetime; the sized delete frees them there again (the
-  // virtual destructor passes the size of the node's own type).
+  // which knows the node's lifetime; the sized delete frees them there again (delete_action
+  // deletes the node as its own type, which passes its size).
   static void* operator new(std::size_t size) = delete;
   static void operator delete(void* p, std::size_t size) noexcept { node_deallocate(p, size); }
 
@@ -143,7 +164,7 @@ public:
   void release() noexcept {
     if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
       if (task_sink* s = sink()) s->forget(this);
-      delete this;
+      act(delete_action, nullptr);
     }
   }
   // Adds a reference unless the task is already being destroyed.
@@ -213,18 +234,30 @@ public:
   }
 
   // Runs the callable: the exception it threw, or null.
-  virtual std::exception_ptr invoke() noexcept = 0;
-  virtual void destroy_callable() noexcept = 0;
+  std::exception_ptr invoke() noexcept {
+    std::exception_ptr e;
+    act(invoke_action, &e);
+    return e;
+  }
+  void destroy_callable() noexcept { act(destroy_callable_action, nullptr); }
   // A bound task (bound_): dispatches a bound_run owning the caller's reference to the
   // callable's associated executor (inline when that executor lets the calling thread run
   // it). `detached`: a run outside the pool (pending_task, caller_runs) - once, as
   // run_detached. Returns the exception of a failed dispatch (the task then ended
-  // cancelled), else null. Unbound tasks never get here.
-  virtual std::exception_ptr hand_off(bool /*detached*/) noexcept { return nullptr; }
+  // cancelled), else null. Unbound tasks return null at once.
+  std::exception_ptr hand_off(bool detached) noexcept {
+    std::exception_ptr e;
+    act(detached ? hand_off_detached_action : hand_off_action, &e);
+    return e;
+  }
   // A bound task's executor's execution context (null: unbound, cancelled, or an
   // executor with no such context). shutdown_now() ends instead of returning a task
   // bound to the stopping pool itself (a strand over it), which could never run there.
-  virtual const net::execution_context* bound_context() const noexcept { return nullptr; }
+  const net::execution_context* bound_context() const noexcept {
+    const net::execution_context* c = nullptr;
+    act(bound_context_action, &c);
+    return c;
+  }
 
   // Where a bound task's run on its executor finds its pool (src/pool_delay.cpp).
   pool_anchor* anchor() const noexcept { return anchor_id_.anchor(); }
@@ -250,24 +283,43 @@ public:
   task_extras& extras() noexcept { return *extras_of(); }
 
 protected:
-  // The node's own task_extras (has_extras_), or null. A virtual call, not a pointer
-  // field: eight bytes less per node (docs/benchmarks.md, "The node in 96 bytes" and
-  // "The node in 80 bytes").
-  virtual task_extras* extras_of() const noexcept { return nullptr; }
+  // The node's own task_extras (has_extras_), or null. Asked of the node's type, not a
+  // pointer field: eight bytes less per node (docs/benchmarks.md, "The node in 96 bytes"
+  // and "The node in 80 bytes").
+  task_extras* extras_of() const noexcept {
+    task_extras* x = nullptr;
+    act(extras_action, &x);
+    return x;
+  }
   // A bound task's count of threads inside a dispatch of it (enter_dispatch()), kept
   // beside its executor copy (bound_executor_of); null for an unbound task.
-  virtual std::atomic<std::uint32_t>* dispatchers() const noexcept = 0;
+  std::atomic<std::uint32_t>* dispatchers() const noexcept {
+    std::atomic<std::uint32_t>* n = nullptr;
+    act(dispatchers_action, &n);
+    return n;
+  }
   // Stores a finished run's exception where the callable was (finish()).
-  virtual void keep_error(std::exception_ptr e) noexcept = 0;
+  void keep_error(std::exception_ptr e) noexcept { act(keep_error_action, &e); }
   // The exception finish() kept, or null.
-  virtual std::exception_ptr kept_error() const noexcept = 0;
+  std::exception_ptr kept_error() const noexcept {
+    std::exception_ptr e;
+    act(kept_error_action, &e);
+    return e;
+  }
 
-  virtual ~scheduled_task_base() = default;
+  // Discard and run, for every node type (they do not depend on it).
+  static void complete_common(task_base* t, unsigned action);
+
+  ~scheduled_task_base() = default; // delete_action destroys the node as its own type
 
 private:
+  // One of the node type's actions (above); never throws for those.
+  void act(unsigned action, void* io) const noexcept {
+    complete_(const_cast<scheduled_task_base*>(this), action, io);
+  }
+
   static bool ended(std::uint32_t s) noexcept { return (s & phase_mask) >= done && (s & settling) == 0; }
   void notify_terminal(std::uint32_t old_state, bool by_runner) noexcept;
-  static void complete_thunk(task_base* t, unsigned action);
   // Before a terminal transition of a bound task: waits until no other thread is inside
   // a dispatch of it (a thread that dispatches it runs it inline: it does not wait).
   void wait_for_dispatchers() const noexcept;
@@ -280,7 +332,7 @@ private:
   pool_anchor_id anchor_id_; // the pool's anchor and its generation (see pool_anchor.hpp)
   mutable std::atomic<std::uint32_t> state_{pending};
   std::atomic<std::uint32_t> refs_{1};
-  completion_hook* hooks_ = nullptr; // under the task's stripe mutex (notify_terminal())
+  // Its async waits are listed by its stripe, not here (add_hook(), src/scheduled_task.cpp).
 };
 
 // The two ends of a bound task's hand-over to its executor (src/pool_delay.cpp): its run
@@ -425,14 +477,42 @@ class scheduled_task final : public scheduled_result<R> {
 public:
   template <class G>
   scheduled_task(pool_core* pool, G&& g)
-      : scheduled_result<R>(pool), bound_ex_(static_cast<const std::remove_reference_t<G>&>(g)) {
+      : scheduled_result<R>(pool, &act), bound_ex_(static_cast<const std::remove_reference_t<G>&>(g)) {
     ::new (static_cast<void*>(&storage_)) F(std::forward<G>(g));
     this->storage_holds_ = timed_node::holds_callable;
     this->bound_ = Bound;
     this->has_extras_ = Extras;
   }
 
-  std::exception_ptr hand_off(bool detached) noexcept override {
+private:
+  using base = scheduled_task_base;
+
+  // The node type's function: every action of scheduled_task_base's enum, and discard and
+  // run. Only discard and run may throw (a run's own failure to reach its executor).
+  static void act(task_base* b, unsigned action, void* io) {
+    auto* self = static_cast<scheduled_task*>(b);
+    switch (action) {
+    case base::invoke_action: *static_cast<std::exception_ptr*>(io) = self->invoke(); return;
+    case base::destroy_callable_action: self->destroy_callable(); return;
+    case base::hand_off_action:
+    case base::hand_off_detached_action:
+      *static_cast<std::exception_ptr*>(io) = self->hand_off(action == base::hand_off_detached_action);
+      return;
+    case base::bound_context_action:
+      *static_cast<const net::execution_context**>(io) = self->bound_context();
+      return;
+    case base::extras_action: *static_cast<task_extras**>(io) = self->extras_of(); return;
+    case base::dispatchers_action: *static_cast<std::atomic<std::uint32_t>**>(io) = self->dispatchers(); return;
+    case base::keep_error_action: self->keep_error(std::move(*static_cast<std::exception_ptr*>(io))); return;
+    case base::kept_error_action: *static_cast<std::exception_ptr*>(io) = self->kept_error(); return;
+    case base::delete_action: delete self; return;
+    default: base::complete_common(b, action); return; // discard_action, run_action
+    }
+  }
+
+  // What each action does for this type. They hide the base's members of the same
+  // names, which reach them through act().
+  std::exception_ptr hand_off(bool detached) noexcept {
     if constexpr (Bound) {
       typename scheduled_task_base::dispatch_frame frame{};
       this->enter_dispatch(frame);
@@ -457,14 +537,14 @@ public:
     return nullptr;
   }
 
-  const net::execution_context* bound_context() const noexcept override {
+  const net::execution_context* bound_context() const noexcept {
     if constexpr (Bound)
       return bound_ex_.context();
     else
       return nullptr;
   }
 
-  std::exception_ptr invoke() noexcept override {
+  std::exception_ptr invoke() noexcept {
     try {
       F& f = *std::launder(reinterpret_cast<F*>(&storage_));
       if constexpr (std::is_void_v<R>) {
@@ -478,7 +558,7 @@ public:
     }
   }
 
-  void destroy_callable() noexcept override {
+  void destroy_callable() noexcept {
     if (this->storage_holds_ == timed_node::holds_callable) {
       this->storage_holds_ = timed_node::holds_nothing;
       std::launder(reinterpret_cast<F*>(&storage_))->~F();
@@ -486,14 +566,13 @@ public:
     }
   }
 
-private:
-  ~scheduled_task() override {
+  ~scheduled_task() {
     destroy_callable();
     if (this->storage_holds_ == timed_node::holds_error)
       std::launder(reinterpret_cast<std::exception_ptr*>(&storage_))->~exception_ptr();
   }
 
-  std::atomic<std::uint32_t>* dispatchers() const noexcept override {
+  std::atomic<std::uint32_t>* dispatchers() const noexcept {
     if constexpr (Bound)
       return &bound_ex_.dispatchers;
     else
@@ -502,16 +581,16 @@ private:
 
   // The callable is gone (finish() destroyed it first): its storage holds the exception
   // instead, so that a node needs no field of its own for it.
-  void keep_error(std::exception_ptr e) noexcept override {
+  void keep_error(std::exception_ptr e) noexcept {
     ::new (static_cast<void*>(&storage_)) std::exception_ptr(std::move(e));
     this->storage_holds_ = timed_node::holds_error;
   }
-  std::exception_ptr kept_error() const noexcept override {
+  std::exception_ptr kept_error() const noexcept {
     if (this->storage_holds_ != timed_node::holds_error) return nullptr;
     return *std::launder(reinterpret_cast<const std::exception_ptr*>(&storage_));
   }
 
-  task_extras* extras_of() const noexcept override {
+  task_extras* extras_of() const noexcept {
     if constexpr (Extras)
       return &extras_storage_;
     else
@@ -526,18 +605,20 @@ private:
 };
 
 // A pool task whose callable captures two pointers is one node of the node cache's
-// 80-byte class (the million-timeout rows hold one per timeout: docs/benchmarks.md, "The
-// node in 80 bytes"). Itanium C++ ABI layout, as g++ and clang use: the small fields sit
-// in task_base's tail padding, the serial/periodic extras, a bound task's dispatch count
-// and a run's exception are found through virtuals (the exception in the callable's
-// storage), and the anchor is named by index and generation in one word.
+// 64-byte class, one cache line (the million-timeout rows hold one per timeout:
+// docs/benchmarks.md, "The node in 64 bytes"). Itanium C++ ABI layout, as g++ and clang
+// use: the small fields sit in task_base's tail padding; the node type's operations go
+// through complete_ (no vtable); the serial/periodic extras, a bound task's dispatch
+// count and a run's exception are found through them (the exception in the callable's
+// storage); the async waits are listed by the task's stripe; and the anchor is named by
+// index and generation in one word.
 struct two_pointer_task {
   void* p;
   void* q;
   void operator()() const {}
 };
-static_assert(sizeof(scheduled_task<void, two_pointer_task, false>) <= 80,
-              "metronome: a task with a two-pointer callable is one 80-byte node");
+static_assert(sizeof(scheduled_task<void, two_pointer_task, false>) <= 64,
+              "metronome: a task with a two-pointer callable is one 64-byte node");
 
 // Extras: the node carries task_extras (periodic tasks, serial executors' tasks). Bound:
 // the task runs on its callable's associated executor (the pool's typed API). `lifetime`:

@@ -32,17 +32,18 @@ enum class task_kind : std::uint8_t { op, one_shot, periodic, wait, completion }
 // `complete(run=false)` frees it without invoking (shutdown_now, dispose).
 // Exceptions of the invocation propagate to the caller (the worker reports them).
 // `complete_` receives the action: 0 = discard, 1 = run; a node type may use values
-// from 2 up for its own purposes (the wheel's entries do: one function pointer per
-// node instead of a vtable keeps a timeout at 64 bytes).
+// from 2 up for its own purposes, with `io` pointing at the action's argument or result
+// (the wheel's entries and the scheduled tasks do: one function pointer per node type
+// instead of a vtable keeps a timeout at 64 bytes).
 struct task_base {
-  using complete_fn = void (*)(task_base*, unsigned action);
+  using complete_fn = void (*)(task_base*, unsigned action, void* io);
   static constexpr unsigned discard_action = 0, run_action = 1;
 
   explicit task_base(complete_fn fn) noexcept : complete_(fn) {}
   task_base(const task_base&) = delete;
   task_base& operator=(const task_base&) = delete;
 
-  void complete(bool run) { complete_(this, run ? run_action : discard_action); }
+  void complete(bool run) { complete_(this, run ? run_action : discard_action, nullptr); }
 
   bool is_scheduled() const noexcept { return kind_ == task_kind::one_shot || kind_ == task_kind::periodic; }
   // A library completion (an async_delay wait, a wheel's async_wait), not a task.

@@ -43,7 +43,7 @@ public:
 
   void add_ref() noexcept { refs_.fetch_add(1, std::memory_order_relaxed); }
   void release() noexcept {
-    if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) complete_(this, destroy_action);
+    if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) complete_(this, destroy_action, nullptr);
   }
   std::uint32_t state() const noexcept { return state_.load(std::memory_order_acquire); }
   bool cancel() noexcept;
@@ -51,7 +51,7 @@ public:
   bool reset(clock::duration delay) noexcept;
   // Never fires, and is in no queue (cancelled out of the wheel, stopped, refused):
   // destroys the callable (a wait: its operation_aborted goes to the executor).
-  void drop() noexcept { complete_(this, drop_action); }
+  void drop() noexcept { complete_(this, drop_action, nullptr); }
   // The executor ran (run) or discarded (!run) the due entry: fires it if nobody
   // cancelled it first, else lets the node type finish the unrun entry; drops the
   // queue's reference.
@@ -88,7 +88,7 @@ protected:
   // nobody cancelled it first), on_settled_cancelled(run) (the executor ran or discarded
   // an entry a cancel had claimed) and on_destroy().
   template <class Node>
-  static void dispatch_action(task_base* t, unsigned action) noexcept {
+  static void dispatch_action(task_base* t, unsigned action, void* /*io*/) noexcept {
     auto* n = static_cast<Node*>(t);
     switch (action) {
     case run_action:

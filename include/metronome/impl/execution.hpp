@@ -96,7 +96,7 @@ public:
 private:
   // run: a worker runs the wait (due, or aborted by a stop request or the pool's
   // shutdown); discard: a stopped pool drops it.
-  static void do_complete(task_base* b, unsigned action) {
+  static void do_complete(task_base* b, unsigned action, void* /*io*/) {
     auto* op = static_cast<pool_operation*>(b);
     op->stop_.disarm();
     if (action == run_action && !op->aborted_ && !hook::requested(op->rcvr_))
@@ -180,7 +180,7 @@ public:
 private:
   // The wait ran out (run: due, or aborted) on a thread of the timing engine: due, it
   // takes its turn in the serial queue; aborted or dropped, it completes stopped here.
-  static void do_complete(task_base* b, unsigned action) {
+  static void do_complete(task_base* b, unsigned action, void* /*io*/) {
     auto* op = static_cast<serial_operation*>(b);
     core_access::serial_state(op->serial_).forget_wait(&op->link_);
     if (action == run_action && !op->aborted_)
@@ -192,7 +192,7 @@ private:
     if (!core_access::serial_state(serial_).try_enqueue(&turn_)) finish(false); // disposed
   }
   // run: the drain runs the turn; discard: dispose() or an abandoned drain drops it.
-  static void run_turn(task_base* b, unsigned action) {
+  static void run_turn(task_base* b, unsigned action, void* /*io*/) {
     static_cast<turn_node*>(b)->op->finish(action == run_action);
   }
   void finish(bool run) noexcept {

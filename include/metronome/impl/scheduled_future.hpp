@@ -138,7 +138,7 @@ private:
   // the discarding thread - never lost.
   struct repost_node final : task_base {
     explicit repost_node(wait_hook* o) noexcept : task_base(&run), owner(o) { kind_ = task_kind::completion; }
-    static void run(task_base* t, unsigned) {
+    static void run(task_base* t, unsigned, void*) {
       wait_hook* o = static_cast<repost_node*>(t)->owner;
       if (static_cast<repost_node*>(t)->aborted)
         o->complete_aborted(true);

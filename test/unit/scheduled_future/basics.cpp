@@ -648,6 +648,77 @@ BOOST_AUTO_TEST_CASE(a_wait_races_its_cancellation_and_completes_exactly_once) {
   BOOST_TEST_MESSAGE("aborted " << aborted << ", completed with the value " << valued);
 }
 
+// The waits are listed in the buckets of the tasks' parking stripes, not in the task
+// nodes (scheduled_task_base::add_hook()): 4,096 tasks in 1,024 buckets, so every bucket
+// holds the waits of several tasks. Abandoning waits through their slots, cancelling
+// tasks, and tasks running at two times each complete exactly the waits they end, once,
+// with their own task's outcome; the others stay pending until their own task ends.
+namespace {
+// -1: operation_aborted; -3: cancelled_error; -4: another exception; else the value.
+int outcome_code(const std::exception_ptr& e, int v) {
+  if (!e) return v;
+  if (is_aborted(e)) return -1;
+  try {
+    std::rethrow_exception(e);
+  } catch (const metronome::cancelled_error&) {
+    return -3;
+  } catch (...) {
+  }
+  return -4;
+}
+} // namespace
+
+BOOST_AUTO_TEST_CASE(waits_on_tasks_sharing_a_bucket_complete_with_their_own_task) {
+  manual_pool mp;
+  metronome::net::io_context io;
+  constexpr int n = 4096;
+  std::vector<scheduled_future<int>> fs;
+  std::vector<int> got(2 * n, -2), calls(2 * n, 0);
+  std::vector<metronome::net::cancellation_signal> sigs(n);
+  int completed = 0;
+  auto handler = [&](int k) {
+    return metronome::net::bind_executor(io, [&, k](std::exception_ptr e, int v) {
+      ++calls[k];
+      got[k] = outcome_code(e, v);
+      ++completed;
+    });
+  };
+  for (int i = 0; i < n; ++i) {
+    fs.push_back(mp.pool.schedule([i] { return i; }, i % 3 == 0 ? 1s : 2s));
+    fs[i].async_wait(metronome::net::bind_cancellation_slot(sigs[i].slot(), handler(2 * i)));
+    fs[i].async_wait(handler(2 * i + 1));
+  }
+  auto cancelled = [](int i) { return i % 3 == 2 && i % 5 == 0; };
+  int expected = 0;
+  for (int i = 0; i < n; ++i) {
+    if (i % 3 == 1) {
+      sigs[i].emit(metronome::net::cancellation_type::terminal);
+      expected += 1;
+    } else if (cancelled(i)) {
+      BOOST_REQUIRE(fs[i].cancel());
+      expected += 2;
+    }
+  }
+  while (completed < expected) io.run_one(); // pending waits hold work on io: run() would not return
+  mp.clock.advance(1s);                       // the tasks i % 3 == 0 run
+  for (int i = 0; i < n; i += 3) fs[i].wait();
+  expected += 2 * ((n + 2) / 3);
+  while (completed < expected) io.run_one();
+  for (int i = 0; i < n; ++i) { // every wait of a task due at 2 s that nothing ended is pending
+    if (i % 3 != 0 && !cancelled(i)) BOOST_REQUIRE(calls[2 * i + 1] == 0);
+  }
+  mp.clock.advance(1s);
+  io.run(); // the rest complete, and then no work is left
+  for (int i = 0; i < n; ++i) {
+    BOOST_REQUIRE(calls[2 * i] == 1);
+    BOOST_REQUIRE(calls[2 * i + 1] == 1);
+    const int value = cancelled(i) ? -3 : i;
+    BOOST_REQUIRE(got[2 * i] == (i % 3 == 1 ? -1 : value));
+    BOOST_REQUIRE(got[2 * i + 1] == value);
+  }
+  BOOST_TEST(completed == 2 * n);
+}
+
 BOOST_AUTO_TEST_CASE(a_wait_in_an_awaitable_or_and_under_cancel_after_ends_on_time) {
   using namespace metronome::net::experimental::awaitable_operators;
   manual_pool mp;
