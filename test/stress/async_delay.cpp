@@ -88,7 +88,6 @@ bool coroutine_join_round(std::uint64_t seed, errors& errs) {
   return true;
 }
 
-
 // cancel_after's deadlines on a timing pool that is shut down while operations (timers
 // of an io_context on a thread of its own) are being started. Each operation ends once:
 // completed (its timer expired first), fired (its deadline cancelled it) or dropped (the

@@ -135,6 +135,22 @@ BOOST_AUTO_TEST_CASE(a_task_s_exception_outlives_its_callable_and_is_freed_with_
 // A move-only result is moved out once for all the handles of its task: a second get()
 // (through any copy) throws future_already_retrieved, as std::future's does, and so does
 // an async_wait that comes after (its R{} beside the error) - never a moved-from value.
+namespace {
+// What taking a move-only result gave: 1 the value `i`, 2 future_already_retrieved, 3
+// anything else.
+template <class Take>
+int outcome_of(Take&& take, int i) {
+  try {
+    auto v = take();
+    return v && *v == i ? 1 : 3;
+  } catch (const std::future_error& e) {
+    return e.code() == std::future_errc::future_already_retrieved ? 2 : 3;
+  } catch (...) {
+    return 3;
+  }
+}
+} // namespace
+
 BOOST_AUTO_TEST_CASE(move_only_results_are_moved_out_once) {
   metronome::scheduled_thread_pool pool(1);
   auto f = pool.submit([] { return std::make_unique<int>(5); });
@@ -147,17 +163,16 @@ BOOST_AUTO_TEST_CASE(move_only_results_are_moved_out_once) {
   } catch (const std::future_error& e) {
     BOOST_TEST((e.code() == std::future_errc::future_already_retrieved));
   }
-  std::promise<std::pair<bool, bool>> waited; // (the error, a null value)
+  std::promise<std::pair<int, bool>> waited; // (the outcome, a null value)
   f.async_wait([&](std::exception_ptr e, std::unique_ptr<int> v) {
-    bool retrieved = false;
-    try {
-      if (e) std::rethrow_exception(e);
-    } catch (const std::future_error& fe) {
-      retrieved = fe.code() == std::future_errc::future_already_retrieved;
-    }
-    waited.set_value({retrieved, v == nullptr});
+    const bool null_value = v == nullptr;
+    waited.set_value({outcome_of([&] {
+                        if (e) std::rethrow_exception(e);
+                        return std::move(v);
+                      }, 5),
+                      null_value});
   });
-  BOOST_TEST((waited.get_future().get() == std::pair<bool, bool>(true, true)));
+  BOOST_TEST((waited.get_future().get() == std::pair<int, bool>(2, true)));
 
   // The first taker may be a completion: then get() throws.
   auto g = pool.submit([] { return std::make_unique<int>(6); });
@@ -178,16 +193,6 @@ BOOST_AUTO_TEST_CASE(two_threads_taking_a_move_only_result_at_once_get_it_once) 
   metronome::scheduled_thread_pool pool(1);
   constexpr int rounds = 400;
   int values = 0, retrieved = 0, other = 0;
-  auto outcome_of = [](auto&& take, int i) {
-    try {
-      auto v = take();
-      return v && *v == i ? 1 : 3;
-    } catch (const std::future_error& e) {
-      return e.code() == std::future_errc::future_already_retrieved ? 2 : 3;
-    } catch (...) {
-      return 3;
-    }
-  };
   for (int i = 0; i < rounds; ++i) {
     std::array<int, 2> got{};
     if (i % 2 == 0) {
@@ -210,7 +215,7 @@ BOOST_AUTO_TEST_CASE(two_threads_taking_a_move_only_result_at_once_get_it_once) 
         return std::make_unique<int>(i);
       });
       auto waited = std::make_shared<std::promise<int>>(); // outlives a failed round
-      f.async_wait([waited, outcome_of, i](std::exception_ptr e, std::unique_ptr<int> v) {
+      f.async_wait([waited, i](std::exception_ptr e, std::unique_ptr<int> v) {
         waited->set_value(outcome_of([&] {
           if (e) std::rethrow_exception(e);
           return std::move(v);
