@@ -52,7 +52,8 @@ namespace metronome::detail::node_store {
 // Alignment: the chunk's header is 64 bytes and every class a multiple of 16, so every
 // node is 16-aligned; a type's size is a multiple of its alignment, so a type aligned to
 // 32 or 64 bytes lands in a class that is a multiple of that (80 holds none of them).
-// The 80-byte class is a task with a two-pointer callable (scheduled_task.hpp).
+// The 64-byte class holds a task with a two-pointer callable (scheduled_task.hpp), the
+// 80-byte one a task with a three-pointer callable or a wheel timeout with a two-pointer one.
 inline constexpr std::size_t class_sizes[] = {64, 80, 96, 128, 192, 256};
 inline constexpr int classes = 6;
 inline constexpr unsigned flush_batch = 64;            // nodes a thread hands back at once

@@ -46,10 +46,7 @@ std::uintptr_t stripe_hash(const void* p) noexcept {
 parking_stripe& stripe_for(const void* p) noexcept { return all_stripes()[(stripe_hash(p) >> 58) & 63]; }
 
 // The bucket of p's hooks, in stripe_for(p) (hold its mutex).
-completion_hook*& hook_bucket(const void* p) noexcept {
-  const std::uintptr_t h = stripe_hash(p);
-  return all_stripes()[(h >> 58) & 63].hooks[(h >> 54) & 15];
-}
+completion_hook*& hook_bucket(const void* p) noexcept { return stripe_for(p).hooks[(stripe_hash(p) >> 54) & 15]; }
 
 void unlink_hook(completion_hook* h) noexcept {
   *h->pprev_ = h->next_;
@@ -322,7 +319,7 @@ void scheduled_task_base::notify_terminal(std::uint32_t old_state, bool by_runne
     completion_hook** tail = &taken;
     for (completion_hook* h = hook_bucket(this); h;) {
       completion_hook* next = h->next_;
-      if (h->task_ == this) {
+      if (h->waited_ == this) {
         unlink_hook(h);
         *tail = h;
         tail = &h->next_;
@@ -344,7 +341,7 @@ bool scheduled_task_base::add_hook(completion_hook* h) noexcept {
   std::lock_guard lk(stripe_for(this).mtx);
   if (ended(flag_waiting())) return false;
   completion_hook*& head = hook_bucket(this);
-  h->task_ = this;
+  h->waited_ = this;
   h->next_ = head;
   if (head) head->pprev_ = &h->next_;
   h->pprev_ = &head;
@@ -356,7 +353,7 @@ bool scheduled_task_base::add_hook(completion_hook* h) noexcept {
 bool scheduled_task_base::remove_hook(completion_hook* h) noexcept {
   std::lock_guard lk(stripe_for(this).mtx);
   if (!h->pprev_) return false;
-  assert(h->task_ == this);
+  assert(h->waited_ == this);
   unlink_hook(h);
   return true;
 }

@@ -35,7 +35,7 @@ namespace metronome::detail {
 struct completion_hook {
   completion_hook* next_ = nullptr;
   completion_hook** pprev_ = nullptr; // the link that points at it while listed, else null
-  const void* task_ = nullptr;        // the task it waits for while listed
+  const void* waited_ = nullptr;      // the task it waits for while listed
   virtual void on_complete(bool by_runner) noexcept = 0;
 
 protected:
