@@ -36,17 +36,23 @@ std::array<parking_stripe, 64>& all_stripes() noexcept {
   return stripes;
 }
 
-std::uintptr_t stripe_hash(const void* p) noexcept {
+// Where p's waiters are: its stripe, and its hooks' bucket in that stripe (hold the
+// stripe's mutex to touch the bucket). One hash: the top bits choose the stripe, the
+// next ones the bucket.
+struct stripe_place {
+  parking_stripe& stripe;
+  completion_hook*& hooks;
+};
+
+stripe_place place_of(const void* p) noexcept {
   auto h = reinterpret_cast<std::uintptr_t>(p);
   h ^= h >> 17;
   h *= 0x9E3779B97F4A7C15ull;
-  return h;
+  parking_stripe& st = all_stripes()[(h >> 58) & 63];
+  return {st, st.hooks[(h >> 54) & 15]};
 }
 
-parking_stripe& stripe_for(const void* p) noexcept { return all_stripes()[(stripe_hash(p) >> 58) & 63]; }
-
-// The bucket of p's hooks, in stripe_for(p) (hold its mutex).
-completion_hook*& hook_bucket(const void* p) noexcept { return stripe_for(p).hooks[(stripe_hash(p) >> 54) & 15]; }
+parking_stripe& stripe_for(const void* p) noexcept { return place_of(p).stripe; }
 
 void unlink_hook(completion_hook* h) noexcept {
   *h->pprev_ = h->next_;
@@ -312,12 +318,12 @@ bool scheduled_task_base::reset(clock::duration delay) noexcept {
 void scheduled_task_base::notify_terminal(std::uint32_t old_state, bool by_runner) noexcept {
   METRONOME_TEST_HOOK(hook_point::task_before_closing_waits);
   if (!(old_state & has_waiters)) return;
-  auto& st = stripe_for(this);
+  const stripe_place place = place_of(this);
   completion_hook* taken = nullptr;
   {
-    std::lock_guard lk(st.mtx);
+    std::lock_guard lk(place.stripe.mtx);
     completion_hook** tail = &taken;
-    for (completion_hook* h = hook_bucket(this); h;) {
+    for (completion_hook* h = place.hooks; h;) {
       completion_hook* next = h->next_;
       if (h->waited_ == this) {
         unlink_hook(h);
@@ -327,7 +333,7 @@ void scheduled_task_base::notify_terminal(std::uint32_t old_state, bool by_runne
       h = next;
     }
   }
-  st.cv.notify_all();
+  place.stripe.cv.notify_all();
   while (taken) {
     completion_hook* next = taken->next_;
     taken->on_complete(by_runner);
@@ -338,9 +344,10 @@ void scheduled_task_base::notify_terminal(std::uint32_t old_state, bool by_runne
 // The list of waits: changed only under the task's stripe mutex (see notify_terminal()).
 bool scheduled_task_base::add_hook(completion_hook* h) noexcept {
   METRONOME_TEST_HOOK(hook_point::wait_hook_before_flag);
-  std::lock_guard lk(stripe_for(this).mtx);
+  const stripe_place place = place_of(this);
+  std::lock_guard lk(place.stripe.mtx);
   if (ended(flag_waiting())) return false;
-  completion_hook*& head = hook_bucket(this);
+  completion_hook*& head = place.hooks;
   h->waited_ = this;
   h->next_ = head;
   if (head) head->pprev_ = &h->next_;
