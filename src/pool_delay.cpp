@@ -134,11 +134,22 @@ void pool_engine::reject_scheduled(scheduled_task_base* t, bool timed) {
 // ---------------------------------------------------------------- heap
 
 // May throw (std::bad_alloc, std::length_error) with nothing changed.
+//
+// Manual clock: `current` was read before mtx_, and only an advance moves time. The
+// invariant: the clock stores its new time before its advance takes mtx_ to promote
+// (on_time_advanced), so a time read here, under mtx_, that is before `n`'s due time
+// means that advance has not promoted yet and will find `n`; a time at or past it means
+// the advance may have promoted without `n`, and a worker is woken to promote it (park()
+// promotes what is due; a busy one does when it parks). Tested by
+// `a_delayed_task_pushed_after_an_advance_past_its_due_time_runs` and its two siblings
+// (hooks delayed_submit_before_lock, wait_before_lock, reschedule_before_lock),
+// test/handover/pool.cpp.
 void pool_engine::heap_push(const held_lock& lk, timed_node* n, clock::time_point current) {
   assert_held(lk, mtx_);
   n->timed_ = true;
   if (heap_.push(n, next_seq_++, current.time_since_epoch().count())) heap_changed(lk);
   if (is_tick(n)) ++ticks_in_heap_;
+  if (manual_ && n->due() <= now()) wake_some(lk, 1);
 }
 
 // The head changed: publish its due time and, if it is a new earliest, wake the leader.
@@ -694,6 +705,7 @@ void pool_engine::reschedule(scheduled_task_base* t, clock::time_point started) 
       jittered ? next_jittered_due(t->extras(), t->due(), started, current)
                : next_periodic_due(x.fixed_delay, x.periodic.missed, x.period, t->due(), started, current);
 
+  METRONOME_TEST_HOOK(hook_point::reschedule_before_lock);
   std::unique_lock lk(mtx_);
   if (state_.ends_periodic(opts_.continue_periodic_after_shutdown) || !t->try_rearm()) {
     lk.unlock();

@@ -547,6 +547,79 @@ BOOST_AUTO_TEST_CASE(due_serial_tasks_whose_drain_is_not_yet_posted_are_not_over
   BOOST_CHECK((rec.snapshot() == std::vector<int>{1, 2, 3}));
 }
 
+// Manual clock, the delay queue's push racing an advance: a producer read the time (0),
+// then the clock moved past its work's due time before the producer took the pool's mutex;
+// the advance promoted the heap without that work. On a manual clock only an advance moves
+// time, so the push itself must see, under the mutex, that the work is due and get a worker
+// to promote it - else it waits for an advance that may never come. Three producers: a
+// delayed submission, an async_delay, and a periodic run's reschedule on its bound
+// executor's thread (the fixed-rate-on-a-strand test lost its run so, 1 CI run in ~20).
+BOOST_AUTO_TEST_CASE(a_delayed_task_pushed_after_an_advance_past_its_due_time_runs) {
+  manual_clock clk;
+  scheduled_thread_pool pool(on_clock(clk, 2));
+  clk.wait_idle(); // every worker parked: none is awake to look at the heap by chance
+  std::atomic<bool> ran{false};
+  metronome::scheduled_future<void> h;
+  hook_stop stop(hook_point::delayed_submit_before_lock);
+  std::thread producer([&] {
+    hook_stop::arm_this_thread();
+    h = pool.schedule([&ran] { ran = true; }, 10ms);
+  });
+  BOOST_REQUIRE(stop.arrived()); // read the time; the mutex not taken
+  clk.advance(10ms);             // promotes a heap that does not hold the task yet
+  stop.release();
+  producer.join();
+  BOOST_CHECK(poll_until([&] { return ran.load(); }, 10s));
+  BOOST_CHECK(h.is_done());
+}
+
+BOOST_AUTO_TEST_CASE(an_async_delay_pushed_after_an_advance_past_its_due_time_completes) {
+  manual_clock clk;
+  scheduled_thread_pool pool(on_clock(clk, 2));
+  clk.wait_idle();
+  std::atomic<int> completions{0};
+  metronome::error_code result = metronome::net::error::operation_aborted;
+  hook_stop stop(hook_point::wait_before_lock);
+  std::thread waiter([&] {
+    hook_stop::arm_this_thread();
+    metronome::async_delay(pool.get_executor(), 10ms, [&](metronome::error_code ec) {
+      result = ec;
+      completions.fetch_add(1);
+    });
+  });
+  BOOST_REQUIRE(stop.arrived());
+  clk.advance(10ms);
+  stop.release();
+  waiter.join();
+  BOOST_CHECK(poll_until([&] { return completions.load() == 1; }, 10s));
+  BOOST_CHECK(!result);
+}
+
+BOOST_AUTO_TEST_CASE(a_bound_periodic_run_rescheduled_after_an_advance_past_its_next_due_time_runs) {
+  manual_clock clk;
+  scheduled_thread_pool pool(on_clock(clk, 2));
+  metronome::net::io_context io;
+  auto guard = metronome::net::make_work_guard(io);
+  std::thread io_thread([&] { io.run(); });
+  metronome::net::post(io, [] { hook_stop::arm_this_thread(); }); // the run's end stops there
+  std::atomic<int> runs{0};
+  hook_stop stop(hook_point::reschedule_before_lock);
+  auto h = pool.schedule_at_fixed_rate(metronome::net::bind_executor(io, [&runs] { ++runs; }), 10ms, 10ms);
+  clk.advance(10ms);
+  BOOST_REQUIRE(stop.arrived()); // the first run ended on io's thread; its next due time is 20
+  BOOST_CHECK_EQUAL(runs.load(), 1);
+  // (Not wait_idle(): the run's end is in transit. A worker that parks after the push
+  // below promotes the run too, so the test may miss the bug, never invent it.)
+  BOOST_REQUIRE(poll_until([&] { return pool.stats().active == 0; }, 10s));
+  clk.advance(10ms); // now 20: promotes a heap that does not hold the next run yet
+  stop.release();
+  BOOST_CHECK(poll_until([&] { return runs.load() == 2; }, 10s));
+  BOOST_CHECK(h.cancel());
+  h.wait();
+  guard.reset();
+  io_thread.join();
+}
+
 // Termination while due serial tasks are in transit: they left the heap under the mutex,
 // their drain is not posted yet, and the pool is shut down and idle otherwise. It must
 // not terminate in that gap (it would drop the drain and strand the task).

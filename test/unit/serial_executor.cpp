@@ -827,9 +827,9 @@ BOOST_AUTO_TEST_CASE(a_bound_task_of_a_serial_executor_over_an_io_context_runs_o
 // on the grid; the next run is scheduled when the run there has ended.
 BOOST_AUTO_TEST_CASE(a_serial_executor_s_bound_periodic_task_keeps_its_grid_on_a_strand) {
   manual_clock clock;
+  metronome::test::strand_run_log on_strand(clock); // outlives the pool: a failed check ends cleanly
   scheduled_thread_pool pool(on_clock(clock, 2));
   auto serial = make_serial_executor(pool);
-  metronome::test::strand_run_log on_strand(clock);
   auto h = serial.schedule_at_fixed_rate(on_strand.task(), 10ms, 10ms);
   for (int i = 1; i <= 3; ++i) {
     clock.advance(10ms);

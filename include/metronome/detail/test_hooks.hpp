@@ -66,6 +66,7 @@ enum class hook_point {
   wheel_cancel_after_withdraw, // a cancel() took the last timeout out and withdrew the tick; sleeping_until_ not yet reset
   runner_error_kept,           // a task's runner kept its run's exception (callable destroyed); the task not yet done
   leader_before_wait,          // a parking worker holds the mutex as the leader (timing the heap's head); not waiting yet
+  reschedule_before_lock,      // a periodic run's end read the time and computed the next due time; pool mutex not taken
 };
 
 using hook_function = void (*)(hook_point);

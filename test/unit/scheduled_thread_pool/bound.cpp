@@ -151,8 +151,8 @@ BOOST_AUTO_TEST_CASE(a_bound_task_holds_no_work_on_its_executor_while_it_waits) 
 // pool). The next run is scheduled when the run on the strand has ended.
 BOOST_AUTO_TEST_CASE(a_periodic_task_on_a_strand_never_overlaps_and_keeps_its_grid) {
   manual_clock clock;
+  metronome::test::strand_run_log on_strand(clock); // outlives the pool: a failed check ends cleanly
   scheduled_thread_pool pool(on_clock(clock, 2));
-  metronome::test::strand_run_log on_strand(clock);
   auto h = pool.schedule_at_fixed_rate(on_strand.task(1ms), 10ms, 10ms);
   for (int i = 1; i <= 3; ++i) {
     clock.advance(10ms);
