@@ -83,10 +83,26 @@ void pool_core::submit_scheduled(scheduled_task_base* t, clock::time_point due, 
 // An auto-advancing manual clock decides when the last awake worker parks; with every
 // worker already parked (or letting the clock decide), timed work pushed from outside
 // would never make it jump: the push asks the clock itself, as a released hold does.
+//
+// Invariant: the pool does not terminate while an asker is inside (clock_askers_, under
+// mtx_; quiescent() does not count it: the asker is who asks). The jump may run the
+// pushed work, and its completion may let the caller's program destroy the pool, while
+// the asking thread - not one of the pool's, which the destructor would join - is still
+// on its way out of this call. It leaves under mtx_ and then touches nothing of the pool
+// but that mutex's unlock (its debug call count is dismissed first). Tested by
+// `the_pool_s_destructor_waits_for_an_outside_push_still_inside_the_clock_s_jump` (hook
+// outside_push_after_clock), test/handover/pool.cpp.
 void pool_engine::ask_clock_after_outside_push(std::unique_lock<std::mutex>& lk) noexcept {
   if (!manual_ || awake_ != 0 || !manual_->auto_advance()) return;
+  ++clock_askers_;
   lk.unlock(); // the clock's mutex comes before ours
   manual_->idle_point();
+  METRONOME_TEST_HOOK(hook_point::outside_push_after_clock);
+  lk.lock();
+  METRONOME_POOL_CALL_DISMISS(calls_); // the caller's count: left while the pool surely exists
+  if (--clock_askers_ != 0) return;
+  if (host_) terminated_cv_.notify_all(); // close_hosted() waits for the last one
+  if (state_.seeks_termination()) wake_all(lk);
 }
 
 void pool_engine::reject_scheduled(scheduled_task_base* t, bool timed) {

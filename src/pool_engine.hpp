@@ -318,6 +318,7 @@ private:
   reactor_adapter reactor_;
   int awake_ = 0;       // live workers not parked
   int in_transit_ = 0;  // promotions whose serial drains, and cancels whose completions, are not delivered yet
+  int clock_askers_ = 0; // outside pushes asking the auto-advancing clock (ask_clock_after_outside_push)
   std::size_t ticks_in_heap_ = 0; // untracked waits (wheels' ticks) in heap_: not work that keeps the pool busy
   pool_engine* fork_prev_ = nullptr; // the fork registry's list (pool_lifecycle.cpp)
   pool_engine* fork_next_ = nullptr;

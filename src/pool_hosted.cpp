@@ -92,7 +92,7 @@ void pool_engine::close_hosted() noexcept {
   // the same count before it terminates (idle()). Tested by
   // `the_host_s_shutdown_waits_for_a_bound_periodic_run_still_leaving_the_engine`.
   std::unique_lock lk(mtx_);
-  terminated_cv_.wait(lk, [this] { return in_transit_ == 0; }); // leave_transit() notifies a host's
+  terminated_cv_.wait(lk, [this] { return in_transit_ == 0 && clock_askers_ == 0; }); // leave_transit() notifies a host's
 }
 
 } // namespace metronome::detail

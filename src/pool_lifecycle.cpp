@@ -50,7 +50,7 @@ Node* reversed(Node* head) noexcept {
 bool pool_engine::idle_for_termination(const held_lock& lk, int awake_expected) const noexcept {
   assert_held(lk, mtx_);
   return awake_ == awake_expected &&
-         state_.may_terminate({.queued = !ready_.empty() || heap_.size() != ticks_in_heap_ || in_transit_ != 0,
+         state_.may_terminate({.queued = !ready_.empty() || heap_.size() != ticks_in_heap_ || in_transit_ != 0 || clock_askers_ != 0,
                                .wheel_waits = wheel_waits_.load() != 0,
                                .hand_overs = hand_overs_.load() != 0,
                                .tracked_work = tracked_work_.load() != 0});
@@ -573,6 +573,7 @@ void pool_engine::forget_threads_in_child() noexcept {
   if (!host_ && this_worker != nullptr && this_worker->pool == this) this_thread_orphaned = true;
   // Hand-overs and calls of the parent's other threads never finish here.
   in_transit_ = 0;
+  clock_askers_ = 0;
   calls_.store(0);
   parking_.reset_in_child();
   ::new (&terminated_cv_) std::condition_variable();

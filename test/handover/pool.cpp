@@ -595,6 +595,32 @@ BOOST_AUTO_TEST_CASE(an_async_delay_pushed_after_an_advance_past_its_due_time_co
   BOOST_CHECK(!result);
 }
 
+// Auto-advance: a delayed task pushed from a thread outside the pool, every worker parked,
+// asks the clock itself, which jumps and runs the task on a worker - while the asking
+// thread is still inside the schedule call. A program that destroys the pool once the
+// task is done (as a test does, or an operation completing through Asio's system
+// executor, whose thread made the push) must not free it under that thread: the
+// destruction waits for it to leave. (Seen once in CI: `retry`'s pause, initiated on the
+// system executor's thread by use_future, tripped the destructor's check that no other
+// thread is inside a call.)
+BOOST_AUTO_TEST_CASE(the_pool_s_destructor_waits_for_an_outside_push_still_inside_the_clock_s_jump) {
+  manual_clock clk;
+  clk.set_auto_advance(true);
+  auto pool = std::make_unique<scheduled_thread_pool>(on_clock(clk, 1));
+  clk.wait_idle(); // the worker parked: the push must ask the clock
+  std::atomic<bool> ran{false};
+  hook_stop stop(hook_point::outside_push_after_clock);
+  std::thread pusher([&] {
+    hook_stop::arm_this_thread();
+    auto h = pool->schedule([&ran] { ran = true; }, 10ms);
+    (void)h;
+  });
+  BOOST_REQUIRE(stop.arrived()); // the clock jumped; the pusher is still inside schedule()
+  BOOST_REQUIRE(poll_until([&] { return ran.load(); }, 10s));
+  BOOST_CHECK(destruction_waits(pool, [&] { stop.release(); }));
+  pusher.join();
+}
+
 BOOST_AUTO_TEST_CASE(a_bound_periodic_run_rescheduled_after_an_advance_past_its_next_due_time_runs) {
   manual_clock clk;
   scheduled_thread_pool pool(on_clock(clk, 2));

@@ -67,6 +67,7 @@ enum class hook_point {
   runner_error_kept,           // a task's runner kept its run's exception (callable destroyed); the task not yet done
   leader_before_wait,          // a parking worker holds the mutex as the leader (timing the heap's head); not waiting yet
   reschedule_before_lock,      // a periodic run's end read the time and computed the next due time; pool mutex not taken
+  outside_push_after_clock,    // a push from outside asked the auto-advancing clock (it may have jumped); pool mutex not re-taken
 };
 
 using hook_function = void (*)(hook_point);
