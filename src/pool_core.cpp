@@ -371,7 +371,7 @@ task_base* pool_engine::park(worker& w, std::unique_lock<std::mutex>& lk) {
 
     if (manual_ && !clock_told && manual_->wants_idle_points() && awake_ == 1 && in_transit_ == 0) {
       let_manual_clock_decide(lk);
-      clock_told = true;
+      clock_told = !clock_ask_owed_; // a transit ended meanwhile with nobody awake: ask again (leave_transit)
       continue; // look at everything again
     }
     // The roles: with a reactor, one parked worker waits in it (timing the heap too,
@@ -412,6 +412,7 @@ task_base* pool_engine::park(worker& w, std::unique_lock<std::mutex>& lk) {
 void pool_engine::let_manual_clock_decide(std::unique_lock<std::mutex>& lk) {
   assert(lk.owns_lock());
   --awake_;
+  clock_ask_owed_ = false; // this ask covers every transit ended before it
   lk.unlock();
   manual_->idle_point();
   METRONOME_TEST_HOOK(hook_point::worker_after_idle_point);

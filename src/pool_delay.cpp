@@ -100,9 +100,7 @@ void pool_engine::ask_clock_after_outside_push(std::unique_lock<std::mutex>& lk)
   METRONOME_TEST_HOOK(hook_point::outside_push_after_clock);
   lk.lock();
   METRONOME_POOL_CALL_DISMISS(calls_); // the caller's count: left while the pool surely exists
-  if (--clock_askers_ != 0) return;
-  if (host_) terminated_cv_.notify_all(); // close_hosted() waits for the last one
-  if (state_.seeks_termination()) wake_all(lk);
+  if (--clock_askers_ == 0) last_one_out(lk);
 }
 
 void pool_engine::reject_scheduled(scheduled_task_base* t, bool timed) {
@@ -165,7 +163,16 @@ void pool_engine::heap_push(const held_lock& lk, timed_node* n, clock::time_poin
   n->timed_ = true;
   if (heap_.push(n, next_seq_++, current.time_since_epoch().count())) heap_changed(lk);
   if (is_tick(n)) ++ticks_in_heap_;
-  if (manual_ && n->due() <= now()) wake_some(lk, 1);
+  wake_if_due_on_manual_clock(lk, n->due());
+}
+
+// On a manual clock nobody looks at the heap until time moves: work already due when it
+// enters (or is reset into) the heap gets a parked worker to promote it (park() promotes
+// what is due; a busy one does when it parks). The time is read under mtx_ (see
+// heap_push for why that read is the one that counts).
+void pool_engine::wake_if_due_on_manual_clock(const held_lock& lk, clock::time_point due) noexcept {
+  assert_held(lk, mtx_);
+  if (manual_ && due <= now()) wake_some(lk, 1);
 }
 
 // The head changed: publish its due time and, if it is a new earliest, wake the leader.
@@ -262,14 +269,38 @@ void pool_engine::post_owed_drains(task_sink* owed) noexcept {
     owed->post_owed_drain();
     owed = next;
   }
+  METRONOME_TEST_HOOK(hook_point::owed_drain_after_post);
   std::unique_lock lk(mtx_);
   leave_transit(lk);
 }
 
+// Auto-advance (or a wait_idle() waiter): the last awake worker does not ask the clock
+// while something is in transit (the clock would refuse: not quiescent), so the thread
+// that ends the last transit - a cancel's completions delivered, a serial executor's
+// drains posted, a completion queued - with every worker parked has one ask again. It
+// takes no other lock for that (it may hold a serial executor's registry, or be the
+// thread telling the pools of a jump, under the clock's mutex): it wakes a parked worker,
+// which asks as it parks again, and owes the ask (clock_ask_owed_) to a worker that is
+// between its own ask and its park (let_manual_clock_decide), which then asks again.
+// Tested by `a_cancel_leaving_the_last_transit_with_every_worker_parked_makes_the_clock_jump`,
+// `a_transit_ended_while_the_last_worker_asks_the_clock_makes_it_ask_again`,
+// `the_last_transit_left_inside_a_jump_makes_the_clock_decide_again` (test/handover/pool.cpp).
 void pool_engine::leave_transit(const held_lock& lk) noexcept {
   assert_held(lk, mtx_);
   if (--in_transit_ != 0) return;
-  if (host_) terminated_cv_.notify_all(); // close_hosted() waits for the last one
+  last_one_out(lk);
+  if (manual_ && awake_ == 0 && manual_->wants_idle_points()) {
+    clock_ask_owed_ = true;
+    wake_some(lk, 1);
+  }
+}
+
+// The last thread in transit (leave_transit) or asking the clock
+// (ask_clock_after_outside_push) has left: a host's close_hosted() and a terminating
+// pool's idle check wait for both counts to reach zero.
+void pool_engine::last_one_out(const held_lock& lk) noexcept {
+  assert_held(lk, mtx_);
+  if (host_) terminated_cv_.notify_all();
   if (state_.seeks_termination()) wake_all(lk);
 }
 
@@ -310,8 +341,12 @@ void pool_engine::promote(clock::time_point current, promoter who) noexcept {
 
 void pool_engine::on_time_advanced() { promote(now(), promoter::by_clock); }
 
+// A terminated pool runs nothing again: idle, with no timed work, whatever its joined
+// workers left in awake_ (a core worker leaves park() awake when the pool terminates).
+// Tested by `a_terminated_pool_on_the_clock_does_not_stop_the_others_jumping`.
 bool pool_engine::quiescent(clock::time_point& next_due) noexcept {
   std::lock_guard lk(mtx_);
+  if (state_.terminated()) return true;
   if (awake_ > 0 || in_transit_ > 0 || !ready_.empty()) return false;
   if (!heap_.empty()) next_due = heap_.top()->due();
   return true;
@@ -349,9 +384,7 @@ bool pool_engine::on_reset(const held_lock& lk, scheduled_task_base* t, clock::d
   if (t->is_periodic()) t->extras().nominal = due;
   if (was_head || is_head) update_next_due(lk);
   if (is_head) wake_for_new_head(lk);
-  // Due now: on a manual clock nobody looks at the heap until time moves, so get a
-  // parked worker to promote it (park() promotes what is due).
-  if (due <= current && manual_) wake_some(lk, 1);
+  wake_if_due_on_manual_clock(lk, due);
   return true;
 }
 

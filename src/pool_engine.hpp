@@ -255,10 +255,12 @@ private:
   std::size_t promote_due(const held_lock& lk, clock::time_point now, task_sink*& owed) noexcept;
   void post_owed_drains(task_sink* owed) noexcept;
   void leave_transit(const held_lock& lk) noexcept;
+  void last_one_out(const held_lock& lk) noexcept;
   enum class promoter { by_worker, by_producer, by_clock }; // see promote() in pool_delay.cpp
   void promote(clock::time_point current, promoter who) noexcept;
   void update_next_due(const held_lock& lk) noexcept;
   void heap_push(const held_lock& lk, timed_node* n, clock::time_point current);
+  void wake_if_due_on_manual_clock(const held_lock& lk, clock::time_point due) noexcept;
   void ask_clock_after_outside_push(std::unique_lock<std::mutex>& lk) noexcept;
   // Takes n out of the heap if it is there
   // (keeping next_due_ and the heap's storage in step). True when it did.
@@ -319,6 +321,7 @@ private:
   int awake_ = 0;       // live workers not parked
   int in_transit_ = 0;  // promotions whose serial drains, and cancels whose completions, are not delivered yet
   int clock_askers_ = 0; // outside pushes asking the auto-advancing clock (ask_clock_after_outside_push)
+  bool clock_ask_owed_ = false; // the last transit ended with every worker parked since the last ask began (leave_transit)
   std::size_t ticks_in_heap_ = 0; // untracked waits (wheels' ticks) in heap_: not work that keeps the pool busy
   pool_engine* fork_prev_ = nullptr; // the fork registry's list (pool_lifecycle.cpp)
   pool_engine* fork_next_ = nullptr;

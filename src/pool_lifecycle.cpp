@@ -574,6 +574,7 @@ void pool_engine::forget_threads_in_child() noexcept {
   // Hand-overs and calls of the parent's other threads never finish here.
   in_transit_ = 0;
   clock_askers_ = 0;
+  clock_ask_owed_ = false;
   calls_.store(0);
   parking_.reset_in_child();
   ::new (&terminated_cv_) std::condition_variable();

@@ -621,6 +621,111 @@ BOOST_AUTO_TEST_CASE(the_pool_s_destructor_waits_for_an_outside_push_still_insid
   pusher.join();
 }
 
+// An auto-advancing clock, held while a one-worker pool gets two delayed tasks: `a` (10 ms,
+// to be cancelled) and `b` (20 ms, which answers the clock's time when it runs).
+struct two_tasks_on_a_held_clock {
+  manual_clock clk;
+  std::optional<manual_clock::hold_guard> hold;
+  scheduled_thread_pool pool;
+  manual_clock::time_point t0;
+  metronome::scheduled_future<void> a;
+  metronome::scheduled_future<manual_clock::time_point> b;
+  two_tasks_on_a_held_clock() : hold(std::in_place, start(clk)), pool(on_clock(clk, 1)), t0(clk.now()) {
+    a = pool.schedule([] {}, 10ms);
+    b = pool.schedule([this] { return clk.now(); }, 20ms);
+  }
+  static manual_clock& start(manual_clock& c) {
+    c.set_auto_advance(true);
+    return c;
+  }
+};
+
+// Auto-advance against a cancel's transit: on a manual clock a cancel() takes its task out
+// of the heap first and delivers its completions in transit. The last worker, going idle
+// meanwhile, parks without asking the clock (a pool with something in transit is not
+// quiescent, and the clock would refuse). The canceller, leaving the last transit with
+// every worker parked, must have the clock asked again (it wakes a worker, which asks as
+// it parks): the other delayed task then runs at its due time. (Found by the stress
+// round `outside_producers_against_an_auto_advancing_clock_lose_nothing`.)
+BOOST_FIXTURE_TEST_CASE(a_cancel_leaving_the_last_transit_with_every_worker_parked_makes_the_clock_jump,
+                        two_tasks_on_a_held_clock) {
+  metronome::test::hook_stops stops{{hook_point::handle_before_completions, true},
+                                    {hook_point::follower_before_wait, false}};
+  std::atomic<bool> cancelled{false};
+  std::thread canceller([&] { cancelled = a.cancel(); });
+  BOOST_REQUIRE(stops.arrived(hook_point::handle_before_completions)); // a is out of the heap, in transit
+  hold.reset(); // the clock decides: the pool is not quiescent (in transit), no jump
+  BOOST_CHECK(clk.now() == t0);
+  pool.submit([] { hook_stop::arm_this_thread(); }).get(); // the worker wakes, then goes idle
+  // It parks as a follower without asking the clock, holding the pool mutex until it waits:
+  // the canceller's cancel_delivered() takes that mutex only once it is parked.
+  BOOST_REQUIRE(stops.arrived(hook_point::follower_before_wait));
+  stops.release(hook_point::handle_before_completions);
+  stops.release(hook_point::follower_before_wait);
+  canceller.join();
+  BOOST_CHECK(cancelled.load());
+  BOOST_REQUIRE((b.wait_for(10s) == std::future_status::ready)); // without the ask: never
+  BOOST_TEST((b.get() == t0 + 20ms));
+}
+
+// The same, with the transit left inside the clock's own jump: the jump's promotion (on
+// the thread that made the clock decide, holding the clock's mutex) queues a due serial
+// task and posts its drain in transit; the worker runs it and parks without asking. The
+// promoter, leaving the transit with every worker parked, holds the clock's mutex: it
+// must not ask there (it would lock that mutex again), yet the clock must decide once
+// more after the jump - through the worker it wakes - and jump to the second task.
+BOOST_AUTO_TEST_CASE(the_last_transit_left_inside_a_jump_makes_the_clock_decide_again) {
+  manual_clock clk;
+  scheduled_thread_pool pool(on_clock(clk, 1));
+  auto serial = metronome::make_serial_executor(pool);
+  const auto t0 = clk.now();
+  {
+    hook_stop parked(hook_point::follower_before_wait);
+    pool.submit([] { hook_stop::arm_this_thread(); }).get();
+    BOOST_REQUIRE(parked.arrived()); // the worker parks (no auto-advance yet: no idle point)
+    parked.release();
+  } // it has left the hook: waiting, or about to under the pool mutex
+  std::atomic<int> ran{0};
+  auto a = serial.schedule([&ran] { ++ran; }, 10ms); // wake nobody: not due, no auto-advance
+  auto b = serial.schedule([&clk, &ran] { ++ran; return clk.now(); }, 20ms);
+  metronome::test::hook_stops stops{{hook_point::owed_drain_after_post, true},
+                                    {hook_point::follower_before_wait, false}};
+  std::thread decider([&] { clk.set_auto_advance(true); }); // jumps to 10 ms on this thread
+  BOOST_REQUIRE(stops.arrived(hook_point::owed_drain_after_post)); // a's drain posted, in transit
+  BOOST_REQUIRE(stops.arrived(hook_point::follower_before_wait)); // the worker ran it, parks unasked
+  BOOST_CHECK_EQUAL(ran.load(), 1);
+  stops.release(hook_point::owed_drain_after_post);
+  stops.release(hook_point::follower_before_wait);
+  decider.join();
+  BOOST_REQUIRE((b.wait_for(10s) == std::future_status::ready)); // without the second decision: never
+  BOOST_TEST((b.get() == t0 + 20ms));
+  BOOST_CHECK(a.is_done());
+}
+
+// A transit that starts and ends while the last worker is between its ask and its park:
+// the worker asked with nothing in transit (the clock, held, did not jump), then a cancel's
+// transit opened, the released hold found the pool in transit (no jump either), and the
+// canceller left the transit with nobody waiting to wake (the worker counts itself parked
+// while it asks). Relocked, the worker must ask again rather than park for good.
+BOOST_FIXTURE_TEST_CASE(a_transit_ended_while_the_last_worker_asks_the_clock_makes_it_ask_again,
+                        two_tasks_on_a_held_clock) {
+  metronome::test::hook_stops stops{{hook_point::worker_after_idle_point, false},
+                                    {hook_point::handle_before_completions, true}};
+  pool.submit([] { hook_stop::arm_this_thread(); }).get();
+  BOOST_REQUIRE(stops.arrived(hook_point::worker_after_idle_point)); // asked: held, no jump
+  std::atomic<bool> cancelled{false};
+  std::thread canceller([&] { cancelled = a.cancel(); });
+  BOOST_REQUIRE(stops.arrived(hook_point::handle_before_completions)); // in transit
+  hold.reset(); // the clock decides: in transit, no jump
+  BOOST_CHECK(clk.now() == t0);
+  stops.release(hook_point::handle_before_completions);
+  canceller.join(); // the transit ended; the worker, asking, waits for nothing to wake it
+  BOOST_CHECK(cancelled.load());
+  stops.release(hook_point::worker_after_idle_point);
+  BOOST_REQUIRE((b.wait_for(10s) == std::future_status::ready)); // without the owed ask: never
+  BOOST_TEST((b.get() == t0 + 20ms));
+}
+
 BOOST_AUTO_TEST_CASE(a_bound_periodic_run_rescheduled_after_an_advance_past_its_next_due_time_runs) {
   manual_clock clk;
   scheduled_thread_pool pool(on_clock(clk, 2));

@@ -6,6 +6,7 @@
 #include <metronome/scheduled_thread_pool.hpp>
 #include <metronome/serial_executor.hpp>
 
+#include "common/accounting.hpp"
 #include "common/latch_task.hpp"
 #include "common/manual_pool.hpp"
 #include "common/poll_until.hpp"
@@ -156,6 +157,24 @@ BOOST_AUTO_TEST_CASE(pools_sharing_a_clock_jump_to_the_earliest_due_time_first) 
   BOOST_TEST((seen[0].second == t0 + 5min));
   BOOST_TEST(seen[1].first == 'a');
   BOOST_TEST((seen[1].second == t0 + 10min));
+}
+
+// A pool that has terminated (shut down and joined, not yet destroyed) runs nothing
+// again: it must not keep another pool on the same clock from jumping, nor wait_idle()
+// from returning.
+BOOST_AUTO_TEST_CASE(a_terminated_pool_on_the_clock_does_not_stop_the_others_jumping) {
+  auto c = std::make_shared<manual_clock>(); // outlives a wait_idle() left hanging
+  scheduled_thread_pool done(on_clock(*c, 2)), live(on_clock(*c));
+  done.submit([] {}).get();
+  done.shutdown();
+  BOOST_REQUIRE(done.await_termination(std::chrono::seconds(10)));
+  const auto t0 = c->now();
+  c->set_auto_advance(true);
+  auto f = live.schedule([c] { return c->now(); }, 5min);
+  BOOST_REQUIRE((f.wait_for(std::chrono::seconds(10)) == std::future_status::ready));
+  BOOST_TEST((f.get() == t0 + 5min));
+  c->set_auto_advance(false);
+  BOOST_TEST(metronome::test::finishes_within(std::chrono::seconds(10), [c] { c->wait_idle(); }));
 }
 
 BOOST_AUTO_TEST_CASE(off_by_default_and_without_timed_work_nothing_moves) {

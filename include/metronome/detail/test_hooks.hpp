@@ -68,6 +68,7 @@ enum class hook_point {
   leader_before_wait,          // a parking worker holds the mutex as the leader (timing the heap's head); not waiting yet
   reschedule_before_lock,      // a periodic run's end read the time and computed the next due time; pool mutex not taken
   outside_push_after_clock,    // a push from outside asked the auto-advancing clock (it may have jumped); pool mutex not re-taken
+  owed_drain_after_post,       // due serial tasks' drains are posted; their transit not yet left
 };
 
 using hook_function = void (*)(hook_point);
