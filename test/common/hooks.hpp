@@ -9,6 +9,7 @@
 #include "common/latch_task.hpp"
 
 #include <array>
+#include <memory>
 #include <atomic>
 #include <initializer_list>
 #include <optional>
@@ -46,8 +47,8 @@ public:
   static void disarm_this_thread() { marked_ = false; }
   static bool is_marked() { return marked_; }
 
-  bool arrived() { return arrived_.wait_for_at_least(1); }
-  void release() { gate_.open(); }
+  bool arrived() { return arrived_->wait_for_at_least(1); }
+  void release() { gate_->open(); }
 
 private:
   static void on_hook(detail::hook_point p) {
@@ -55,8 +56,8 @@ private:
     hook_stop* s = self_.load();
     bool expected = true;
     if (s && p == s->point_ && (s->any_ || marked_) && s->armed_.compare_exchange_strong(expected, false)) {
-      s->arrived_.add();
-      s->gate_.wait();
+      s->arrived_->add();
+      s->gate_->wait();
     }
     inside_.fetch_sub(1);
   }
@@ -67,8 +68,12 @@ private:
   detail::hook_point point_;
   bool any_ = false;
   std::atomic<bool> armed_{false};
-  counter arrived_;
-  gate gate_;
+  // On the heap: a stopped thread may lock these under a library mutex, and TSan forgets
+  // a mutex's lock order only when its memory is freed (it sees no std::mutex destructor),
+  // so a later test's object on the stack at the same address would inherit that order
+  // (a false lock-order inversion against, say, a manual_clock's mutex).
+  std::unique_ptr<counter> arrived_ = std::make_unique<counter>();
+  std::unique_ptr<gate> gate_ = std::make_unique<gate>();
 };
 
 // Several stops at once, one per point: the first thread that reaches each listed point
@@ -150,7 +155,9 @@ private:
 
   static inline std::atomic<hook_stops*> self_{nullptr};
   static inline std::atomic<int> inside_{0};
-  std::array<stop, 4> stops_;
+  // On the heap, as hook_stop's counter and gate are (see there).
+  std::unique_ptr<std::array<stop, 4>> storage_ = std::make_unique<std::array<stop, 4>>();
+  std::array<stop, 4>& stops_ = *storage_;
   std::size_t count_ = 0;
 };
 
