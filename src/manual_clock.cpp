@@ -69,8 +69,10 @@ void manual_clock::check_idle(const std::unique_lock<std::mutex>& lk) {
 // under the pool's mutex in the same hold as it parks. So either the waiter's check found
 // the pool parked, or the worker saw the waiter and asks the clock (idle_point(), counted
 // as parked) before parking, and that check wakes the waiter. Idleness that no parking
-// worker reports (a cancel's transit ended on another thread, a pool destroyed) is caught
-// by the re-check every millisecond. Stop-here test: hook worker_after_idle_point
+// worker reports is asked for where it comes: a transit's end with nobody awake wakes a
+// worker to ask (pool_engine::leave_transit), a thread leaving a pool asks on its way out
+// (worker_main), a listener that goes decides again (detach). The re-check every
+// millisecond stays behind them. Stop-here test: hook worker_after_idle_point
 // (test/handover/pool.cpp).
 void manual_clock::wait_idle() {
   std::unique_lock lk(mtx_);
@@ -116,9 +118,14 @@ void manual_clock::attach(detail::clock_listener* l) {
   listeners_.push_back(l);
 }
 
+// A listener that goes may have been the one that refused the last decision (a pool
+// destroyed from inside one of its own tasks, whose thread was awake and leaves without
+// parking): the others may have asked already, and parked for good. Decide again. Tested by
+// `a_pool_destroyed_from_its_own_task_after_another_pool_s_last_worker_asked_makes_the_clock_jump`.
 void manual_clock::detach(detail::clock_listener* l) noexcept {
-  std::lock_guard lk(mtx_);
+  std::unique_lock lk(mtx_);
   listeners_.erase(std::remove(listeners_.begin(), listeners_.end(), l), listeners_.end());
+  check_idle(lk);
 }
 
 } // namespace metronome

@@ -257,12 +257,20 @@ void pool_engine::worker_main(worker& w) {
   }
   this_worker = nullptr;
   if (stop_hook) run_thread_hook(stop_hook, id, this);
-  std::lock_guard lk(mtx_);
-  retired_completed_.fetch_add(w.completed.load());
-  w.latency.move_to(shared_latency_);
-  w.completed.store(0);
-  threads_.fetch_sub(1);
-  w.exited = true;
+  {
+    std::lock_guard lk(mtx_);
+    retired_completed_.fetch_add(w.completed.load());
+    w.latency.move_to(shared_latency_);
+    w.completed.store(0);
+    threads_.fetch_sub(1);
+    w.exited = true;
+  }
+  // This thread runs nothing more: the pool terminated, or the thread retired. It may have
+  // been what kept the pool from quiescent when another pool's last worker asked the clock
+  // (which then parked for good), and it parks nowhere: it asks on its way out, holding
+  // nothing (the clock's mutex comes before ours). Tested by
+  // `a_pool_ending_while_another_pool_s_last_worker_has_asked_the_clock_makes_it_jump`.
+  if (manual_ && manual_->wants_idle_points()) manual_->idle_point();
 }
 
 task_base* pool_engine::next_task(worker& w) {

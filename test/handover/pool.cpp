@@ -726,6 +726,70 @@ BOOST_FIXTURE_TEST_CASE(a_transit_ended_while_the_last_worker_asks_the_clock_mak
   BOOST_TEST((b.get() == t0 + 20ms));
 }
 
+// `live`, on an auto-advancing clock that another pool keeps from jumping (its thread is
+// awake in a task), times a task 5 min ahead; its only worker asks the clock, is refused,
+// and is held right after the ask: it will not ask again.
+struct a_pool_refused_by_a_busy_one {
+  manual_clock clk;
+  scheduled_thread_pool live{on_clock(clk)};
+  manual_clock::time_point t0 = clk.now();
+  metronome::scheduled_future<manual_clock::time_point> f;
+  hook_stop stop{hook_point::worker_after_idle_point};
+
+  void ask_and_be_refused() {
+    f = live.schedule([this] { return clk.now(); }, 5min);
+    clk.set_auto_advance(true); // decides at once: the other pool is awake, no jump
+    live.submit([] { hook_stop::arm_this_thread(); }).get();
+    BOOST_REQUIRE(stop.arrived());
+    BOOST_CHECK(clk.now() == t0);
+  }
+  // Lets the held worker park (for good: it asked); the task must run at its due time.
+  void expect_the_jump() {
+    stop.release();
+    BOOST_REQUIRE((f.wait_for(20s) == std::future_status::ready)); // without a decision: never
+    BOOST_TEST((f.get() == t0 + 5min));
+  }
+};
+
+// Auto-advance against another pool's end: `busy` is shut down and its worker ends its
+// task. A terminated pool is quiescent, but its exiting worker parks nowhere, so nothing
+// else would ask: the exit must let the clock decide.
+BOOST_FIXTURE_TEST_CASE(a_pool_ending_while_another_pool_s_last_worker_has_asked_the_clock_makes_it_jump,
+                        a_pool_refused_by_a_busy_one) {
+  scheduled_thread_pool busy(on_clock(clk));
+  gate entered, go;
+  busy.submit([&] {
+    entered.open();
+    go.wait();
+  });
+  entered.wait();
+  ask_and_be_refused();
+  busy.shutdown();
+  go.open();
+  BOOST_REQUIRE(busy.await_termination(20s));
+  expect_the_jump();
+}
+
+// The same against a pool destroyed from inside one of its own tasks: its thread leaves
+// orphaned (it never touches the pool again, so it does not ask on its way out). The
+// pool's detaching from the clock must let it decide again.
+BOOST_FIXTURE_TEST_CASE(a_pool_destroyed_from_its_own_task_after_another_pool_s_last_worker_asked_makes_the_clock_jump,
+                        a_pool_refused_by_a_busy_one) {
+  auto doomed = std::make_unique<scheduled_thread_pool>(on_clock(clk));
+  gate entered, go, gone;
+  doomed->submit([&] {
+    entered.open();
+    go.wait();
+    doomed.reset();
+    gone.open();
+  });
+  entered.wait();
+  ask_and_be_refused();
+  go.open();
+  gone.wait();
+  expect_the_jump();
+}
+
 BOOST_AUTO_TEST_CASE(a_bound_periodic_run_rescheduled_after_an_advance_past_its_next_due_time_runs) {
   manual_clock clk;
   scheduled_thread_pool pool(on_clock(clk, 2));
