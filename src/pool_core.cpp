@@ -201,6 +201,8 @@ void pool_engine::start_worker(bool core) {
   // Reap elastic workers that have exited.
   for (auto it = workers_.begin(); it != workers_.end();) {
     if ((*it)->exited) {
+      // Under mtx_: the thread touches no lock after it marked itself exited (worker_main).
+      METRONOME_TEST_HOOK(hook_point::reap_before_join);
       if ((*it)->thread.joinable()) (*it)->thread.join();
       it = workers_.erase(it);
     } else {
@@ -257,6 +259,7 @@ void pool_engine::worker_main(worker& w) {
   }
   this_worker = nullptr;
   if (stop_hook) run_thread_hook(stop_hook, id, this);
+  bool terminated = false;
   {
     std::lock_guard lk(mtx_);
     retired_completed_.fetch_add(w.completed.load());
@@ -264,13 +267,19 @@ void pool_engine::worker_main(worker& w) {
     w.completed.store(0);
     threads_.fetch_sub(1);
     w.exited = true;
+    terminated = state_.terminated();
   }
-  // This thread runs nothing more: the pool terminated, or the thread retired. It may have
-  // been what kept the pool from quiescent when another pool's last worker asked the clock
-  // (which then parked for good), and it parks nowhere: it asks on its way out, holding
-  // nothing (the clock's mutex comes before ours). Tested by
-  // `a_pool_ending_while_another_pool_s_last_worker_has_asked_the_clock_makes_it_jump`.
-  if (manual_ && manual_->wants_idle_points()) manual_->idle_point();
+  // The pool terminated: this thread may have been what kept it from quiescent when
+  // another pool's last worker asked the clock (which then parked for good), and it parks
+  // nowhere, so it asks on its way out, holding nothing (the clock's mutex comes before
+  // ours). A retiring elastic thread does not ask: it was counted awake only inside one
+  // hold of mtx_ (park()), so it refused no decision; and a producer growing the pool
+  // joins it under mtx_ (start_worker), which an ask (quiescent() takes mtx_) would
+  // deadlock. Reaping needs a live pool, so a terminated pool's thread is joined without
+  // mtx_ (join_threads). Tested by
+  // `a_pool_ending_while_another_pool_s_last_worker_has_asked_the_clock_makes_it_jump`,
+  // `a_producer_growing_the_pool_joins_a_retired_elastic_thread_without_waiting_for_the_clock`.
+  if (terminated && manual_ && manual_->wants_idle_points()) manual_->idle_point();
 }
 
 task_base* pool_engine::next_task(worker& w) {

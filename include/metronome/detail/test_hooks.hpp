@@ -69,6 +69,7 @@ enum class hook_point {
   reschedule_before_lock,      // a periodic run's end read the time and computed the next due time; pool mutex not taken
   outside_push_after_clock,    // a push from outside asked the auto-advancing clock (it may have jumped); pool mutex not re-taken
   owed_drain_after_post,       // due serial tasks' drains are posted; their transit not yet left
+  reap_before_join,            // a producer growing the pool holds the mutex and found an exited elastic thread; not joined yet
 };
 
 using hook_function = void (*)(hook_point);
