@@ -275,10 +275,11 @@ void pool_engine::worker_main(worker& w) {
   // ours). A retiring elastic thread does not ask: it was counted awake only inside one
   // hold of mtx_ (park()), so it refused no decision; and a producer growing the pool
   // joins it under mtx_ (start_worker), which an ask (quiescent() takes mtx_) would
-  // deadlock. Reaping needs a live pool, so a terminated pool's thread is joined without
-  // mtx_ (join_threads). Tested by
+  // deadlock. A terminated pool starts no thread (so reaps none), and its threads are
+  // joined without mtx_ (join_threads). Tested by
   // `a_pool_ending_while_another_pool_s_last_worker_has_asked_the_clock_makes_it_jump`,
-  // `a_producer_growing_the_pool_joins_a_retired_elastic_thread_without_waiting_for_the_clock`.
+  // `a_producer_growing_the_pool_joins_a_retired_elastic_thread_without_waiting_for_the_clock`,
+  // `a_post_that_raced_a_join_s_termination_starts_no_thread_in_the_terminated_pool`.
   if (terminated && manual_ && manual_->wants_idle_points()) manual_->idle_point();
 }
 
@@ -498,7 +499,10 @@ void pool_engine::maybe_wake_after_push() noexcept {
     wake_one();
   } else if (threads_.load(std::memory_order_relaxed) < max_threads_) {
     std::lock_guard lk(mtx_);
-    if (threads_.load() < max_threads_ && !state_.at_least(lifecycle::shutdown)) {
+    // Not once terminated (join() ends a running pool without shutdown): start_worker()
+    // joins exited threads under mtx_, and a thread leaving a terminated pool asks the
+    // clock (worker_main), which takes mtx_.
+    if (threads_.load() < max_threads_ && !state_.refuses_new_work()) {
       try {
         start_worker(false);
       } catch (...) {

@@ -204,7 +204,7 @@ void pool_engine::wake_for_new_head(const held_lock& lk) noexcept {
   } else if (parking_.wake_follower()) {
   } else if (reactor_.holder() != nullptr) {
     interrupt_reactor(lk); // it waits without a deadline: it comes back to time the heap
-  } else if (!parking_.someone_spinning() && threads_.load() < max_threads_ && !state_.at_least(lifecycle::shutdown)) {
+  } else if (!parking_.someone_spinning() && threads_.load() < max_threads_ && !state_.refuses_new_work()) {
     // Every worker is busy and none times the heap: an elastic pool below its maximum
     // starts a thread, which parks as the leader - as one starts for ready work nobody
     // is free to take. (Without it, delayed work waited for a busy core thread.)

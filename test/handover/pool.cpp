@@ -853,6 +853,76 @@ BOOST_AUTO_TEST_CASE(a_producer_growing_the_pool_joins_a_retired_elastic_thread_
   BOOST_CHECK(ran->wait_for_at_least(2));
 }
 
+// A post against a join()'s termination (no shutdown: the pool still reads running): the
+// producer passed the termination check and queued its task, a worker ran it, the pool
+// went idle and join() terminated it. The producer, looking for a sleeper only now, finds
+// none and every thread gone - it must not start one: start_worker() joins exited threads
+// under the pool's mutex (those join() has not taken yet: it is held at
+// join_before_threads), and the thread that left the terminated pool asks the clock, whose
+// decision takes that mutex. Here an advance holds the clock's mutex (stopped at
+// owed_drain_before_post, on a second pool) while that thread asks: the producer's post
+// must return meanwhile.
+BOOST_AUTO_TEST_CASE(a_post_that_raced_a_join_s_termination_starts_no_thread_in_the_terminated_pool) {
+  // On the heap: leaked if the post never returns (the teardown would hang too).
+  auto clk = std::make_unique<manual_clock>();
+  auto joined = std::make_unique<scheduled_thread_pool>(on_clock(*clk));
+  auto other = std::make_unique<scheduled_thread_pool>(on_clock(*clk));
+  using serial_type = decltype(metronome::make_serial_executor(*other));
+  auto serial = std::make_unique<serial_type>(metronome::make_serial_executor(*other));
+  auto ran = std::make_shared<counter>();
+  auto posted = std::make_shared<std::atomic<bool>>(false);
+  gate entered, go;
+  joined->submit([&] {
+    entered.open();
+    go.wait();
+  });
+  entered.wait(); // the only worker is busy: it takes the producer's task next, unwoken
+  metronome::test::hook_stops stops{{hook_point::producer_before_wake, false},
+                                    {hook_point::owed_drain_before_post, false},
+                                    {hook_point::join_before_threads, false}};
+  std::thread producer([p = joined.get(), ran, posted] {
+    hook_stop::arm_this_thread();
+    metronome::net::post(*p, [ran] { ran->add(); });
+    posted->store(true);
+  });
+  BOOST_REQUIRE(stops.arrived(hook_point::producer_before_wake)); // queued, checked: not terminated
+  go.open();
+  BOOST_REQUIRE(ran->wait_for_at_least(1));
+  auto h = serial->schedule([] {}, 1ms);
+  auto hold = std::make_unique<manual_clock::hold_guard>(*clk); // no jump: only a thread's exit asks
+  clk->set_auto_advance(true);
+  std::thread advancer([c = clk.get()] {
+    hook_stop::arm_this_thread();
+    c->advance(1ms); // promotes `other`'s serial task; stops holding the clock's mutex
+  });
+  BOOST_REQUIRE(stops.arrived(hook_point::owed_drain_before_post));
+  std::thread joiner([p = joined.get()] {
+    hook_stop::arm_this_thread();
+    p->join(); // terminates it: its thread exits and asks the clock (waits for its mutex)
+  });
+  BOOST_REQUIRE(stops.arrived(hook_point::join_before_threads)); // terminated, threads not taken
+  // The thread left (counted out), and asks the clock.
+  BOOST_REQUIRE(poll_until([&] { return joined->stats().threads == 0u; }, 10s));
+  stops.release(hook_point::producer_before_wake);
+  if (!poll_until([&] { return posted->load(); }, 10s)) {
+    producer.detach();
+    advancer.detach();
+    joiner.detach();
+    (void)hold.release();
+    (void)serial.release();
+    (void)other.release();
+    (void)joined.release();
+    (void)clk.release();
+    BOOST_FAIL("the post started a thread in the terminated pool, joining the one that asks the clock");
+  }
+  stops.release(hook_point::owed_drain_before_post);
+  stops.release(hook_point::join_before_threads);
+  producer.join();
+  advancer.join();
+  joiner.join();
+  BOOST_CHECK_EQUAL(ran->value(), 1);
+}
+
 BOOST_AUTO_TEST_CASE(a_bound_periodic_run_rescheduled_after_an_advance_past_its_next_due_time_runs) {
   manual_clock clk;
   scheduled_thread_pool pool(on_clock(clk, 2));
