@@ -790,69 +790,6 @@ BOOST_FIXTURE_TEST_CASE(a_pool_destroyed_from_its_own_task_after_another_pool_s_
   expect_the_jump();
 }
 
-// Elastic growth against the clock: a producer that grows the pool joins the elastic
-// threads that have exited while it holds the pool's mutex (start_worker). So a retiring
-// elastic thread touches no lock once it has marked itself exited - it does not ask the
-// clock, whose decision takes the pool's mutex (it need not: it was counted awake only
-// inside one hold of that mutex, and refused no decision). Here an advance holds the
-// clock's mutex (stopped at owed_drain_before_post) while the thread retires, and the
-// producer stops before its join, holding the pool's mutex: a retiring thread that asked
-// would wait for both, and the producer's post would never return. (Found by a reviewer
-// of the exit's ask, whose first form asked on every exit.)
-BOOST_AUTO_TEST_CASE(a_producer_growing_the_pool_joins_a_retired_elastic_thread_without_waiting_for_the_clock) {
-  // On the heap: leaked if the post never returns (the teardown would hang too).
-  auto clk = std::make_unique<manual_clock>();
-  auto o = on_clock(*clk, 1);
-  o.max_threads = 2;
-  o.keep_alive = 1ms; // real time
-  auto pool = std::make_unique<scheduled_thread_pool>(o);
-  using serial_type = decltype(metronome::make_serial_executor(*pool));
-  auto serial = std::make_unique<serial_type>(metronome::make_serial_executor(*pool));
-  auto go = std::make_shared<gate>();
-  auto ran = std::make_shared<counter>();
-  auto posted = std::make_shared<std::atomic<bool>>(false);
-  gate entered;
-  pool->submit([&entered, go] {
-    entered.open();
-    go->wait();
-  });
-  entered.wait(); // the core thread is busy
-  // Nobody parked or spinning: an elastic thread starts.
-  metronome::net::post(*pool, [ran] { ran->add(); });
-  BOOST_REQUIRE(ran->wait_for_at_least(1));
-  BOOST_REQUIRE_EQUAL(pool->stats().largest_pool_size, 2u);
-  auto h = serial->schedule([] {}, 1ms);
-  clk->set_auto_advance(true); // the core thread is awake: no jump
-  metronome::test::hook_stops stops{{hook_point::owed_drain_before_post, false}, {hook_point::reap_before_join, false}};
-  std::thread advancer([c = clk.get()] {
-    hook_stop::arm_this_thread();
-    c->advance(1ms); // promotes the serial task; stops holding the clock's mutex
-  });
-  BOOST_REQUIRE(stops.arrived(hook_point::owed_drain_before_post));
-  // The heap is empty now: the elastic thread's keep-alive runs out and it retires.
-  BOOST_REQUIRE(poll_until([&] { return pool->stats().threads == 1u; }, 10s));
-  std::thread producer([p = pool.get(), ran, posted] {
-    hook_stop::arm_this_thread();
-    metronome::net::post(*p, [ran] { ran->add(); }); // the core thread busy, nobody parked: grows the pool
-    posted->store(true);
-  });
-  BOOST_REQUIRE(stops.arrived(hook_point::reap_before_join)); // holds the pool's mutex
-  stops.release(hook_point::owed_drain_before_post);          // the advance goes on
-  stops.release(hook_point::reap_before_join);
-  if (!poll_until([&] { return posted->load(); }, 10s)) {
-    producer.detach();
-    advancer.detach();
-    (void)serial.release();
-    (void)pool.release();
-    (void)clk.release();
-    BOOST_FAIL("the producer's join of the retired elastic thread never returned: it waits for the clock");
-  }
-  go->open();
-  producer.join();
-  advancer.join();
-  BOOST_CHECK(ran->wait_for_at_least(2));
-}
-
 // A post against a join()'s termination (no shutdown: the pool still reads running): the
 // producer passed the termination check and queued its task, a worker ran it, the pool
 // went idle and join() terminated it. The producer, looking for a sleeper only now, finds
