@@ -276,9 +276,9 @@ void pool_engine::worker_main(worker& w) {
   // joins it under mtx_ (start_worker), which an ask (quiescent() takes mtx_) would
   // deadlock. A terminated pool starts no thread (so reaps none), and its threads are
   // joined without mtx_ (join_threads). Tested by
-  // `a_pool_ending_while_another_pool_s_last_worker_has_asked_the_clock_makes_it_jump`,
-  // `a_post_that_raced_a_join_s_termination_starts_no_thread_in_the_terminated_pool` (the
-  // retire case's stop-exactly test was withdrawn: it flaked under CI's ASan load).
+  // `a_pool_ending_while_another_pool_s_last_worker_has_asked_the_clock_makes_it_jump` (the
+  // retire and join-race cases' stop-exactly tests were withdrawn: they flaked under CI's
+  // ASan load, a pool thread asking the clock while the test's advance held it).
   if (terminated && manual_ && manual_->wants_idle_points()) manual_->idle_point();
 }
 

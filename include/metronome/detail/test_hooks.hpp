@@ -69,7 +69,6 @@ enum class hook_point {
   reschedule_before_lock,      // a periodic run's end read the time and computed the next due time; pool mutex not taken
   outside_push_after_clock,    // a push from outside asked the auto-advancing clock (it may have jumped); pool mutex not re-taken
   owed_drain_after_post,       // due serial tasks' drains are posted; their transit not yet left
-  join_before_threads,         // join() saw the pool terminated and let go of the mutex; its threads not yet taken to be joined
 };
 
 using hook_function = void (*)(hook_point);
