@@ -202,6 +202,7 @@ void pool_engine::start_worker(bool core) {
   for (auto it = workers_.begin(); it != workers_.end();) {
     if ((*it)->exited) {
       // Under mtx_: the thread touches no lock after it marked itself exited (worker_main).
+      METRONOME_TEST_HOOK(hook_point::reap_before_join);
       if ((*it)->thread.joinable()) (*it)->thread.join();
       it = workers_.erase(it);
     } else {
@@ -264,10 +265,11 @@ void pool_engine::worker_main(worker& w) {
     retired_completed_.fetch_add(w.completed.load());
     w.latency.move_to(shared_latency_);
     w.completed.store(0);
-    threads_.fetch_sub(1);
+    if (!w.retired) threads_.fetch_sub(1); // a retiring thread gave its place back in park()
     w.exited = true;
     terminated = state_.terminated();
   }
+  METRONOME_TEST_HOOK(hook_point::worker_after_exit);
   // The pool terminated: this thread may have been what kept it from quiescent when
   // another pool's last worker asked the clock (which then parked for good), and it parks
   // nowhere, so it asks on its way out, holding nothing (the clock's mutex comes before
@@ -276,9 +278,9 @@ void pool_engine::worker_main(worker& w) {
   // joins it under mtx_ (start_worker), which an ask (quiescent() takes mtx_) would
   // deadlock. A terminated pool starts no thread (so reaps none), and its threads are
   // joined without mtx_ (join_threads). Tested by
-  // `a_pool_ending_while_another_pool_s_last_worker_has_asked_the_clock_makes_it_jump` (the
-  // retire and join-race cases' stop-exactly tests were withdrawn: they flaked under CI's
-  // ASan load, a pool thread asking the clock while the test's advance held it).
+  // `a_pool_ending_while_another_pool_s_last_worker_has_asked_the_clock_makes_it_jump`,
+  // `a_producer_growing_the_pool_joins_a_retired_elastic_thread_without_waiting_for_the_clock`,
+  // `a_post_that_raced_a_join_s_termination_starts_no_thread_in_the_terminated_pool`.
   if (terminated && manual_ && manual_->wants_idle_points()) manual_->idle_point();
 }
 
@@ -409,7 +411,14 @@ task_base* pool_engine::park(worker& w, std::unique_lock<std::mutex>& lk) {
     ++awake_;
     if (state_.terminated()) METRONOME_TEST_HOOK(hook_point::worker_woken_by_termination);
     if (timed_out && ready_.empty() && !state_.terminated() && (heap_.empty() || parking_.leader() != nullptr)) {
-      --awake_; // this elastic thread retires
+      // This elastic thread retires. It gives its place back now, in the hold of mtx_ in
+      // which it leaves the parking lot (Java's getTask() lowers the worker count when it
+      // times out), not on its way out: a producer that saw it parked grows the pool under
+      // mtx_ (wake_one) and must find the place free.
+      --awake_;
+      threads_.fetch_sub(1);
+      w.retired = true;
+      METRONOME_TEST_HOOK(hook_point::elastic_before_retire);
       return nullptr;
     }
     if (node_cache_trim_pending()) {
@@ -459,13 +468,37 @@ bool pool_engine::wait_as_follower(worker& w, std::unique_lock<std::mutex>& lk) 
   return parking_.wait_as_follower(lk, w.core ? clock::time_point::max() : saturating_add(clock::now(), opts_.keep_alive));
 }
 
+// A producer that pushed and saw someone parking (without the mutex) decides again under
+// mtx_: it wakes one - or, when nobody parks or spins any more, grows the pool as if it
+// had seen nobody (maybe_wake_after_push). That is the case of an elastic thread that was
+// the only one parked and retired in between: it leaves the parking lot and gives its
+// place back (threads_) in one hold of mtx_ (park()), so this hold sees both or neither.
+// Without it the push woke nobody and its task waited for a busy worker. Tested by
+// `a_push_that_saw_a_retiring_elastic_thread_parked_grows_the_pool`.
 void pool_engine::wake_one() noexcept {
   if (host_) {
     host_->request_drive();
     return;
   }
   std::unique_lock lk(mtx_);
-  wake_some(lk, 1);
+  if (parking_.someone_parking())
+    wake_some(lk, 1);
+  else if (!parking_.someone_spinning())
+    grow(lk);
+}
+
+// Starts an elastic thread, if the pool may grow: below max_threads, and not once it
+// refuses new work - nor once terminated (join() ends a running pool without shutdown):
+// start_worker() joins exited threads under mtx_, and a thread leaving a terminated pool
+// asks the clock (worker_main), which takes mtx_. Caller holds mtx_.
+void pool_engine::grow(const held_lock& lk) noexcept {
+  assert_held(lk, mtx_);
+  if (threads_.load() >= max_threads_ || state_.refuses_new_work()) return;
+  try {
+    start_worker(false);
+  } catch (...) {
+    // Could not grow: the existing workers take the work.
+  }
 }
 
 void pool_engine::wake_some(const held_lock& lk, std::size_t n) noexcept {
@@ -495,19 +528,11 @@ void pool_engine::maybe_wake_after_push() noexcept {
   }
   if (parking_.someone_spinning()) return;
   if (parking_.someone_parking()) {
+    METRONOME_TEST_HOOK(hook_point::producer_before_wake_lock);
     wake_one();
   } else if (threads_.load(std::memory_order_relaxed) < max_threads_) {
-    std::lock_guard lk(mtx_);
-    // Not once terminated (join() ends a running pool without shutdown): start_worker()
-    // joins exited threads under mtx_, and a thread leaving a terminated pool asks the
-    // clock (worker_main), which takes mtx_.
-    if (threads_.load() < max_threads_ && !state_.refuses_new_work()) {
-      try {
-        start_worker(false);
-      } catch (...) {
-        // Could not grow: the existing workers will take the work.
-      }
-    }
+    std::unique_lock lk(mtx_);
+    grow(lk);
   }
 }
 

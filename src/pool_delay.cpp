@@ -204,15 +204,12 @@ void pool_engine::wake_for_new_head(const held_lock& lk) noexcept {
   } else if (parking_.wake_follower()) {
   } else if (reactor_.holder() != nullptr) {
     interrupt_reactor(lk); // it waits without a deadline: it comes back to time the heap
-  } else if (!parking_.someone_spinning() && threads_.load() < max_threads_ && !state_.refuses_new_work()) {
+  } else if (!parking_.someone_spinning()) {
     // Every worker is busy and none times the heap: an elastic pool below its maximum
     // starts a thread, which parks as the leader - as one starts for ready work nobody
-    // is free to take. (Without it, delayed work waited for a busy core thread.)
-    try {
-      start_worker(false);
-    } catch (...) {
-      // Could not grow: the next worker to park times it.
-    }
+    // is free to take. (Without it, delayed work waited for a busy core thread.) If it
+    // cannot, the next worker to park times the heap.
+    grow(lk);
   }
 }
 

@@ -244,6 +244,7 @@ private:
   static void run_once(scheduled_task_base* t) noexcept;
   void end_periodic(scheduled_task_base* t, std::exception_ptr e) noexcept;
   void wake_one() noexcept;
+  void grow(const held_lock& lk) noexcept;
   void wake_some(const held_lock& lk, std::size_t n) noexcept;
   void wake_all(const held_lock& lk) noexcept;
   void wake_for_new_head(const held_lock& lk) noexcept;

@@ -36,7 +36,8 @@ struct worker {
   pool_engine* pool;
   std::size_t id;
   bool core;
-  bool exited = false; // guarded by the pool mutex
+  bool exited = false;  // guarded by the pool mutex
+  bool retired = false; // an elastic thread that timed out: no longer counted in threads_ (park())
   std::thread thread;
   // Private continuation queue (defer from this thread); touched only by this thread.
   task_base* local_head = nullptr;

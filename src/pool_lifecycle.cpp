@@ -398,6 +398,7 @@ void pool_engine::join() {
     wake_all(lk);
     terminated_cv_.wait(lk, [this] { return state_.terminated(); });
   }
+  METRONOME_TEST_HOOK(hook_point::join_before_threads);
   join_threads();
 }
 

@@ -790,6 +790,208 @@ BOOST_FIXTURE_TEST_CASE(a_pool_destroyed_from_its_own_task_after_another_pool_s_
   expect_the_jump();
 }
 
+// Growth against retirement: a producer saw the pool's only parked worker - an elastic
+// thread that timed out and is retiring (stopped at elastic_before_retire, holding the
+// pool's mutex) - and is on its way to wake it (stopped at producer_before_wake_lock). The
+// thread leaves; the wake-up finds nobody to wake. It must grow the pool, as a push that
+// saw nobody parked does, though the retiring thread has not ended yet (held in its
+// on_thread_stop hook until the task ran): the task must not wait for the busy core thread.
+BOOST_AUTO_TEST_CASE(a_push_that_saw_a_retiring_elastic_thread_parked_grows_the_pool) {
+  auto c_ran = std::make_shared<std::atomic<bool>>(false);
+  auto hold_next_stop = std::make_shared<std::atomic<bool>>(true);
+  auto o = metronome::pool_options::cached(1, 2, 20ms);
+  o.on_thread_stop = [c_ran, hold_next_stop](std::size_t) {
+    if (hold_next_stop->exchange(false)) poll_until([&] { return c_ran->load(); }, 20s);
+  };
+  auto release_core = std::make_shared<gate>();
+  counter core_busy;
+  // The core thread parks before the first task comes: else that task could start the
+  // elastic thread and busy it, and the core thread would be the one left idle (as under
+  // load, where threads start slowly) - and a core thread never retires.
+  std::optional<hook_stop> core_parked(std::in_place, hook_point::follower_before_wait, true);
+  scheduled_thread_pool pool(o);
+  struct opener { // opened before the pool joins, on every way out of this case
+    std::shared_ptr<gate> g;
+    ~opener() { g->open(); }
+  } open_at_end{release_core};
+  BOOST_REQUIRE(core_parked->arrived()); // counted parked (it holds the mutex until it waits)
+  core_parked.reset();
+  BOOST_REQUIRE(metronome::test::occupy_worker(pool, *release_core, core_busy));
+  metronome::test::hook_stops stops{{hook_point::elastic_before_retire, true},
+                                    {hook_point::producer_before_wake_lock, false}};
+  counter b_ran;
+  metronome::net::post(pool, [&] { b_ran.add(); }); // nobody parked or spinning: an elastic thread starts
+  BOOST_REQUIRE(b_ran.wait_for_at_least(1));
+  BOOST_REQUIRE(stops.arrived(hook_point::elastic_before_retire)); // its keep_alive ran out (it holds the mutex)
+  std::thread producer([&pool, c_ran] {
+    hook_stop::arm_this_thread();
+    metronome::net::post(pool, [c_ran] { c_ran->store(true); });
+  });
+  struct joiner { // on every way out: lets both threads go first
+    metronome::test::hook_stops& s;
+    std::thread& t;
+    ~joiner() {
+      s.release(hook_point::elastic_before_retire);
+      s.release(hook_point::producer_before_wake_lock);
+      t.join();
+    }
+  } join_at_end{stops, producer};
+  BOOST_REQUIRE(stops.arrived(hook_point::producer_before_wake_lock)); // it saw the thread parked
+  stops.release(hook_point::elastic_before_retire);                    // it leaves the lot
+  stops.release(hook_point::producer_before_wake_lock);
+  BOOST_CHECK(poll_until([&] { return c_ran->load(); }, 10s)); // before the core thread is free
+  // The retiring thread was not counted beside the new one (it is still in its hook).
+  BOOST_TEST(pool.stats().largest_pool_size == 2u);
+}
+
+// Elastic growth against the clock: a producer that grows the pool joins the elastic
+// threads that have exited while it holds the pool's mutex (start_worker). So a retiring
+// elastic thread touches no lock once it has marked itself exited - it does not ask the
+// clock, whose decision takes the pool's mutex (it need not: it was counted awake only
+// inside one hold of that mutex, and refused no decision). Here an advance holds the
+// clock's mutex (stopped at owed_drain_before_post) while the thread has exited (stopped
+// at worker_after_exit), and the producer stops before its join, holding the pool's
+// mutex: a retiring thread that asked would wait for both, and the post never returned.
+// (Found by a reviewer of the exit's ask, whose first form asked on every exit.)
+BOOST_AUTO_TEST_CASE(a_producer_growing_the_pool_joins_a_retired_elastic_thread_without_waiting_for_the_clock) {
+  // On the heap: leaked if the post never returns (the teardown would hang too).
+  auto clk = std::make_unique<manual_clock>();
+  auto o = on_clock(*clk, 1);
+  o.max_threads = 2;
+  o.keep_alive = 1ms; // real time
+  // The core thread parks before the first task (else that task may start the elastic
+  // thread and busy it: under load threads start slowly, and a core thread never retires).
+  std::optional<hook_stop> core_parked(std::in_place, hook_point::follower_before_wait, true);
+  auto pool = std::make_unique<scheduled_thread_pool>(o);
+  BOOST_REQUIRE(core_parked->arrived());
+  core_parked.reset();
+  using serial_type = decltype(metronome::make_serial_executor(*pool));
+  auto serial = std::make_unique<serial_type>(metronome::make_serial_executor(*pool));
+  auto go = std::make_shared<gate>();
+  auto ran = std::make_shared<counter>();
+  auto posted = std::make_shared<std::atomic<bool>>(false);
+  gate entered;
+  pool->submit([&entered, go] {
+    entered.open();
+    go->wait();
+  });
+  entered.wait(); // the core thread is busy
+  BOOST_REQUIRE_EQUAL(pool->stats().largest_pool_size, 1u);
+  metronome::test::hook_stops stops{{hook_point::owed_drain_before_post, false},
+                                    {hook_point::worker_after_exit, true},
+                                    {hook_point::reap_before_join, false}};
+  // Nobody parked or spinning: an elastic thread starts.
+  metronome::net::post(*pool, [ran] { ran->add(); });
+  BOOST_REQUIRE(ran->wait_for_at_least(1));
+  BOOST_REQUIRE_EQUAL(pool->stats().largest_pool_size, 2u);
+  auto h = serial->schedule([] {}, 1ms); // on a manual clock no thread retires while the heap holds it
+  clk->set_auto_advance(true);           // the core thread is awake: no jump
+  std::thread advancer([c = clk.get()] {
+    hook_stop::arm_this_thread();
+    c->advance(1ms); // promotes the serial task; stops holding the clock's mutex
+  });
+  BOOST_REQUIRE(stops.arrived(hook_point::owed_drain_before_post));
+  // The heap is empty now: the elastic thread's keep-alive runs out, it retires and exits.
+  BOOST_REQUIRE(stops.arrived(hook_point::worker_after_exit));
+  std::thread producer([p = pool.get(), ran, posted] {
+    hook_stop::arm_this_thread();
+    metronome::net::post(*p, [ran] { ran->add(); }); // the core thread busy, nobody parked: grows the pool
+    posted->store(true);
+  });
+  BOOST_REQUIRE(stops.arrived(hook_point::reap_before_join)); // holds the pool's mutex
+  stops.release(hook_point::worker_after_exit); // the exited thread goes on: it must not ask
+  stops.release(hook_point::reap_before_join);
+  if (!poll_until([&] { return posted->load(); }, 10s)) {
+    producer.detach();
+    advancer.detach();
+    (void)serial.release();
+    (void)pool.release();
+    (void)clk.release();
+    BOOST_FAIL("the producer's join of the retired elastic thread never returned: it waits for the clock");
+  }
+  stops.release(hook_point::owed_drain_before_post); // the advance goes on
+  go->open();
+  producer.join();
+  advancer.join();
+  BOOST_CHECK(ran->wait_for_at_least(2));
+}
+
+// A post against a join()'s termination (no shutdown: the pool still reads running): the
+// producer passed the termination check and queued its task, a worker ran it, the pool
+// went idle and join() terminated it. The producer, looking for a sleeper only now, finds
+// none and every thread gone - it must not start one: start_worker() joins exited threads
+// under the pool's mutex (those join() has not taken yet: it is held at
+// join_before_threads), and the thread that left the terminated pool asks the clock, whose
+// decision takes that mutex. Here an advance holds the clock's mutex (stopped at
+// owed_drain_before_post, on a second pool) while that thread asks: the producer's post
+// must return meanwhile.
+BOOST_AUTO_TEST_CASE(a_post_that_raced_a_join_s_termination_starts_no_thread_in_the_terminated_pool) {
+  // On the heap: leaked if the post never returns (the teardown would hang too).
+  auto clk = std::make_unique<manual_clock>();
+  auto joined = std::make_unique<scheduled_thread_pool>(on_clock(*clk));
+  auto other = std::make_unique<scheduled_thread_pool>(on_clock(*clk));
+  using serial_type = decltype(metronome::make_serial_executor(*other));
+  auto serial = std::make_unique<serial_type>(metronome::make_serial_executor(*other));
+  auto ran = std::make_shared<counter>();
+  auto posted = std::make_shared<std::atomic<bool>>(false);
+  gate entered, go;
+  joined->submit([&] {
+    hook_stop::arm_this_thread(); // this worker stops where it parks (below)
+    entered.open();
+    go.wait();
+  });
+  entered.wait(); // the only worker is busy: it takes the producer's task next, unwoken
+  metronome::test::hook_stops stops{{hook_point::producer_before_wake, false},
+                                    {hook_point::follower_before_wait, false},
+                                    {hook_point::owed_drain_before_post, false},
+                                    {hook_point::join_before_threads, false}};
+  std::thread producer([p = joined.get(), ran, posted] {
+    hook_stop::arm_this_thread();
+    metronome::net::post(*p, [ran] { ran->add(); });
+    posted->store(true);
+  });
+  BOOST_REQUIRE(stops.arrived(hook_point::producer_before_wake)); // queued, checked: not terminated
+  go.open();
+  BOOST_REQUIRE(ran->wait_for_at_least(1));
+  // The worker parks before the clock auto-advances: a worker still on its way would ask
+  // the clock as it parks (held by the advance below) instead of terminating at join().
+  BOOST_REQUIRE(stops.arrived(hook_point::follower_before_wait));
+  stops.release(hook_point::follower_before_wait);
+  auto h = serial->schedule([] {}, 1ms);
+  auto hold = std::make_unique<manual_clock::hold_guard>(*clk); // no jump: only a thread's exit asks
+  clk->set_auto_advance(true);
+  std::thread advancer([c = clk.get()] {
+    hook_stop::arm_this_thread();
+    c->advance(1ms); // promotes `other`'s serial task; stops holding the clock's mutex
+  });
+  BOOST_REQUIRE(stops.arrived(hook_point::owed_drain_before_post));
+  std::thread joiner([p = joined.get()] {
+    hook_stop::arm_this_thread();
+    p->join(); // terminates it: its thread exits and asks the clock (waits for its mutex)
+  });
+  BOOST_REQUIRE(stops.arrived(hook_point::join_before_threads)); // terminated, threads not taken
+  // The thread left (counted out), and asks the clock.
+  BOOST_REQUIRE(poll_until([&] { return joined->stats().threads == 0u; }, 10s));
+  stops.release(hook_point::producer_before_wake);
+  if (!poll_until([&] { return posted->load(); }, 10s)) {
+    producer.detach();
+    advancer.detach();
+    joiner.detach();
+    (void)hold.release();
+    (void)serial.release();
+    (void)other.release();
+    (void)joined.release();
+    (void)clk.release();
+    BOOST_FAIL("the post started a thread in the terminated pool, joining the one that asks the clock");
+  }
+  stops.release(hook_point::owed_drain_before_post);
+  stops.release(hook_point::join_before_threads);
+  producer.join();
+  advancer.join();
+  joiner.join();
+  BOOST_CHECK_EQUAL(ran->value(), 1);
+}
+
 BOOST_AUTO_TEST_CASE(a_bound_periodic_run_rescheduled_after_an_advance_past_its_next_due_time_runs) {
   manual_clock clk;
   scheduled_thread_pool pool(on_clock(clk, 2));

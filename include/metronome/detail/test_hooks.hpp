@@ -69,6 +69,11 @@ enum class hook_point {
   reschedule_before_lock,      // a periodic run's end read the time and computed the next due time; pool mutex not taken
   outside_push_after_clock,    // a push from outside asked the auto-advancing clock (it may have jumped); pool mutex not re-taken
   owed_drain_after_post,       // due serial tasks' drains are posted; their transit not yet left
+  elastic_before_retire,       // an elastic thread timed out (holding the mutex, still counted parked) and gave its place back; not left the parking lot yet
+  producer_before_wake_lock,   // a producer saw someone parking (without the mutex); the mutex not yet taken to wake them
+  reap_before_join,            // a producer growing the pool holds the mutex and found an exited elastic thread; not joined yet
+  worker_after_exit,           // a worker leaving its pool marked itself exited and let go of the mutex; not asked the clock (if it does) nor returned
+  join_before_threads,         // join() saw the pool terminated and let go of the mutex; its threads not yet taken to be joined
 };
 
 using hook_function = void (*)(hook_point);
