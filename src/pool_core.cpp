@@ -23,6 +23,7 @@ namespace metronome::detail {
 thread_local worker* this_worker = nullptr;
 thread_local const pool_engine* this_hook_pool = nullptr;
 thread_local bool this_thread_orphaned = false;
+thread_local bool this_thread_in_start_hook = false;
 #if !defined(NDEBUG)
 thread_local int calls_dismissed = 0;
 #endif
@@ -189,7 +190,7 @@ void pool_engine::run_thread_hook(const std::function<void(std::size_t)>& hook, 
     this_hook_pool = nullptr;
   } catch (...) {
     this_hook_pool = nullptr;
-    if (pool)
+    if (pool && !this_thread_orphaned) // (a hook that destroyed the pool and threw: no handler left)
       pool->report(std::current_exception());
     else
       print_unhandled(std::current_exception(), "a pool's on_thread_stop hook");
@@ -233,11 +234,23 @@ void pool_engine::worker_main(worker& w) {
   init_library_thread(opts_.thread_name_prefix + "-" + std::to_string(id));
   node_cache_defer_frees(true); // unmap emptied node chunks when idle, not mid-burst
   // The hooks run outside this_worker's scope (they are not tasks: what they post is
-  // queued like outside work). The stop hook is copied first: a pool destroyed from
-  // inside a task leaves this thread without its options.
+  // queued like outside work). Both are copied first: a pool destroyed from inside a task,
+  // or from a hook, leaves this thread without its options. A hook that destroyed the pool
+  // (close()) leaves this thread orphaned, as a task that did: it touches nothing of the
+  // pool again.
   std::function<void(std::size_t)> stop_hook;
   if (opts_.on_thread_stop) stop_hook = opts_.on_thread_stop;
-  if (opts_.on_thread_start) run_thread_hook(opts_.on_thread_start, id, this);
+  if (opts_.on_thread_start) {
+    const std::function<void(std::size_t)> start_hook = opts_.on_thread_start;
+    this_thread_in_start_hook = true;
+    run_thread_hook(start_hook, id, this);
+    this_thread_in_start_hook = false;
+    if (this_thread_orphaned) {
+      this_thread_orphaned = false;
+      if (stop_hook) run_thread_hook(stop_hook, id, nullptr); // w and the pool are gone
+      return;
+    }
+  }
   this_worker = &w;
   for (;;) {
     task_base* t = next_task(w);
@@ -259,6 +272,10 @@ void pool_engine::worker_main(worker& w) {
   }
   this_worker = nullptr;
   if (stop_hook) run_thread_hook(stop_hook, id, this);
+  if (this_thread_orphaned) { // the hook destroyed the pool (close())
+    this_thread_orphaned = false;
+    return;
+  }
   bool terminated = false;
   {
     std::lock_guard lk(mtx_);

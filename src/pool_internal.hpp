@@ -62,6 +62,8 @@ extern thread_local const pool_engine* this_hook_pool;
 // Set when a pool is destroyed from inside one of its own tasks: that worker must
 // not touch the pool again once the task returns.
 extern thread_local bool this_thread_orphaned;
+// Set while a worker runs its on_thread_start hook (it is counted awake meanwhile).
+extern thread_local bool this_thread_in_start_hook;
 
 inline constexpr clock::rep no_due = std::numeric_limits<clock::rep>::max();
 

@@ -385,6 +385,17 @@ void pool_engine::close() noexcept {
     wake_all(lk);
     this_thread_orphaned = true;
     this_worker = nullptr; // the rest of the task runs on a thread of no pool
+  } else if (this_hook_pool == this) {
+    // Destroyed from one of its own threads' hooks: that thread is detached (join_threads)
+    // and leaves without touching the pool again (worker_main). In its start hook it is
+    // counted awake, which would keep the others from terminating: it gives that up; and
+    // with no other thread awake, it terminates the pool itself (none may be left to).
+    // Stop hooks run awake only in a terminated pool, or retiring (not counted).
+    std::unique_lock lk(mtx_);
+    if (this_thread_in_start_hook && !state_.terminated()) --awake_;
+    if (!state_.terminated() && idle_for_termination(lk, 0)) terminate(lk);
+    wake_all(lk);
+    this_thread_orphaned = true;
   }
   join_threads();
 }

@@ -1,4 +1,5 @@
 // pool_options::on_thread_start / on_thread_stop.
+#include <metronome/net.hpp>
 #include <metronome/scheduled_thread_pool.hpp>
 
 #include "common/exception_log.hpp"
@@ -9,11 +10,13 @@
 
 #include <atomic>
 #include <chrono>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <pthread.h>
@@ -203,6 +206,83 @@ BOOST_AUTO_TEST_CASE(a_worker_detached_by_a_pool_destroyed_from_inside_still_run
   BOOST_TEST(done.wait_for_at_least(1));
   BOOST_TEST(stops.load() == 1);
   BOOST_TEST(stopped_on_task_thread.load());
+}
+
+// A pool destroyed from one of its own thread hooks, as from one of its own tasks: the
+// hook's thread is detached and touches nothing of the pool after (it locked the freed
+// pool's mutex on its way out: a use after free), every other thread is joined, and the
+// destructor returns (from a start hook it waited for ever: that thread was counted
+// awake, so nobody could terminate the pool). The state lives on the heap: a failed case
+// leaks it rather than leaving threads on freed memory.
+namespace {
+struct owned_by_a_hook {
+  std::mutex m;
+  scheduled_thread_pool* pool = nullptr; // taken and deleted by the first hook that wants it
+  std::atomic<int> stops{0};
+  metronome::test::counter destroyed;
+  void destroy() {
+    scheduled_thread_pool* p = nullptr;
+    {
+      std::lock_guard lk(m);
+      p = std::exchange(pool, nullptr);
+    }
+    if (p == nullptr) return;
+    delete p;
+    destroyed.add();
+  }
+};
+} // namespace
+
+BOOST_AUTO_TEST_CASE(a_pool_destroyed_from_a_stop_hook_as_it_terminates_joins_the_others_and_returns) {
+  auto own = std::make_shared<owned_by_a_hook>();
+  auto shut = std::make_shared<metronome::test::gate>();
+  auto o = pool_options::fixed(2);
+  o.on_thread_stop = [own, shut](std::size_t) {
+    ++own->stops;
+    shut->wait(); // until shutdown() has returned: the pool is not destroyed inside a call
+    own->destroy();
+  };
+  auto* pool = new scheduled_thread_pool(o);
+  own->pool = pool;
+  BOOST_TEST(pool->submit([] { return 7; }).get() == 7);
+  pool->shutdown(); // its workers terminate it and leave; the first to stop destroys it
+  shut->open();
+  BOOST_REQUIRE(own->destroyed.wait_for_at_least(1));
+  BOOST_TEST(own->stops.load() == 2); // the other thread was joined: its hook had run
+}
+
+BOOST_AUTO_TEST_CASE(a_pool_destroyed_from_a_retiring_elastic_thread_s_stop_hook_terminates_and_returns) {
+  auto own = std::make_shared<owned_by_a_hook>();
+  auto o = pool_options::cached(1, 2, 10ms);
+  o.on_thread_stop = [own](std::size_t id) {
+    ++own->stops;
+    if (id == 2) own->destroy(); // the elastic thread (the core thread is worker 1), retiring
+  };
+  auto* pool = new scheduled_thread_pool(o);
+  own->pool = pool;
+  metronome::test::gate release;
+  metronome::test::counter busy, ran;
+  BOOST_REQUIRE(metronome::test::occupy_worker(*pool, release, busy));
+  metronome::net::post(*pool, [&ran] { ran.add(); }); // one thread busy: the pool grows to 2
+  BOOST_REQUIRE(ran.wait_for_at_least(1));
+  release.open(); // both idle: the elastic one retires after 10 ms, and destroys the pool
+  BOOST_REQUIRE(own->destroyed.wait_for_at_least(1));
+  BOOST_TEST(own->stops.load() == 2); // the core thread was woken, terminated and joined
+}
+
+BOOST_AUTO_TEST_CASE(a_pool_destroyed_from_its_only_thread_s_start_hook_terminates_and_returns) {
+  auto own = std::make_shared<owned_by_a_hook>();
+  auto stored = std::make_shared<metronome::test::gate>();
+  auto o = pool_options::fixed(1);
+  o.on_thread_start = [own, stored](std::size_t) {
+    stored->wait(); // until the test holds the pool
+    own->destroy();
+  };
+  o.on_thread_stop = [own](std::size_t) { ++own->stops; }; // runs, with the pool gone
+  own->pool = new scheduled_thread_pool(o);
+  stored->open();
+  BOOST_REQUIRE(own->destroyed.wait_for_at_least(1));
+  BOOST_TEST(poll_until([&] { return own->stops.load() == 1; }));
 }
 
 BOOST_AUTO_TEST_SUITE_END()
