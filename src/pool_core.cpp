@@ -214,16 +214,18 @@ void pool_engine::start_worker(bool core) {
   worker* raw = w.get();
   workers_.push_back(std::move(w));
   threads_.fetch_add(1);
+  live_.fetch_add(1);
   ++awake_;
   try {
     raw->thread = std::thread([this, raw] { worker_main(*raw); });
   } catch (...) {
     workers_.pop_back();
     threads_.fetch_sub(1);
+    live_.fetch_sub(1);
     --awake_;
     throw;
   }
-  std::size_t n = threads_.load();
+  std::size_t n = live_.load();
   std::size_t largest = largest_.load();
   while (n > largest && !largest_.compare_exchange_weak(largest, n)) {
   }
@@ -283,6 +285,7 @@ void pool_engine::worker_main(worker& w) {
     w.latency.move_to(shared_latency_);
     w.completed.store(0);
     if (!w.retired) threads_.fetch_sub(1); // a retiring thread gave its place back in park()
+    live_.fetch_sub(1);
     w.exited = true;
     terminated = state_.terminated();
   }
@@ -290,11 +293,11 @@ void pool_engine::worker_main(worker& w) {
   // The pool terminated: this thread may have been what kept it from quiescent when
   // another pool's last worker asked the clock (which then parked for good), and it parks
   // nowhere, so it asks on its way out, holding nothing (the clock's mutex comes before
-  // ours). A retiring elastic thread does not ask: it was counted awake only inside one
-  // hold of mtx_ (park()), so it refused no decision; and a producer growing the pool
-  // joins it under mtx_ (start_worker), which an ask (quiescent() takes mtx_) would
-  // deadlock. A terminated pool starts no thread (so reaps none), and its threads are
-  // joined without mtx_ (join_threads). Tested by
+  // ours). A retiring elastic thread does not ask (unless its pool terminated meanwhile):
+  // it was counted awake only inside one hold of mtx_ (park()), so it refused no
+  // decision; and a producer growing the pool joins it under mtx_ (start_worker), which
+  // an ask (quiescent() takes mtx_) would deadlock. A terminated pool starts no thread (so
+  // reaps none), and its threads are joined without mtx_ (join_threads). Tested by
   // `a_pool_ending_while_another_pool_s_last_worker_has_asked_the_clock_makes_it_jump`,
   // `a_producer_growing_the_pool_joins_a_retired_elastic_thread_without_waiting_for_the_clock`,
   // `a_post_that_raced_a_join_s_termination_starts_no_thread_in_the_terminated_pool`.
@@ -431,7 +434,8 @@ task_base* pool_engine::park(worker& w, std::unique_lock<std::mutex>& lk) {
       // This elastic thread retires. It gives its place back now, in the hold of mtx_ in
       // which it leaves the parking lot (Java's getTask() lowers the worker count when it
       // times out), not on its way out: a producer that saw it parked grows the pool under
-      // mtx_ (wake_one) and must find the place free.
+      // mtx_ (wake_one) and must find the place free. It stays in live_ (stats().threads,
+      // as Java's getPoolSize() counts it) until it ends, after on_thread_stop.
       --awake_;
       threads_.fetch_sub(1);
       w.retired = true;

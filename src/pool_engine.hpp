@@ -334,8 +334,12 @@ private:
   std::atomic<clock::rep> next_due_;
 
   lifecycle state_; // its phase, its ending flags and their rules (lifecycle.hpp)
+  // Threads counted against max_threads (Java's worker count): a retiring elastic thread
+  // leaves it in park(), in the hold in which it leaves the parking lot (wake_one).
   std::atomic<std::size_t> threads_{0};
-  std::atomic<std::size_t> largest_{0};
+  // Threads alive (stats().threads, Java's getPoolSize()): a retiring one until it ends.
+  std::atomic<std::size_t> live_{0};
+  std::atomic<std::size_t> largest_{0}; // most alive at once
   std::atomic<std::size_t> rejected_{0};
   std::atomic<std::size_t> retired_completed_{0};
   // Start-time histograms recorded off the pool's workers (a serial executor's drain on

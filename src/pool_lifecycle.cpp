@@ -449,7 +449,7 @@ bool pool_core::is_shutdown() const noexcept {
 }
 bool pool_core::is_terminated() const noexcept { return engine(*this).state_.terminated(std::memory_order_acquire); }
 std::size_t pool_core::thread_count() const noexcept {
-  return engine(*this).threads_.load(std::memory_order_relaxed);
+  return engine(*this).live_.load(std::memory_order_relaxed);
 }
 void pool_core::wheel_wait_started() noexcept { engine(*this).wheel_waits_.fetch_add(1, std::memory_order_seq_cst); }
 
@@ -457,7 +457,7 @@ pool_stats pool_core::stats() const {
   pool_stats s;
   const pool_engine& e = engine(*this);
   std::lock_guard lk(e.mtx_);
-  s.threads = e.threads_.load();
+  s.threads = e.live_.load();
   s.completed = e.retired_completed_.load();
   e.shared_latency_.add_to(s);
   for (auto& w : e.workers_) {
@@ -593,6 +593,7 @@ void pool_engine::forget_threads_in_child() noexcept {
   ::new (&join_mtx_) std::mutex();
   awake_ = 0;
   threads_.store(0);
+  live_.store(0);
 }
 
 // A hosted core (the one kind that restarts): it has no thread to forget or restart, and

@@ -63,7 +63,10 @@ struct pool_options {
   std::size_t threads = 1;
   /// Elastic upper bound; threads beyond `threads` start when work finds nobody idle
   /// and exit after `keep_alive` without work. 0 or `threads` means fixed size; between
-  /// 1 and `threads - 1` the constructor throws std::invalid_argument.
+  /// 1 and `threads - 1` the constructor throws std::invalid_argument. It bounds the
+  /// threads counted as workers: one that timed out leaves the count at once, while it
+  /// still runs `on_thread_stop` and ends (as Java's pool lowers its worker count), so
+  /// for that while `stats().threads` may read more.
   std::size_t max_threads = 0;
   /// Idle time after which an elastic (non-core) thread exits.
   std::chrono::nanoseconds keep_alive = std::chrono::seconds(60);
@@ -125,7 +128,7 @@ struct pool_options {
 
 /// A snapshot of a pool's counters; see `scheduled_thread_pool::stats()`.
 struct pool_stats {
-  std::size_t threads = 0;           ///< live worker threads
+  std::size_t threads = 0;           ///< live worker threads (one that timed out, until it ends)
   std::size_t active = 0;            ///< workers running a task now
   std::size_t ready_queued = 0;      ///< tasks waiting in the ready queue
   std::size_t delayed_queued = 0;    ///< tasks waiting in the delay queue

@@ -94,7 +94,7 @@ public:
     return spec{point, true, earlier};
   }
   explicit hook_stops(std::initializer_list<spec> specs) {
-    if (specs.size() > 4) throw std::logic_error("hook_stops: at most 4 points");
+    if (specs.size() > 6) throw std::logic_error("hook_stops: at most 6 points");
     for (auto sp : specs) {
       stops_[count_].point = sp.point;
       stops_[count_].any = sp.any_thread;
@@ -156,8 +156,8 @@ private:
   static inline std::atomic<hook_stops*> self_{nullptr};
   static inline std::atomic<int> inside_{0};
   // On the heap, as hook_stop's counter and gate are (see there).
-  std::unique_ptr<std::array<stop, 4>> storage_ = std::make_unique<std::array<stop, 4>>();
-  std::array<stop, 4>& stops_ = *storage_;
+  std::unique_ptr<std::array<stop, 6>> storage_ = std::make_unique<std::array<stop, 6>>();
+  std::array<stop, 6>& stops_ = *storage_;
   std::size_t count_ = 0;
 };
 
