@@ -242,16 +242,18 @@ void pool_engine::worker_main(worker& w) {
   // pool again.
   std::function<void(std::size_t)> stop_hook;
   if (opts_.on_thread_stop) stop_hook = opts_.on_thread_stop;
+  // After a start hook or a task that destroyed the pool: w and the pool are gone.
+  const auto leave_orphaned = [&stop_hook, id] {
+    this_thread_orphaned = false;
+    this_worker = nullptr;
+    if (stop_hook) run_thread_hook(stop_hook, id, nullptr);
+  };
   if (opts_.on_thread_start) {
     const std::function<void(std::size_t)> start_hook = opts_.on_thread_start;
     this_thread_in_start_hook = true;
     run_thread_hook(start_hook, id, this);
     this_thread_in_start_hook = false;
-    if (this_thread_orphaned) {
-      this_thread_orphaned = false;
-      if (stop_hook) run_thread_hook(stop_hook, id, nullptr); // w and the pool are gone
-      return;
-    }
+    if (this_thread_orphaned) return leave_orphaned();
   }
   this_worker = &w;
   for (;;) {
@@ -259,12 +261,7 @@ void pool_engine::worker_main(worker& w) {
     if (!t) break;
     METRONOME_TEST_HOOK(hook_point::worker_after_take);
     run_task(w, t);
-    if (this_thread_orphaned) {
-      this_thread_orphaned = false;
-      this_worker = nullptr;
-      if (stop_hook) run_thread_hook(stop_hook, id, nullptr); // w and the pool are gone
-      return;
-    }
+    if (this_thread_orphaned) return leave_orphaned();
     if (!w.has_reactor && (++w.io_tick % 64) == 0) w.has_reactor = reactor_.exists();
     if (w.has_reactor) poll_reactor_if_due(w); // the fairness of I/O under load
   }
