@@ -52,11 +52,11 @@ inline void cpu_relax() noexcept {
 // (sleepers_ vs. these counters) is a Dekker pair: a parking worker and a pushing
 // producer cannot both miss each other. A serial executor keeps its own count of
 // pending tasks and uses the queue uncounted (one locked instruction less per push and
-// per pop).
+// per pop); its count sits where pushed_ would (owner_count()).
 template <bool Counted>
 class basic_task_queue {
 public:
-  basic_task_queue() noexcept : stub_(nullptr), head_(&stub_), tail_(&stub_) {}
+  basic_task_queue() noexcept : head_(&stub_), stub_(nullptr), tail_(&stub_) {}
 
   // Consumer-side probe: true when a node is (or is about to be) poppable. Reads only
   // the consumer's line and the head node's link, never the producers' counters, so
@@ -81,6 +81,10 @@ public:
     if (link_waiters_.load(std::memory_order_relaxed) != 0) [[unlikely]]
       wake_link_waiters();
   }
+
+  // Uncounted: a count the owner keeps on the producers' line, which its producers write
+  // on every push anyway (a serial executor's pending tasks: one line per push, not two).
+  std::atomic<std::uint64_t>& owner_count() noexcept requires(!Counted) { return pushed_; }
 
   std::uint64_t size() const noexcept
     requires Counted
@@ -292,12 +296,16 @@ private:
     prev->next_.store(&stub_, std::memory_order_release);
   }
 
-  task_base stub_;
-  // Consumer side.
+  // The consumers' line, the stub's, the producers' line (the class is padded to a
+  // multiple of 64). Uncounted (a serial executor's queue, one per connection in a
+  // service), the stub shares the consumer's line - a consumer reads its link with head_,
+  // a producer writes it only when the queue was empty - and the queue takes two lines.
+  // The pool's ready queue keeps the stub on a line of its own, as it was measured.
   alignas(64) std::atomic<task_base*> head_; // written under lock_, probed without
   spin_lock lock_;
   std::atomic<std::uint64_t> popped_{0};
-  // Producer side, on its own cache line (the class is padded to a multiple of 64).
+  alignas(Counted ? 64 : alignof(task_base)) task_base stub_;
+  // Producer side. Uncounted, pushed_ is the owner's count (owner_count()).
   alignas(64) std::atomic<task_base*> tail_;
   std::atomic<std::uint64_t> pushed_{0};
   std::atomic<std::uint32_t> link_waiters_{0}; // consumers blocked in wait_for_head_link()

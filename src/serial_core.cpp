@@ -22,29 +22,35 @@ namespace {
 thread_local const serial_core* current_drain = nullptr;
 }
 
+// Four cache lines, one per kind of access: the queue's two (the drain's; the producers',
+// which also holds the count of pending tasks, so a push writes one line), the flags both
+// sides read on every task and nobody writes in steady state, and the registry of delayed
+// tasks (written per delayed task, kept off the flags' line). It is built in place in
+// serial_core's storage (one per connection in a service: its size is memory per
+// connection, docs/benchmarks.md).
 struct serial_core::state {
-  state(serial_options opts, pool_core* owner_pool) : opts_(std::move(opts)), owner_pool_(owner_pool) {}
-  uncounted_task_queue queue_; // pending_ is the count
-  // The count alone on its line: producers write it on every push, and the drain reads
-  // the fields below on every task.
-  alignas(64) std::atomic<std::size_t> pending_{0};
+  state(serial_options opts, pool_core* owner_pool) : owner_pool_(owner_pool), opts_(std::move(opts)) {}
+  uncounted_task_queue queue_;
+  // The number of tasks pushed and not yet run (the drain's invariant, serial_core.hpp).
+  std::atomic<std::uint64_t>& pending() noexcept { return queue_.owner_count(); }
   alignas(64) std::atomic<bool> disposed_{false};
   std::atomic<bool> abandoned_{false}; // set before disposed_ by abandon()
-  std::atomic<int> posting_{0}; // threads inside a post of the drain (see hand_drain)
-  serial_options opts_;
-  pool_core* owner_pool_; // the metronome pool underneath, if any (its exception handler)
   // A drain shutdown_now() handed back has run (handed_back()): from then on the pool
   // may be gone, and owner_pool_ is never read through again. Set by the drain's thread
   // before its first task runs; work posted from those tasks reads it on that thread.
   std::atomic<bool> handed_back_{false};
-  std::mutex reg_mtx_;    // the delayed tasks not yet due (track, forget, dispose)
+  std::atomic<int> posting_{0}; // threads inside a post of the drain (see hand_drain)
+  pool_core* owner_pool_;       // the metronome pool underneath, if any (its exception handler)
+  serial_options opts_;
+  alignas(64) std::mutex reg_mtx_; // the delayed tasks not yet due (track, forget, dispose)
   scheduled_task_base* reg_head_ = nullptr;
   serial_wait_link* waits_head_ = nullptr; // P2300 operations' waits (track_wait)
 };
 
 serial_core::state& serial_core::st() const noexcept {
-  static_assert(sizeof(state) <= state_bytes && alignof(state) <= 64,
-                "metronome: serial_core::state_bytes is too small for the drain's state");
+  // Exactly: storage the state does not use is memory per serial executor for nothing.
+  static_assert(sizeof(state) == state_bytes && alignof(state) <= 64,
+                "metronome: serial_core::state_bytes differs from the drain's state");
   return *std::launder(reinterpret_cast<state*>(const_cast<unsigned char*>(state_)));
 }
 
@@ -104,7 +110,7 @@ bool serial_core::try_enqueue(task_base* t, bool may_run_here) noexcept {
   if (st().disposed_.load(std::memory_order_acquire)) return false;
   st().queue_.push(t);
   METRONOME_TEST_HOOK(hook_point::serial_after_push);
-  if (st().pending_.fetch_add(1, std::memory_order_acq_rel) == 0) {
+  if (st().pending().fetch_add(1, std::memory_order_acq_rel) == 0) {
     // This thread owes the drain. On a thread of the underlying executor it is that
     // executor's work already: run it here (no call into the executor, so dispose()'s
     // wait for posts under way does not concern it), else hand it over.
@@ -140,7 +146,7 @@ void serial_core::leave_posting() noexcept {
 bool serial_core::enqueue_due(scheduled_task_base* t) noexcept {
   // Queued even when disposed: the drain discards what it finds after dispose().
   st().queue_.push(t);
-  return st().pending_.fetch_add(1, std::memory_order_acq_rel) == 0;
+  return st().pending().fetch_add(1, std::memory_order_acq_rel) == 0;
 }
 
 void serial_core::abandon() noexcept {
@@ -157,7 +163,7 @@ void serial_core::post_owed_drain() noexcept {
 }
 
 task_base* serial_core::pop_one() noexcept {
-  // pending_ > 0 promises a node; a producer may still be linking it (the queue's
+  // pending() > 0 promises a node; a producer may still be linking it (the queue's
   // wait_for_link: spin briefly, then block until it has).
   for (;;) {
     if (task_base* t = st().queue_.pop_sole_consumer()) return t;
@@ -184,7 +190,7 @@ void serial_core::drain() noexcept {
     // run rather than once per task (its line is shared with producers). Never pop
     // more than was counted: a producer pushes before it counts, and an uncounted
     // node taken here would make the count underflow.
-    const std::size_t counted = st().pending_.load(std::memory_order_acquire);
+    const std::uint64_t counted = st().pending().load(std::memory_order_acquire);
     std::size_t consumed = 0;
     while (ran < batch && consumed < counted) {
       task_base* t = consumed == 0 ? pop_one() : st().queue_.pop_sole_consumer();
@@ -199,7 +205,7 @@ void serial_core::drain() noexcept {
       }
     }
     METRONOME_TEST_HOOK(hook_point::serial_before_settle);
-    if (st().pending_.fetch_sub(consumed, std::memory_order_acq_rel) == consumed) break; // drained
+    if (st().pending().fetch_sub(consumed, std::memory_order_acq_rel) == consumed) break; // drained
     if (ran >= batch || rethrow_scope::pending()) {
       current_drain = outer;
       METRONOME_TEST_HOOK(hook_point::serial_before_repost);

@@ -106,15 +106,16 @@ private:
   void run_one(task_base* t, bool handed) noexcept;
   bool handed_back() const noexcept;
 
+  pool_core& timers_; // on the first line, with the vtable pointer and the weak count's pointer
   // The queue, its count, the disposal flags and the registry of delayed tasks
   // (src/serial_core.cpp): built in this storage, so that no user translation unit parses
   // the engine's queue, and reached at a fixed offset rather than through a pointer (the
-  // drain and every producer touch it on each task). serial_core.cpp checks it fits.
+  // drain and every producer touch it on each task). Four cache lines; serial_core.cpp
+  // checks that the state fills them exactly.
   struct state;
   state& st() const noexcept;
-  static constexpr std::size_t state_bytes = 512;
+  static constexpr std::size_t state_bytes = 256;
   alignas(64) unsigned char state_[state_bytes];
-  pool_core& timers_;
 };
 
 // The drain handed to the underlying executor. If the executor destroys it unrun (an
