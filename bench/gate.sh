@@ -15,13 +15,15 @@
 #
 # Options: --base REV, --rounds N (default 3, at least 3), --reps N (bench repetitions
 # per round, default 3), --threshold PCT (default 5), --service-secs S (default 3),
-# --no-service, --out DIR (default build/gate). Exits 1 when a row is flagged. Takes long
-# (two Release builds, then about rounds x 2 bench runs): run it on a quiet machine,
-# before resolving an issue that touches src/ or include/; not part of .ci/run.
+# --conns N (idle connections the service's RSS is read with, default 10000: the
+# I/O-loop issue's bound is stated there), --no-service, --out DIR (default build/gate).
+# Exits 1 when a row is flagged. Takes long (two Release builds, then about rounds x 2
+# bench runs): run it on a quiet machine, before resolving an issue that touches src/ or
+# include/; not part of .ci/run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
-base="" rounds=3 reps=3 threshold=5 service=1 secs=3 out=build/gate
+base="" rounds=3 reps=3 threshold=5 service=1 secs=3 conns=10000 out=build/gate
 cases=()
 while [ $# -gt 0 ]; do
   case $1 in
@@ -30,9 +32,10 @@ while [ $# -gt 0 ]; do
     --reps) reps=$2; shift 2 ;;
     --threshold) threshold=$2; shift 2 ;;
     --service-secs) secs=$2; shift 2 ;;
+    --conns) conns=$2; shift 2 ;;
     --no-service) service=0; shift ;;
     --out) out=$2; shift 2 ;;
-    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
     -*) echo "gate: unknown option $1" >&2; exit 2 ;;
     *) cases+=("$1"); shift ;;
   esac
@@ -74,7 +77,7 @@ for r in $(seq 1 "$rounds"); do
     if [ "$service" = 1 ]; then
       echo "gate: round $r/$rounds, $side: real service" >&2
       bash bench/service.sh "$out/$side/bench/metronome_service_bench" --secs "$secs" --reps 1 --rss-reps 1 \
-        --conns 2000 --out "$out/service-$r-$side.tsv" >/dev/null 2>&1 ||
+        --conns "$conns" --out "$out/service-$r-$side.tsv" >/dev/null 2>&1 ||
         echo "gate: the service benchmark failed on $side, round $r (see $out/service-$r-$side.tsv)" >&2
     fi
   done
