@@ -22,12 +22,13 @@ namespace {
 thread_local const serial_core* current_drain = nullptr;
 }
 
-// Four cache lines, one per kind of access: the queue's two (the drain's; the producers',
-// which also holds the count of pending tasks, so a push writes one line), the flags both
-// sides read on every task and nobody writes in steady state, and the registry of delayed
-// tasks (written per delayed task, kept off the flags' line). It is built in place in
-// serial_core's storage (one per connection in a service: its size is memory per
-// connection, docs/benchmarks.md).
+// Whole cache lines, one group per kind of access: the queue's two (the drain's; the
+// producers', which also holds the count of pending tasks, so a push writes one line),
+// the flags both sides read on every task and nobody writes in steady state (one line,
+// two with libc++'s larger std::function), and the registry of delayed tasks (written per
+// delayed task, kept off the flags' line). It is built in place in serial_core's storage,
+// which serial_core.hpp sizes from the same fields (one per connection in a service: its
+// size is memory per connection, docs/benchmarks.md).
 struct serial_core::state {
   state(serial_options opts, pool_core* owner_pool) : owner_pool_(owner_pool), opts_(std::move(opts)) {}
   uncounted_task_queue queue_;

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <exception>
 #include <memory>
+#include <mutex>
 
 namespace metronome::detail {
 
@@ -28,6 +29,9 @@ struct serial_wait_link {
   pool_anchor* anchor = nullptr;
   std::uint32_t generation = 0;
 };
+
+// `n` bytes rounded up to whole 64-byte cache lines.
+constexpr std::size_t whole_cache_lines(std::size_t n) noexcept { return (n + 63) / 64 * 64; }
 
 // The queue drain (seed 004): an MPSC queue plus a count of pending tasks. The thread
 // that raises the count from 0 posts one drain to the underlying executor; the drain
@@ -110,11 +114,15 @@ private:
   // The queue, its count, the disposal flags and the registry of delayed tasks
   // (src/serial_core.cpp): built in this storage, so that no user translation unit parses
   // the engine's queue, and reached at a fixed offset rather than through a pointer (the
-  // drain and every producer touch it on each task). Four cache lines; serial_core.cpp
+  // drain and every producer touch it on each task). Whole cache lines: the queue's two,
+  // the flags with the options, the registry of delayed tasks with its mutex - sized
+  // from the standard types they hold (std::function and std::mutex differ between
+  // standard libraries: 256 bytes with libstdc++, 320 with libc++). serial_core.cpp
   // checks that the state fills them exactly.
   struct state;
   state& st() const noexcept;
-  static constexpr std::size_t state_bytes = 256;
+  static constexpr std::size_t state_bytes = 2 * 64 + whole_cache_lines(8 + sizeof(void*) + sizeof(serial_options)) +
+                                             whole_cache_lines(sizeof(std::mutex) + 2 * sizeof(void*));
   alignas(64) unsigned char state_[state_bytes];
 };
 
