@@ -121,7 +121,8 @@ private:
   // checks that the state fills them exactly.
   struct state;
   state& st() const noexcept;
-  static constexpr std::size_t state_bytes = 2 * 64 + whole_cache_lines(8 + sizeof(void*) + sizeof(serial_options)) +
+  static constexpr std::size_t state_bytes = std::size_t{2} * 64 +
+                                             whole_cache_lines(8 + sizeof(void*) + sizeof(serial_options)) +
                                              whole_cache_lines(sizeof(std::mutex) + 2 * sizeof(void*));
   alignas(64) unsigned char state_[state_bytes];
 };
