@@ -124,16 +124,18 @@ bool elastic_round(std::uint64_t seed, errors& errs, elastic_round_result& out) 
       for (auto& t : ts) t.join();
       ts.clear();
       out.grew = pool->stats().largest_pool_size > core;
-      // Idle: the elastic threads retire, the core stays.
+      // Idle: the elastic threads retire, the core stays. (The waits below add up to 50 s,
+      // under the round's 60 s watchdog, so a failing check reports itself before the
+      // watchdog gives the round up.)
       const bool fell_back = metronome::test::poll_until(
           [&] {
             const auto s = pool->stats();
             return s.active == 0 && s.ready_queued == 0 && s.delayed_queued == 0 && s.threads == core;
           },
-          std::chrono::seconds(30));
+          std::chrono::seconds(20));
       if (!fell_back)
         errs.add(
-            fmt("idle elastic pool (core %zu, max %zu): %zu threads after 30 s", core, max, pool->stats().threads));
+            fmt("idle elastic pool (core %zu, max %zu): %zu threads after 20 s", core, max, pool->stats().threads));
       // Grows back to max: `max` tasks, each waiting until all `max` run.
       std::atomic<std::size_t> started{0};
       std::atomic<bool> give_up{false};
@@ -142,16 +144,16 @@ bool elastic_round(std::uint64_t seed, errors& errs, elastic_round_result& out) 
         net::post(pool->get_executor(), [&] {
           started.fetch_add(1);
           if (metronome::test::poll_until([&] { return started.load() == max || give_up.load(); },
-                                          std::chrono::seconds(30)) &&
+                                          std::chrono::seconds(15)) &&
               !give_up.load())
             saw_all.fetch_add(1);
         });
-      if (!metronome::test::poll_until([&] { return saw_all.load() == max; }, std::chrono::seconds(40))) {
+      if (!metronome::test::poll_until([&] { return saw_all.load() == max; }, std::chrono::seconds(20))) {
         give_up = true;
         errs.add(
             fmt("elastic pool (core %zu, max %zu) grew to %zu of %zu waiting tasks", core, max, started.load(), max));
       }
-      metronome::test::poll_until([&] { return pool->stats().active == 0; }, std::chrono::seconds(40));
+      metronome::test::poll_until([&] { return pool->stats().active == 0; }, std::chrono::seconds(10));
       if (pool->stats().largest_pool_size < max)
         errs.add(fmt("largest_pool_size %zu below max %zu after the regrowth", pool->stats().largest_pool_size, max));
     }
