@@ -4,9 +4,11 @@
 //
 // Checked: standalone Asio 1.22.1 (Debian 12 libasio-dev), Boost 1.81 (Boost.Asio 1.26.0)
 // and standalone Asio 1.38.2, each built and tested by the test command (scripts/test.sh);
-// the adaptation splits at Asio 1.33.0, where the scheduler's constructor lost its
-// concurrency hint. Outside that range the build stops here: define
-// METRONOME_ASIO_UNCHECKED to try an Asio metronome was not checked against.
+// Boost.Asio 1.34.0 (Boost 1.87), 1.37.0 (Boost 1.90) and 1.38.0 by hand over Boost 1.81
+// (METRONOME_BOOST_ASIO_INCLUDE_DIR, docs/asio.md). The adaptation splits at Asio 1.33.0,
+// where the scheduler's constructor lost its concurrency hint. Outside that range the
+// build stops here: define METRONOME_ASIO_UNCHECKED to try an Asio metronome was not
+// checked against.
 #ifndef METRONOME_DETAIL_ASIO_INTERNALS_HPP
 #define METRONOME_DETAIL_ASIO_INTERNALS_HPP
 

@@ -373,7 +373,8 @@ private:
 
 // Whether a callable has an associated executor of its own (bind_executor): the one
 // test behind a bound task, a bound wheel timeout and a handle's wait hook. The default
-// is named: Asio 1.35 changed associated_executor's own (system_executor to inline_executor).
+// is named: Asio 1.37 (Boost 1.90) changed associated_executor's own (system_executor to
+// inline_executor).
 template <class F>
 inline constexpr bool has_own_executor =
     !std::is_same_v<net::associated_executor_t<F, net::system_executor>, net::system_executor>;
