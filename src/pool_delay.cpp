@@ -276,9 +276,10 @@ void pool_engine::post_owed_drains(task_sink* owed) noexcept {
 // that ends the last transit - a cancel's completions delivered, a serial executor's
 // drains posted, a completion queued - with every worker parked has one ask again. It
 // takes no other lock for that (it may hold a serial executor's registry, or be the
-// thread telling the pools of a jump, under the clock's mutex): it wakes a parked worker,
-// which asks as it parks again, and owes the ask (clock_ask_owed_) to a worker that is
-// between its own ask and its park (let_manual_clock_decide), which then asks again.
+// thread telling the pools of a jump, where the clock would only owe the decision): it
+// wakes a parked worker, which asks as it parks again, and owes the ask (clock_ask_owed_)
+// to a worker that is between its own ask and its park (let_manual_clock_decide), which
+// then asks again.
 // Tested by `a_cancel_leaving_the_last_transit_with_every_worker_parked_makes_the_clock_jump`,
 // `a_transit_ended_while_the_last_worker_asks_the_clock_makes_it_ask_again`,
 // `the_last_transit_left_inside_a_jump_makes_the_clock_decide_again` (test/handover/pool.cpp).

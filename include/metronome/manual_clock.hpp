@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 namespace metronome {
@@ -45,11 +46,22 @@ public:
   time_point now() const noexcept { return time_point(duration(now_.load(std::memory_order_acquire))); }
 
   /// Moves time forward by `d` and releases what fell due.
-  /** @throws std::invalid_argument if `d` is negative. */
+  /**
+   * Before it returns, every pool and wheel on the clock has been told, in the order they
+   * were built: due tasks are in their pools' ready queues, a wheel's due timeouts handed
+   * to their executors. It tells them without holding any lock of the clock, so code run
+   * on this thread meanwhile - a wheel's timeout run or dropped by an inline executor, a
+   * destructor - may use the clock: destroy a pool or wheel on it (even the one being
+   * told), hold it, or advance it again. Such an inner advance moves the time and returns
+   * at once; the outer advance releases what fell due by then before it returns. Advances
+   * from different threads take turns: one waits until the other has told everyone.
+   * @throws std::invalid_argument if `d` is negative.
+   */
   void advance(duration d);
 
-  /// Moves time forward to `t` and releases what fell due.
-  /** @throws std::invalid_argument if `t` is earlier than now(). */
+  /// Moves time forward to `t` and releases what fell due (as advance()).
+  /** @throws std::invalid_argument if `t` is earlier than now() (read when this advance's
+   * turn comes: another thread's advance may have passed it). */
   void advance_to(time_point t);
 
   /// Tokio-style auto-advance: while on, when every pool thread bound to this clock is
@@ -75,8 +87,9 @@ public:
    * work on its way from outside the pools (another thread, an `io_context`, a wheel's
    * timeouts over a non-pool executor), nor I/O completions run by a pool's reactor.
    * Returns at once when no pool is built on the clock.
-   * @throws std::logic_error when called on a thread of a pool built on this clock (it
-   * would wait for itself).
+   * @throws std::logic_error when called on a thread of a pool built on this clock, or
+   * on a thread inside one of this clock's advances (a destructor it runs): it would wait
+   * for itself.
    */
   void wait_idle();
 
@@ -106,11 +119,16 @@ public:
   }
   // Threads in wait_idle() now (tests).
   int idle_waiters() const noexcept { return idle_waiters_.load(std::memory_order_seq_cst); }
+  // Threads in detach() waiting for an advance to finish telling their listener (tests).
+  int detach_waiters() const noexcept { return detach_waiters_.load(std::memory_order_seq_cst); }
   /// @endcond
 
 private:
-  void set(const std::unique_lock<std::mutex>& lk, clock::rep t);
-  void check_idle(const std::unique_lock<std::mutex>& lk);
+  void wait_turn(std::unique_lock<std::mutex>& lk);
+  void set(std::unique_lock<std::mutex>& lk, clock::rep t);
+  void tell_listeners(std::unique_lock<std::mutex>& lk);
+  void check_idle(std::unique_lock<std::mutex>& lk);
+  bool decide(const std::unique_lock<std::mutex>& lk, clock::rep& jump_to);
   bool all_quiescent(const std::unique_lock<std::mutex>& lk, clock::time_point& earliest) const;
 
   std::atomic<clock::rep> now_;
@@ -119,8 +137,18 @@ private:
   std::atomic<int> idle_waiters_{0}; // threads in wait_idle()
   std::uint64_t idle_verdicts_ = 0;  // guarded by mtx_: checks that found every pool idle
   std::condition_variable idle_cv_;  // wait_idle()'s waiters, woken by such a check
-  std::mutex mtx_;                   // serialises advances, auto-advance decisions and the listener list
+  std::mutex mtx_;                   // guards the listener list, the telling state below, decisions
   std::vector<detail::clock_listener*> listeners_;
+  // The telling (docs/design.md, "Telling the listeners"), all guarded by mtx_: one advance
+  // at a time tells the listeners, each without mtx_.
+  bool telling_ = false;                      // an advance is telling the listeners
+  std::thread::id teller_;                    // ... on this thread
+  std::size_t next_ = 0;                      // the index in listeners_ it tells next
+  detail::clock_listener* calling_ = nullptr; // the listener it is calling now
+  bool retell_ = false;                       // time moved again on the teller's thread: tell all again
+  bool decision_owed_ = false;                // a decision was asked while telling: made at its end
+  std::condition_variable turn_cv_;           // advances waiting for their turn, detaches for a call's end
+  std::atomic<int> detach_waiters_{0};
 };
 
 } // namespace metronome

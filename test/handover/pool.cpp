@@ -670,11 +670,12 @@ BOOST_FIXTURE_TEST_CASE(a_cancel_leaving_the_last_transit_with_every_worker_park
 }
 
 // The same, with the transit left inside the clock's own jump: the jump's promotion (on
-// the thread that made the clock decide, holding the clock's mutex) queues a due serial
-// task and posts its drain in transit; the worker runs it and parks without asking. The
-// promoter, leaving the transit with every worker parked, holds the clock's mutex: it
-// must not ask there (it would lock that mutex again), yet the clock must decide once
-// more after the jump - through the worker it wakes - and jump to the second task.
+// the thread that made the clock decide, telling the pools) queues a due serial task and
+// posts its drain in transit; the worker runs it and parks without asking. The promoter,
+// leaving the transit with every worker parked, is inside the jump's telling: it does not
+// ask there (the clock would only owe the decision to the telling's end), yet the clock
+// must decide once more after the jump - through the worker it wakes - and jump to the
+// second task.
 BOOST_AUTO_TEST_CASE(the_last_transit_left_inside_a_jump_makes_the_clock_decide_again) {
   manual_clock clk;
   scheduled_thread_pool pool(on_clock(clk, 1));
@@ -701,6 +702,34 @@ BOOST_AUTO_TEST_CASE(the_last_transit_left_inside_a_jump_makes_the_clock_decide_
   BOOST_REQUIRE((b.wait_for(10s) == std::future_status::ready)); // without the second decision: never
   BOOST_TEST((b.get() == t0 + 20ms));
   BOOST_CHECK(a.is_done());
+}
+
+// A decision asked while an advance tells the pools (the clock's mutex let go around each
+// call) is owed, not made: a pool not yet told would look idle with its due work still in
+// its heap. Here the advance is held before it tells the only pool, and the last hold
+// goes meanwhile: the clock must not jump then, and must decide once the advance has told
+// everyone - nobody else asks again (the worker asked while held, and stays parked).
+BOOST_AUTO_TEST_CASE(a_decision_asked_while_an_advance_tells_the_pools_is_made_when_it_ends) {
+  manual_clock clk;
+  scheduled_thread_pool pool(on_clock(clk, 1));
+  const auto t0 = clk.now();
+  std::optional<manual_clock::hold_guard> hold(std::in_place, clk);
+  clk.set_auto_advance(true); // held: no jump
+  auto a = pool.schedule([&clk] { return clk.now(); }, 10ms);
+  auto b = pool.schedule([&clk] { return clk.now(); }, 20ms);
+  hook_stop stop(hook_point::clock_before_tell);
+  std::thread advancer([&clk] {
+    hook_stop::arm_this_thread();
+    clk.advance(5ms); // nothing falls due
+  });
+  BOOST_REQUIRE(stop.arrived()); // the time moved; the pool not told yet
+  hold.reset();                  // asks the clock while it tells
+  BOOST_TEST((clk.now() == t0 + 5ms)); // owed, not made: no jump meanwhile
+  stop.release();
+  advancer.join();
+  BOOST_REQUIRE((b.wait_for(10s) == std::future_status::ready)); // without the owed decision: never
+  BOOST_TEST((a.get() == t0 + 10ms));
+  BOOST_TEST((b.get() == t0 + 20ms));
 }
 
 // A transit that starts and ends while the last worker is between its ask and its park:
@@ -850,10 +879,10 @@ BOOST_AUTO_TEST_CASE(a_push_that_saw_a_retiring_elastic_thread_parked_grows_the_
 // threads that have exited while it holds the pool's mutex (start_worker). So a retiring
 // elastic thread touches no lock once it has marked itself exited - it does not ask the
 // clock, whose decision takes the pool's mutex (it need not: it was counted awake only
-// inside one hold of that mutex, and refused no decision). Here an advance holds the
-// clock's mutex (stopped at owed_drain_before_post) while the thread has exited (stopped
-// at worker_after_exit), and the producer stops before its join, holding the pool's
-// mutex: a retiring thread that asked would wait for both, and the post never returned.
+// inside one hold of that mutex, and refused no decision). Here a decision holds the
+// clock's mutex (stopped at clock_deciding) while the thread has exited (stopped at
+// worker_after_exit), and the producer stops before its join, holding the pool's mutex:
+// a retiring thread that asked would wait for both, and the post never returned.
 // (Found by a reviewer of the exit's ask, whose first form asked on every exit.)
 BOOST_AUTO_TEST_CASE(a_producer_growing_the_pool_joins_a_retired_elastic_thread_without_waiting_for_the_clock) {
   // On the heap, and leaked on a failure once threads are held (a failed REQUIRE there
@@ -868,8 +897,6 @@ BOOST_AUTO_TEST_CASE(a_producer_growing_the_pool_joins_a_retired_elastic_thread_
   auto pool = std::make_unique<scheduled_thread_pool>(o);
   BOOST_REQUIRE(core_parked->arrived());
   core_parked.reset();
-  using serial_type = decltype(metronome::make_serial_executor(*pool));
-  auto serial = std::make_unique<serial_type>(metronome::make_serial_executor(*pool));
   auto go = std::make_shared<gate>();
   auto entered = std::make_shared<gate>();
   auto ran = std::make_shared<counter>();
@@ -880,31 +907,28 @@ BOOST_AUTO_TEST_CASE(a_producer_growing_the_pool_joins_a_retired_elastic_thread_
   });
   entered->wait(); // the core thread is busy
   BOOST_REQUIRE_EQUAL(pool->stats().largest_pool_size, 1u);
-  metronome::test::hook_stops stops{{hook_point::owed_drain_before_post, false},
+  metronome::test::hook_stops stops{{hook_point::clock_deciding, false},
                                     {hook_point::worker_after_exit, true},
                                     {hook_point::reap_before_join, false}};
   // Nobody parked or spinning: an elastic thread starts.
   metronome::net::post(*pool, [ran] { ran->add(); });
   BOOST_REQUIRE(ran->wait_for_at_least(1));
   BOOST_REQUIRE_EQUAL(pool->stats().largest_pool_size, 2u);
-  auto h = serial->schedule([] {}, 1ms); // on a manual clock no thread retires while the heap holds it
-  clk->set_auto_advance(true);           // the core thread is awake: no jump
-  std::thread advancer, producer;
+  std::thread decider, producer;
   auto give_up = [&](const char* why) { // leaks what the held threads use, and fails
     go->open();
-    if (advancer.joinable()) advancer.detach();
+    if (decider.joinable()) decider.detach();
     if (producer.joinable()) producer.detach();
-    (void)serial.release();
     (void)pool.release();
     (void)clk.release();
     BOOST_FAIL(why);
   };
-  advancer = std::thread([c = clk.get()] {
+  decider = std::thread([c = clk.get()] {
     hook_stop::arm_this_thread();
-    c->advance(1ms); // promotes the serial task; stops holding the clock's mutex
+    c->set_auto_advance(true); // decides (the core thread is awake: no jump); stops holding the clock's mutex
   });
-  if (!stops.arrived(hook_point::owed_drain_before_post)) give_up("the advance never promoted the serial task");
-  // The heap is empty now: the elastic thread's keep-alive runs out, it retires and exits.
+  if (!stops.arrived(hook_point::clock_deciding)) give_up("the clock never decided");
+  // The heap is empty: the elastic thread's keep-alive runs out, it retires and exits.
   if (!stops.arrived(hook_point::worker_after_exit)) give_up("the elastic thread never retired");
   producer = std::thread([p = pool.get(), ran, posted] {
     hook_stop::arm_this_thread();
@@ -916,10 +940,10 @@ BOOST_AUTO_TEST_CASE(a_producer_growing_the_pool_joins_a_retired_elastic_thread_
   stops.release(hook_point::reap_before_join);
   if (!poll_until([&] { return posted->load(); }, 10s))
     give_up("the producer's join of the retired elastic thread never returned: it waits for the clock");
-  stops.release(hook_point::owed_drain_before_post); // the advance goes on
+  stops.release(hook_point::clock_deciding); // the decision goes on
   go->open();
   producer.join();
-  advancer.join();
+  decider.join();
   BOOST_CHECK(ran->wait_for_at_least(2));
 }
 
@@ -929,16 +953,12 @@ BOOST_AUTO_TEST_CASE(a_producer_growing_the_pool_joins_a_retired_elastic_thread_
 // none and every thread gone - it must not start one: start_worker() joins exited threads
 // under the pool's mutex (those join() has not taken yet: it is held at
 // join_before_threads), and the thread that left the terminated pool asks the clock, whose
-// decision takes that mutex. Here an advance holds the clock's mutex (stopped at
-// owed_drain_before_post, on a second pool) while that thread asks: the producer's post
-// must return meanwhile.
+// decision takes that mutex. Here a decision holds the clock's mutex (stopped at
+// clock_deciding) while that thread asks: the producer's post must return meanwhile.
 BOOST_AUTO_TEST_CASE(a_post_that_raced_a_join_s_termination_starts_no_thread_in_the_terminated_pool) {
   // On the heap, and leaked on a failure once threads are held (see above).
   auto clk = std::make_unique<manual_clock>();
   auto joined = std::make_unique<scheduled_thread_pool>(on_clock(*clk));
-  auto other = std::make_unique<scheduled_thread_pool>(on_clock(*clk));
-  using serial_type = decltype(metronome::make_serial_executor(*other));
-  auto serial = std::make_unique<serial_type>(metronome::make_serial_executor(*other));
   auto ran = std::make_shared<counter>();
   auto posted = std::make_shared<std::atomic<bool>>(false);
   auto entered = std::make_shared<gate>();
@@ -951,22 +971,18 @@ BOOST_AUTO_TEST_CASE(a_post_that_raced_a_join_s_termination_starts_no_thread_in_
   entered->wait(); // the only worker is busy: it takes the producer's task next, unwoken
   // The worker must be parked for good - no timed wait left - before the clock
   // auto-advances: a worker on its way would ask the clock as it parks, and the clock is
-  // held by the advance below, instead of terminating at join(). Its one timed wait is
+  // held by the decision below, instead of terminating at join(). Its one timed wait is
   // for the node cache's trim, forced here while it is stopped before parking.
   metronome::test::hook_stops stops{{hook_point::producer_before_wake, false},
                                     {hook_point::worker_before_park, false},
                                     {hook_point::follower_before_wait, false},
-                                    {hook_point::owed_drain_before_post, false},
+                                    {hook_point::clock_deciding, false},
                                     {hook_point::join_before_threads, false}};
-  std::unique_ptr<manual_clock::hold_guard> hold;
-  std::thread producer, advancer, joiner;
+  std::thread producer, decider, joiner;
   auto give_up = [&](const char* why) { // leaks what the held threads use, and fails
     go->open();
-    for (std::thread* t : {&producer, &advancer, &joiner})
+    for (std::thread* t : {&producer, &decider, &joiner})
       if (t->joinable()) t->detach();
-    (void)hold.release();
-    (void)serial.release();
-    (void)other.release();
     (void)joined.release();
     (void)clk.release();
     BOOST_FAIL(why);
@@ -985,14 +1001,11 @@ BOOST_AUTO_TEST_CASE(a_post_that_raced_a_join_s_termination_starts_no_thread_in_
   stops.release(hook_point::worker_before_park);
   if (!stops.arrived(hook_point::follower_before_wait)) give_up("the worker never parked");
   stops.release(hook_point::follower_before_wait);
-  auto h = serial->schedule([] {}, 1ms);
-  hold = std::make_unique<manual_clock::hold_guard>(*clk); // no jump: only a thread's exit asks
-  clk->set_auto_advance(true);
-  advancer = std::thread([c = clk.get()] {
+  decider = std::thread([c = clk.get()] {
     hook_stop::arm_this_thread();
-    c->advance(1ms); // promotes `other`'s serial task; stops holding the clock's mutex
+    c->set_auto_advance(true); // from here a thread leaving the pool asks; stops holding the clock's mutex
   });
-  if (!stops.arrived(hook_point::owed_drain_before_post)) give_up("the advance never promoted the serial task");
+  if (!stops.arrived(hook_point::clock_deciding)) give_up("the clock never decided");
   joiner = std::thread([p = joined.get()] {
     hook_stop::arm_this_thread();
     p->join(); // terminates it: its thread exits and asks the clock (waits for its mutex)
@@ -1003,10 +1016,10 @@ BOOST_AUTO_TEST_CASE(a_post_that_raced_a_join_s_termination_starts_no_thread_in_
   stops.release(hook_point::producer_before_wake);
   if (!poll_until([&] { return posted->load(); }, 10s))
     give_up("the post started a thread in the terminated pool, joining the one that asks the clock");
-  stops.release(hook_point::owed_drain_before_post);
+  stops.release(hook_point::clock_deciding);
   stops.release(hook_point::join_before_threads);
   producer.join();
-  advancer.join();
+  decider.join();
   joiner.join();
   BOOST_CHECK_EQUAL(ran->value(), 1);
 }

@@ -57,6 +57,42 @@ BOOST_AUTO_TEST_CASE(a_timeout_whose_deadline_the_manual_clock_passes_before_it_
   BOOST_CHECK_EQUAL(wheel.pending(), 0u);
 }
 
+// An advance tells its listeners with the clock's mutex let go around each call. Here it
+// is held just before it calls the first of two wheels while another thread destroys that
+// wheel: the destructor must wait for the call (else the advance calls a destroyed wheel),
+// and the wheel's leaving the list must not make the advance skip the second one.
+BOOST_AUTO_TEST_CASE(a_wheel_destroyed_while_an_advance_is_about_to_tell_it_waits_and_the_next_is_told) {
+  manual_clock clock;
+  scheduled_thread_pool pool(1);
+  metronome::wheel_options o;
+  o.time_source = &clock;
+  auto first = std::make_unique<metronome::wheel_timer>(pool, o);
+  metronome::wheel_timer second(pool, o);
+  std::atomic<int> first_ran{0}, second_ran{0};
+  first->schedule([&] { ++first_ran; }, 5ms);
+  second.schedule([&] { ++second_ran; }, 5ms);
+  hook_stop stop(hook_point::clock_before_tell);
+  std::thread advancer([&] {
+    hook_stop::arm_this_thread();
+    clock.advance(10ms);
+  });
+  BOOST_REQUIRE(stop.arrived()); // about to call `first`, the clock's mutex free
+  std::atomic<bool> destroyed{false};
+  std::thread destroyer([&] {
+    first.reset();
+    destroyed = true;
+  });
+  BOOST_REQUIRE(poll_until([&] { return clock.detach_waiters() == 1; }, 10s)); // waits for the call
+  BOOST_CHECK(!destroyed.load());
+  stop.release();
+  advancer.join();
+  destroyer.join();
+  BOOST_CHECK(destroyed.load());
+  BOOST_CHECK(poll_until([&] { return second_ran.load() == 1; }, 10s)); // told after `first` left
+  BOOST_CHECK_EQUAL(first_ran.load(), 0); // stopped before the call: its timeout went with it
+  BOOST_CHECK_EQUAL(clock.detach_waiters(), 0);
+}
+
 // Wheel inbox and the tick's sleep, tick second: the pool worker turning the wheel (its
 // tick, which a first timeout brought) is held (with the
 // wheel's mutex) just before it publishes how long it will sleep; a producer, finding

@@ -13,6 +13,12 @@
 // dropped counts as its one outcome (its handle reads cancelled), and no more of them than
 // were returned. Bounded in time like every stress case; seeds as in
 // common/stress_rounds.hpp.
+//
+// A second case stresses how an advance tells the pools and wheels on the clock
+// (docs/design.md, "Telling the listeners"): two threads advance at once while others
+// build and destroy wheels on the clock and schedule on them and on a pool; some wheels
+// fire onto an executor that refuses everything, so their timeouts are destroyed unrun
+// inside an advance, and half of those advance the clock again from their destructor.
 
 #include "common/latch_task.hpp"
 #include "common/manual_pool.hpp"
@@ -20,6 +26,7 @@
 
 #include <metronome/detail/asio.hpp>
 #include <metronome/manual_clock.hpp>
+#include <metronome/wheel_timer.hpp>
 
 #include <algorithm>
 #include <memory>
@@ -356,6 +363,120 @@ bool clock_round(std::uint64_t seed, errors& errs, bool stepped) {
   return true;
 }
 
+// A wheel timeout's or a pool task's callable: counts its run (never before `due` on the
+// clock) and its destruction; a dropped one (destroyed unrun) may advance the clock - from
+// inside an advance (a wheel over the refusing executor), or from a wheel's destructor.
+struct timed_fn {
+  slot* s;
+  manual_clock* clock;
+  tp due;
+  std::atomic<int>* early;
+  bool advance_when_dropped;
+  bool armed = true;
+  timed_fn(slot* s_, manual_clock* c, tp d, std::atomic<int>* e, bool adv)
+      : s(s_), clock(c), due(d), early(e), advance_when_dropped(adv) {}
+  timed_fn(timed_fn&& o) noexcept
+      : s(o.s), clock(o.clock), due(o.due), early(o.early), advance_when_dropped(o.advance_when_dropped) {
+    o.armed = false;
+  }
+  timed_fn& operator=(timed_fn&&) = delete;
+  ~timed_fn() {
+    if (!armed) return;
+    s->destroyed.fetch_add(1);
+    if (advance_when_dropped && s->runs.load() == 0) clock->advance(std::chrono::microseconds(50));
+  }
+  void operator()() {
+    if (clock->now() < due) early->fetch_add(1);
+    count_run(s);
+  }
+};
+
+struct telling_state {
+  manual_clock clock;
+  scheduled_thread_pool refusing{1}; // shut down: its executor drops what it is given
+  std::unique_ptr<scheduled_thread_pool> pool;
+  std::mutex m; // guards `slots` (the vector)
+  std::vector<std::unique_ptr<slot>> slots;
+  std::atomic<int> early{0};
+  std::atomic<bool> stop{false};
+  slot* add() {
+    std::lock_guard lk(m);
+    slots.push_back(std::make_unique<slot>());
+    return slots.back().get();
+  }
+};
+
+bool telling_round(std::uint64_t seed, errors& errs) {
+  std::mt19937_64 rng(seed);
+  auto sp = std::make_shared<telling_state>(); // leaked when the library hangs
+  telling_state& st = *sp;
+  st.refusing.shutdown();
+  st.pool = std::make_unique<scheduled_thread_pool>(metronome::test::on_clock(st.clock, 1 + rng() % 2));
+  const int wheels_per_churner = scaled(40, 10);
+  std::atomic<int> churners_left{2};
+  auto churn = [&st, &churners_left, wheels_per_churner](std::uint64_t s) {
+    std::mt19937_64 r(s);
+    for (int w = 0; w < wheels_per_churner; ++w) {
+      metronome::wheel_options o;
+      o.time_source = &st.clock;
+      const bool refused = w % 3 == 0; // a third of the wheels, in every round
+      auto wheel = refused ? std::make_unique<metronome::wheel_timer>(
+                                 net::any_io_executor(st.refusing.get_executor()), o)
+                           : std::make_unique<metronome::wheel_timer>(*st.pool, o);
+      const int n = 1 + static_cast<int>(r() % 8);
+      for (int k = 0; k < n; ++k) {
+        const auto delay = std::chrono::microseconds(r() % 4000);
+        const tp due = st.clock.now() + delay;
+        wheel->schedule(timed_fn(st.add(), &st.clock, due, &st.early, r() % 2 == 0), delay);
+        if (k == 0 || r() % 2 == 0) { // at least one pool task per wheel: every round runs some
+          const tp pool_due = st.clock.now() + delay;
+          st.pool->schedule(timed_fn(st.add(), &st.clock, pool_due, &st.early, false), delay);
+        }
+      }
+      for (int y = static_cast<int>(r() % 200); y > 0; --y) std::this_thread::yield();
+      wheel.reset(); // its timeouts not yet handed over are destroyed unrun (some advance the clock)
+    }
+    churners_left.fetch_sub(1);
+  };
+  auto advance = [&st](std::uint64_t s) {
+    std::mt19937_64 r(s);
+    while (!st.stop.load()) st.clock.advance(std::chrono::microseconds(r() % 500));
+  };
+  std::vector<std::thread> ts;
+  const auto limit = std::chrono::milliseconds(scaled(10000, 20000));
+  const bool ended = finishes_within(limit, [&] {
+    ts.emplace_back(churn, rng());
+    ts.emplace_back(churn, rng());
+    ts.emplace_back(advance, rng());
+    ts.emplace_back(advance, rng());
+    ts[0].join();
+    ts[1].join();
+    st.stop = true;
+    ts[2].join();
+    ts[3].join();
+    st.clock.advance(std::chrono::milliseconds(10)); // past every pool task
+    st.clock.wait_idle();
+  });
+  if (!ended) {
+    errs.add(fmt("wheels and pools against two advancing threads: not done within %lld ms (churners left %d)",
+                 static_cast<long long>(limit.count()), churners_left.load()));
+    for (auto& t : ts)
+      if (t.joinable()) t.detach();
+    metronome::test::leak(sp);
+    return false;
+  }
+  st.pool.reset();
+  if (st.early.load() != 0) errs.add(fmt("%d runs before their due time on the clock", st.early.load()));
+  int runs = 0, dropped = 0;
+  for (auto& sl : st.slots) {
+    if (sl->runs.load() > 1 || sl->destroyed.load() != 1)
+      errs.add(fmt("a callable ran %d times and was destroyed %d times", sl->runs.load(), sl->destroyed.load()));
+    (sl->runs.load() == 1 ? runs : dropped) += 1;
+  }
+  if (runs == 0 || dropped == 0) errs.add(fmt("a round with %d runs and %d dropped: nothing raced", runs, dropped));
+  return true;
+}
+
 } // namespace
 
 BOOST_AUTO_TEST_SUITE(stress_suite)
@@ -368,6 +489,13 @@ BOOST_AUTO_TEST_CASE(outside_producers_against_a_stepped_manual_clock_lose_nothi
 BOOST_AUTO_TEST_CASE(outside_producers_against_an_auto_advancing_clock_lose_nothing) {
   run_rounds("auto-advancing manual clock", 2, budget(ms(3000, 4000), 3, 100000),
              [](std::uint64_t seed, errors& errs) { return clock_round(seed, errs, false); });
+}
+
+// The telling's hand-overs (docs/design.md, "Telling the listeners") under load: every
+// callable runs at most once, never early, and is destroyed once; no advance deadlocks.
+BOOST_AUTO_TEST_CASE(wheels_made_and_destroyed_while_two_threads_advance_the_clock_lose_nothing) {
+  run_rounds("wheels against two advancing threads", 3, budget(ms(3000, 4000), 3, 100000),
+             [](std::uint64_t seed, errors& errs) { return telling_round(seed, errs); });
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -10,6 +10,9 @@ namespace metronome::detail {
 // Something told when a manual clock moves.
 class clock_listener {
 public:
+  // The time moved: release what fell due. Called by one advance at a time, without the
+  // clock's mutex (docs/design.md, "Telling the listeners"); may run program code that
+  // uses the clock, even destroys this listener.
   virtual void on_time_advanced() = 0;
   // Auto-advance: false while any of this listener's threads is awake or work is ready;
   // else true, with `next_due` lowered to its earliest timed work (if any). Called

@@ -74,6 +74,8 @@ enum class hook_point {
   reap_before_join,            // a producer growing the pool holds the mutex and found an exited elastic thread; not joined yet
   worker_after_exit,           // a worker leaving its pool marked itself exited and let go of the mutex; not asked the clock (if it does) nor returned
   join_before_threads,         // join() saw the pool terminated and let go of the mutex; its threads not yet taken to be joined
+  clock_before_tell,           // a manual clock's advance named a listener as the one it calls and let go of the clock's mutex; not called yet
+  clock_deciding,              // a manual clock's decision (auto-advance, wait_idle()) holds the clock's mutex; nothing asked yet
 };
 
 using hook_function = void (*)(hook_point);

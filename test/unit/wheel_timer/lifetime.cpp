@@ -374,6 +374,62 @@ BOOST_AUTO_TEST_CASE(a_timeout_refused_by_its_executor_may_cancel_another_of_its
   }
 }
 
+// An advance tells each wheel and pool on the clock without holding the clock's mutex,
+// so what it runs on its thread may use the clock. Here a wheel's due timeout is refused
+// by its executor (another executor of a shut-down pool) and destroyed unrun inside the
+// advance; its callable's destructor advances the clock again, destroys its own wheel and
+// asks wait_idle(). The advance returns (it deadlocked: the clock's mutex was held), the
+// inner advance's time is told to the pool after the wheel (its task due then runs), and
+// wait_idle() refuses with std::logic_error (it would wait for the advance it is in).
+BOOST_AUTO_TEST_CASE(a_timeout_dropped_inside_an_advance_may_advance_the_clock_and_destroy_its_wheel) {
+  struct state {
+    manual_clock clock;
+    scheduled_thread_pool refusing{1};
+    std::unique_ptr<wheel_timer> wheel;
+    std::unique_ptr<scheduled_thread_pool> timed;
+    std::atomic<bool> ran{false}, refused{false}, wheel_gone{false};
+  };
+  struct uses_the_clock_when_dropped {
+    state* st;
+    bool armed = true;
+    explicit uses_the_clock_when_dropped(state* s) : st(s) {}
+    uses_the_clock_when_dropped(uses_the_clock_when_dropped&& x) noexcept : st(x.st) { x.armed = false; }
+    uses_the_clock_when_dropped& operator=(uses_the_clock_when_dropped&&) = delete;
+    ~uses_the_clock_when_dropped() {
+      if (!armed) return;
+      st->clock.advance(1ms); // inside the advance: moves the time, returns at once
+      st->wheel.reset();      // its own wheel, from inside the call that tells it
+      st->wheel_gone = true;
+      try {
+        st->clock.wait_idle();
+      } catch (const std::logic_error&) {
+        st->refused = true;
+      }
+    }
+    void operator()() const { st->ran = true; }
+  };
+  auto st = std::make_shared<state>();
+  wheel_options wo;
+  wo.time_source = &st->clock;
+  st->wheel = std::make_unique<wheel_timer>(net::any_io_executor(st->refusing.get_executor()), wo);
+  metronome::pool_options po;
+  po.time_source = &st->clock;
+  st->timed = std::make_unique<scheduled_thread_pool>(po); // told after the wheel (built after it)
+  const auto t0 = st->clock.now();
+  st->wheel->schedule(uses_the_clock_when_dropped(st.get()), 1ms);
+  auto later = st->timed->schedule([c = &st->clock] { return c->now(); }, 2ms);
+  st->refusing.shutdown(); // posts from outside are dropped
+  const bool returned = metronome::test::finishes_within(std::chrono::seconds(20), [st] { st->clock.advance(1ms); });
+  BOOST_REQUIRE_MESSAGE(returned, "the advance deadlocked on code it ran");
+  BOOST_CHECK(st->wheel_gone.load());
+  BOOST_CHECK(!st->ran.load());
+  BOOST_CHECK(st->refused.load());
+  BOOST_TEST((st->clock.now() == t0 + 2ms));
+  // Released by the outer advance before it returned (the inner one only moved the time).
+  BOOST_REQUIRE((later.wait_for(10s) == std::future_status::ready));
+  BOOST_TEST((later.get() == t0 + 2ms));
+}
+
 // A shut-down pool still turns its wheels until it terminates (a second worker, held in
 // a task, keeps it from terminating): a timeout falling due then runs, and here destroys
 // its wheel from the pool's thread while the wheel's tick may still be turning. Neither
