@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <memory>
 #include <new>
+#include <optional>
 
 namespace metronome::detail {
 
@@ -112,25 +113,33 @@ class timing_host final : public timing_host_base {
   };
 
 public:
-  explicit timing_host(const Executor& ex) : ex_(ex), timer_(ex_) {}
+  explicit timing_host(const Executor& ex) : ex_(ex) {}
 
   void shutdown() noexcept override { disarm(); }
 
 private:
+  using timer_type = net::basic_waitable_timer<clock, net::wait_traits<clock>, Executor>;
+
   void post_drive() override { net::post(ex_, drive_op{this}); }
+  // The timer is made for the first timed work, not with the host: on a context that is
+  // neither an io_context nor a thread_pool, Asio gives a timer's reactor a thread of its
+  // own, which a host that never times anything (waits that complete at once, a wheel on
+  // a manual clock) must not start. Made on a drive, as every arm().
   void arm(clock::time_point due) override {
-    timer_.expires_at(due);
-    timer_.async_wait(timer_op{this});
+    if (!timer_) timer_.emplace(ex_);
+    timer_->expires_at(due);
+    timer_->async_wait(timer_op{this});
   }
   void disarm() noexcept override {
+    if (!timer_) return;
     try {
-      timer_.cancel(); // (the error_code overload is gone since Asio 1.33)
+      timer_->cancel(); // (the error_code overload is gone since Asio 1.33)
     } catch (...) { // only a failing reactor throws here: the wait then completes at its due time, a no-op
     }
   }
 
   Executor ex_;
-  net::basic_waitable_timer<clock, net::wait_traits<clock>, Executor> timer_;
+  std::optional<timer_type> timer_;
 };
 
 using timing_host_factory = std::unique_ptr<timing_host_base> (*)(const void* source);

@@ -5,6 +5,7 @@
 #include <metronome/async_delay.hpp>
 #include <metronome/cancel_after.hpp>
 #include <metronome/interval.hpp>
+#include <metronome/manual_clock.hpp>
 #include <metronome/scheduled_thread_pool.hpp>
 #include <metronome/serial_executor.hpp>
 #include <metronome/wheel_timer.hpp>
@@ -62,6 +63,67 @@ BOOST_AUTO_TEST_CASE(waits_on_an_io_context_complete_in_due_order_on_its_thread_
   for (std::size_t k = 1; k < order.size(); ++k) // never one completed before a wait surely due earlier
     BOOST_TEST(!(latest[order[k]] < earliest[order[k - 1]]), "wait " << order[k] << " after " << order[k - 1]);
   BOOST_TEST((where == std::set<std::thread::id>{std::this_thread::get_id()}));
+  BOOST_TEST(metronome::test::settled_threads(before) == before);
+}
+
+namespace {
+
+// An executor of a bare execution_context (neither an io_context nor a thread_pool) that
+// queues what it is given, for the test to run.
+struct queued_work {
+  virtual ~queued_work() = default;
+  virtual void run() = 0;
+};
+template <class F>
+struct queued_function final : queued_work {
+  F f;
+  explicit queued_function(F x) : f(std::move(x)) {}
+  void run() override { f(); }
+};
+class queue_executor {
+public:
+  queue_executor(net::execution_context& ctx, std::vector<std::unique_ptr<queued_work>>& q) noexcept
+      : ctx_(&ctx), q_(&q) {}
+  net::execution_context& query(net::execution::context_t) const noexcept { return *ctx_; }
+  static constexpr net::execution::blocking_t query(net::execution::blocking_t) noexcept {
+    return net::execution::blocking.never;
+  }
+  template <class F>
+  void execute(F&& f) const {
+    q_->push_back(std::make_unique<queued_function<std::decay_t<F>>>(std::forward<F>(f)));
+  }
+  friend bool operator==(const queue_executor& a, const queue_executor& b) noexcept { return a.q_ == b.q_; }
+  friend bool operator!=(const queue_executor& a, const queue_executor& b) noexcept { return a.q_ != b.q_; }
+
+private:
+  net::execution_context* ctx_;
+  std::vector<std::unique_ptr<queued_work>>* q_;
+};
+
+} // namespace
+
+// The context's timing host makes its Asio timer for the first timed work only. On a bare
+// execution_context, Asio gives a timer's reactor a scheduler with a thread of its own;
+// a wheel on a manual clock never arms the host's timer, so it must start no thread (it
+// started one as the wheel was built, when the host made its timer at once).
+BOOST_AUTO_TEST_CASE(a_wheel_on_a_manual_clock_over_a_bare_context_starts_no_thread) {
+  net::execution_context ctx;
+  std::vector<std::unique_ptr<queued_work>> queue;
+  const std::size_t before = process_threads();
+  metronome::manual_clock clock;
+  metronome::wheel_options o;
+  o.time_source = &clock;
+  {
+    metronome::wheel_timer wheel(queue_executor(ctx, queue), o);
+    int ran = 0;
+    wheel.schedule([&ran] { ++ran; }, 5ms);
+    BOOST_TEST(metronome::test::settled_threads(before) == before);
+    clock.advance(5ms);
+    BOOST_REQUIRE(queue.size() == 1u); // handed to the executor by the advance
+    auto work = std::move(queue);
+    for (auto& w : work) w->run();
+    BOOST_TEST(ran == 1);
+  }
   BOOST_TEST(metronome::test::settled_threads(before) == before);
 }
 
