@@ -109,8 +109,13 @@ bool elastic_round(std::uint64_t seed, errors& errs, elastic_round_result& out) 
     }
   };
 
+  // The round's watchdog, and the waits inside it: they add up to 50 s, under the
+  // watchdog, so that a failing check reports itself before the watchdog gives up.
+  constexpr std::chrono::seconds round_limit{60}, fall_back_limit{20}, all_running_limit{20};
+  constexpr std::chrono::seconds task_wait_limit{15}, idle_limit{10};
+  static_assert(fall_back_limit + all_running_limit + idle_limit < round_limit);
   std::vector<metronome::pending_task> returned;
-  const bool ended = finishes_within(std::chrono::seconds(60), [&] {
+  const bool ended = finishes_within(round_limit, [&] {
     std::vector<std::thread> ts;
     for (int p = 0; p < producers; ++p)
       ts.emplace_back([&produce, p] {
@@ -124,18 +129,16 @@ bool elastic_round(std::uint64_t seed, errors& errs, elastic_round_result& out) 
       for (auto& t : ts) t.join();
       ts.clear();
       out.grew = pool->stats().largest_pool_size > core;
-      // Idle: the elastic threads retire, the core stays. (The waits below add up to 50 s,
-      // under the round's 60 s watchdog, so a failing check reports itself before the
-      // watchdog gives the round up.)
+      // Idle: the elastic threads retire, the core stays.
       const bool fell_back = metronome::test::poll_until(
           [&] {
             const auto s = pool->stats();
             return s.active == 0 && s.ready_queued == 0 && s.delayed_queued == 0 && s.threads == core;
           },
-          std::chrono::seconds(20));
+          fall_back_limit);
       if (!fell_back)
-        errs.add(
-            fmt("idle elastic pool (core %zu, max %zu): %zu threads after 20 s", core, max, pool->stats().threads));
+        errs.add(fmt("idle elastic pool (core %zu, max %zu): %zu threads after %lld s", core, max,
+                     pool->stats().threads, static_cast<long long>(fall_back_limit.count())));
       // Grows back to max: `max` tasks, each waiting until all `max` run.
       std::atomic<std::size_t> started{0};
       std::atomic<bool> give_up{false};
@@ -144,16 +147,16 @@ bool elastic_round(std::uint64_t seed, errors& errs, elastic_round_result& out) 
         net::post(pool->get_executor(), [&] {
           started.fetch_add(1);
           if (metronome::test::poll_until([&] { return started.load() == max || give_up.load(); },
-                                          std::chrono::seconds(15)) &&
+                                          task_wait_limit) &&
               !give_up.load())
             saw_all.fetch_add(1);
         });
-      if (!metronome::test::poll_until([&] { return saw_all.load() == max; }, std::chrono::seconds(20))) {
+      if (!metronome::test::poll_until([&] { return saw_all.load() == max; }, all_running_limit)) {
         give_up = true;
         errs.add(
             fmt("elastic pool (core %zu, max %zu) grew to %zu of %zu waiting tasks", core, max, started.load(), max));
       }
-      metronome::test::poll_until([&] { return pool->stats().active == 0; }, std::chrono::seconds(10));
+      metronome::test::poll_until([&] { return pool->stats().active == 0; }, idle_limit);
       if (pool->stats().largest_pool_size < max)
         errs.add(fmt("largest_pool_size %zu below max %zu after the regrowth", pool->stats().largest_pool_size, max));
     }
@@ -169,7 +172,8 @@ bool elastic_round(std::uint64_t seed, errors& errs, elastic_round_result& out) 
     if (end_kind == 2) pool.reset();
   });
   if (!ended) {
-    errs.add(fmt("elastic round (core %zu, max %zu, ending %d) did not end within 60 s", core, max, end_kind));
+    errs.add(fmt("elastic round (core %zu, max %zu, ending %d) did not end within %lld s", core, max, end_kind,
+                 static_cast<long long>(round_limit.count())));
     metronome::test::leak(std::shared_ptr<void>(pool.release(), [](void*) {}));
     for (auto& p : ops) metronome::test::leak(std::shared_ptr<void>(p.release(), [](void*) {}));
     return false;
