@@ -16,18 +16,21 @@ clock::time_point wheel_core::now() const noexcept {
   return e.manual_ ? e.manual_->now() : clock::now();
 }
 
+// A manual clock's advance (docs/design.md, "Telling the listeners"). Its hand-over is
+// counted as a tick's is: stop() and the destructor wait for it, so the pool it pushes to
+// is still there (a wheel stopped on another thread, then its pool destroyed, while this
+// hand-over ran pushed into a freed pool). A timeout run or dropped in it may destroy the
+// wheel; the generation is checked before the wheel is touched again.
 void wheel_engine::on_time_advanced() {
   chain fired;
-  {
-    std::unique_lock lk(mtx_);
-    if (stopped_) return;
-    drain_inbox(lk, fired);
-    advance(lk, tick_of(now()), fired);
-  }
+  std::unique_lock lk(mtx_);
+  if (stopped_) return;
+  drain_inbox(lk, fired);
+  advance(lk, tick_of(now()), fired);
   wheel_anchor& a = *enrolled_.anchor;
   const std::uint64_t id = enrolled_.id;
-  dispatch(fired); // a timeout run or dropped here may destroy the wheel
-  std::unique_lock lk(a.mtx);
+  hand_over_unlocked(a, lk, fired, false); // lets go of the mutex
+  lk.lock();
   if (enrolled(a, id) && !stopped_) touch_next_tick(lk); // as a tick does before it sleeps
 }
 

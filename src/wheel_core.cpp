@@ -88,7 +88,7 @@ wheel_engine::wheel_engine(wheel_options opts, net::any_io_executor ex, pool_cor
 }
 
 wheel_engine::~wheel_engine() {
-  auto left = stop();
+  auto left = stop(false); // waits for the hand-overs below, once the tick is settled
   for (auto* e : left) e->release();
   if (tick_) {
     std::lock_guard lk(mtx_);
@@ -311,7 +311,7 @@ bool wheel_engine::reset(const held_lock& lk, wheel_entry* e, clock::duration de
   return true;
 }
 
-std::vector<wheel_entry*> wheel_core::stop() {
+std::vector<wheel_entry*> wheel_core::stop(bool wait_for_hand_overs) {
   wheel_engine& w = engine(*this);
   std::vector<wheel_entry*> left;
   {
@@ -343,9 +343,12 @@ std::vector<wheel_entry*> wheel_core::stop() {
   }
   for (auto* e : left) e->drop();
   // Stopped, the wheel hands nothing more to the pool: the pool may go first from here
-  // (waits started later do not count on it either: pool() says none).
+  // (waits started later do not count on it either: pool() says none) - once the
+  // hand-overs other threads started before the stop (a tick, an advance, a handle's
+  // cancel or reset) have pushed what they took: they were counted under the mutex.
   w.detached_.store(true, std::memory_order_release);
   if (w.pool_) engine(w.pool_)->detach_wheel(&w);
+  if (wait_for_hand_overs) wheel_engine::wait_for_hand_overs(*w.enrolled_.anchor);
   return left;
 }
 

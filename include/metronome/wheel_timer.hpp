@@ -164,6 +164,9 @@ public:
 
   /// Stops the wheel: later schedule() throws rejected_execution; returns every
   /// timeout that never fired (now cancelled). Idempotent (later calls return none).
+  /// Returns once the due timeouts another thread was handing to the executor as it
+  /// stopped (a tick, an advance, a handle's `reset()`) are handed over: from then on the
+  /// wheel touches its pool no more, which may be destroyed.
   std::vector<timeout> stop() {
     std::vector<timeout> out;
     for (auto* e : core_->stop()) {

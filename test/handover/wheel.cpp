@@ -93,6 +93,42 @@ BOOST_AUTO_TEST_CASE(a_wheel_destroyed_while_an_advance_is_about_to_tell_it_wait
   BOOST_CHECK_EQUAL(clock.detach_waiters(), 0);
 }
 
+// A manual clock's advance hands a wheel's due timeouts to its pool with the wheel's
+// mutex let go (counted, as a tick's hand-over). Here it is held there, and the wheel is
+// stopped on another thread: stop() must wait for the hand-over, because once it returns
+// the pool may be destroyed (docs/semantics.md: "A stopped wheel touches its pool no
+// more"), and the advance would push into a freed pool. (Found by a reviewer of the
+// clock's telling, which no longer holds the clock's mutex that kept the pool's
+// destructor waiting.)
+BOOST_AUTO_TEST_CASE(a_wheel_stopped_while_an_advance_hands_its_timeouts_over_waits_for_it) {
+  manual_clock clock;
+  metronome::pool_options po;
+  po.time_source = &clock;
+  auto pool = std::make_unique<scheduled_thread_pool>(po);
+  metronome::wheel_options o;
+  o.time_source = &clock;
+  metronome::wheel_timer wheel(*pool, o);
+  std::atomic<int> ran{0};
+  wheel.schedule([&] { ++ran; }, 5ms);
+  hook_stop stop(hook_point::wheel_tick_after_unlock);
+  std::thread advancer([&] {
+    hook_stop::arm_this_thread();
+    clock.advance(10ms);
+  });
+  BOOST_REQUIRE(stop.arrived()); // the due timeout taken out of the wheel, not handed over yet
+  std::atomic<bool> stopped{false};
+  std::thread stopper([&] {
+    (void)wheel.stop();
+    stopped = true;
+  });
+  BOOST_CHECK(!poll_until([&] { return stopped.load(); }, 50ms)); // waits for the hand-over
+  stop.release();
+  advancer.join();
+  stopper.join();
+  pool.reset(); // the pool may go once stop() returned: the timeout was pushed before
+  BOOST_CHECK_EQUAL(ran.load(), 1);
+}
+
 // Wheel inbox and the tick's sleep, tick second: the pool worker turning the wheel (its
 // tick, which a first timeout brought) is held (with the
 // wheel's mutex) just before it publishes how long it will sleep; a producer, finding

@@ -162,8 +162,9 @@ public:
   // to the pool running it, else stderr.
   static void report(const wheel_entry* e, std::exception_ptr x) noexcept;
   // Stops the wheel; returns the entries that never fired (cancelled; the caller
-  // takes the wheel's references).
-  std::vector<wheel_entry*> stop();
+  // takes the wheel's references). Then, unless told not to (the destructor, which waits
+  // later), waits for the hand-overs other threads began before it (the pool may go then).
+  std::vector<wheel_entry*> stop(bool wait_for_hand_overs = true);
   std::size_t pending() const noexcept;
   const net::any_io_executor& executor() const noexcept;
   // The metronome pool the wheel fires onto, or nullptr (another executor, or the wheel
