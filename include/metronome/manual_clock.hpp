@@ -51,10 +51,14 @@ public:
    * were built: due tasks are in their pools' ready queues, a wheel's due timeouts handed
    * to their executors. It tells them without holding any lock of the clock, so code run
    * on this thread meanwhile - a wheel's timeout run or dropped by an inline executor, a
-   * destructor - may use the clock: destroy a pool or wheel on it (even the one being
-   * told), hold it, or advance it again. Such an inner advance moves the time and returns
-   * at once; the outer advance releases what fell due by then before it returns. Advances
-   * from different threads take turns: one waits until the other has told everyone.
+   * destructor - may use the clock: advance it again, hold it, build or destroy a wheel
+   * on it (even the one being told), or destroy a pool on it unless one of that pool's
+   * threads is this one or waits for this advance (its join would wait for the advance:
+   * docs/semantics.md, "Code an advance runs"). Such an inner advance moves the time and
+   * returns at once; the outer advance releases what fell due by then before it returns.
+   * Advances from different threads take turns: one waits until the other has told
+   * everyone. With auto-advance on, it may return with the clock past its target (the
+   * jumps the pools asked for while it told them).
    * @throws std::invalid_argument if `d` is negative.
    */
   void advance(duration d);
