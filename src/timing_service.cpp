@@ -26,9 +26,10 @@ pool_options hosted_options() {
 }
 
 // One per execution context that a wait, a cancel_after, an interval or a serial
-// executor's delayed work was started on. Registered after the services its host's timer
-// needs (hosted_timing_core makes the host first), so the context shuts it down - and
-// destroys it - before them: the timer is cancelled and destroyed while they live.
+// executor's delayed work was started on. Its host makes its Asio timer on first use, so
+// the services that timer needs may be registered after this one and destroyed before it:
+// the host cancels and destroys the timer in shutdown(), which the context calls on every
+// service before it destroys any.
 class timing_service final : public net::execution_context::service {
 public:
   static inline net::execution_context::id id;
@@ -61,8 +62,6 @@ private:
 
 pool_core& hosted_timing_core(net::execution_context& ctx, timing_host_factory make, const void* source) {
   if (!net::has_service<timing_service>(ctx)) {
-    // The host first (an argument, made before ours): its timer registers the services
-    // it needs before ours exists.
     try {
       return net::make_service<timing_service>(ctx, make(source)).core();
     } catch (const net::service_already_exists&) {

@@ -115,7 +115,14 @@ class timing_host final : public timing_host_base {
 public:
   explicit timing_host(const Executor& ex) : ex_(ex) {}
 
-  void shutdown() noexcept override { disarm(); }
+  // Cancels and destroys the timer here, while every service of the context lives: made on
+  // first use, its services may have been registered after ours, and a context destroys
+  // its services in the reverse order - theirs before ours (a use after free under ASan
+  // when the timer was destroyed with the host).
+  void shutdown() noexcept override {
+    disarm();
+    timer_.reset();
+  }
 
 private:
   using timer_type = net::basic_waitable_timer<clock, net::wait_traits<clock>, Executor>;
