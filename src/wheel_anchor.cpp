@@ -187,11 +187,7 @@ bool wheel_entry::cancel() noexcept {
   return false;
 }
 
-// A handle's hand-over in flight on this thread (see wheel_anchor::handing_over).
-struct hand_over_frame {
-  const wheel_anchor* anchor;
-  hand_over_frame* outer;
-};
+// The hand-overs in flight on this thread, innermost first (hand_over_frame).
 thread_local hand_over_frame* hand_overs = nullptr;
 
 namespace {
@@ -209,6 +205,8 @@ std::uint32_t own_hand_overs(const wheel_anchor& a) noexcept {
 void wheel_engine::terminate_in_child(wheel_anchor& a) noexcept {
   forked_child_.store(true, std::memory_order_relaxed);
   a.handing_over.store(own_hand_overs(a), std::memory_order_relaxed);
+  // A stop() the parent's other thread was finishing never finishes here either.
+  if (stopped_) stop_done_.store(true, std::memory_order_relaxed);
 }
 
 void wheel_engine::hand_over_unlocked(wheel_anchor& a, std::unique_lock<std::mutex>& lk, chain& fired,
@@ -226,9 +224,14 @@ void wheel_engine::hand_over_unlocked(wheel_anchor& a, std::unique_lock<std::mut
   lk.unlock();
   if (handle) METRONOME_TEST_HOOK(hook_point::wheel_handover_after_unlock);
   if (!handle) METRONOME_TEST_HOOK(hook_point::wheel_tick_after_unlock);
+  dispatch_counted(a, pool, ex ? &*ex : nullptr, fired);
+}
+
+void wheel_engine::dispatch_counted(wheel_anchor& a, pool_core* pool, const net::any_io_executor* ex,
+                                    chain& fired) noexcept {
   hand_over_frame frame{&a, hand_overs};
   hand_overs = &frame;
-  dispatch_to(pool, ex ? &*ex : nullptr, fired);
+  dispatch_to(pool, ex, fired);
   hand_overs = frame.outer;
   a.handing_over.fetch_sub(1, std::memory_order_release);
   a.handing_over.notify_all(); // a destructor may wait for it (anchors are never freed)
@@ -237,9 +240,33 @@ void wheel_engine::hand_over_unlocked(wheel_anchor& a, std::unique_lock<std::mut
 // Blocks (never spins) until only this thread's own hand-overs are left.
 void wheel_engine::wait_for_hand_overs(wheel_anchor& a) noexcept {
   const std::uint32_t own = own_hand_overs(a);
-  for (std::uint32_t n = a.handing_over.load(std::memory_order_acquire); n > own;
-       n = a.handing_over.load(std::memory_order_acquire))
+  // seq_cst: the first load is the second half of a Dekker pair with a producer's due-now
+  // hand-over (wheel_engine::enter: its count raised, then its look at the inbox; stop():
+  // the inbox closed, then this load).
+  for (std::uint32_t n = a.handing_over.load(std::memory_order_seq_cst); n > own;
+       n = a.handing_over.load(std::memory_order_seq_cst))
     a.handing_over.wait(n, std::memory_order_acquire);
+}
+
+wheel_core::pool_use::pool_use(const wheel_core& c) noexcept : frame_{nullptr, hand_overs}, pool_(nullptr) {
+  const wheel_engine& w = engine(c);
+  wheel_anchor& a = *w.enrolled_.anchor;
+  frame_.anchor = &a;
+  hand_overs = &frame_;
+  a.handing_over.fetch_add(1, std::memory_order_seq_cst);
+  if (!w.detached_.load(std::memory_order_seq_cst)) pool_ = w.pool_;
+  METRONOME_TEST_HOOK(hook_point::wheel_wait_read_pool);
+}
+
+wheel_core::pool_use::~pool_use() {
+  hand_overs = frame_.outer;
+  auto& count = const_cast<wheel_anchor*>(frame_.anchor)->handing_over;
+  count.fetch_sub(1, std::memory_order_release);
+  count.notify_all();
+}
+
+void wheel_engine::wait_for_hand_overs_to_stop(wheel_anchor& a) noexcept {
+  if (own_hand_overs(a) == 0) wait_for_hand_overs(a);
 }
 
 bool wheel_engine::enrolled(const wheel_anchor& a, std::uint64_t id) noexcept {

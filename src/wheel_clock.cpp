@@ -40,6 +40,8 @@ void wheel_engine::on_time_advanced() {
 // cache misses overlap. The mutex is let go between groups of entry points: a cancel()
 // waits for one group at most. Returns whether it touched anything.
 bool wheel_engine::touch_next_tick(std::unique_lock<std::mutex>& lk) noexcept {
+  wheel_anchor& a = *enrolled_.anchor;
+  const std::uint64_t id = enrolled_.id;
   const std::uint64_t tick = elapsed_ + 1;
   if (marks_.empty() || touched_ >= tick) return false;
   const auto index = static_cast<std::size_t>(tick & mask_);
@@ -65,8 +67,13 @@ bool wheel_engine::touch_next_tick(std::unique_lock<std::mutex>& lk) noexcept {
         }
       }
     }
+    // Let go between groups; the mutex is the anchor's, so re-taking it is safe, but the
+    // wheel may have been destroyed meanwhile (its destructor does not wait for a walk):
+    // the caller, too, reads nothing of it before it has looked at the generation.
     lk.unlock();
+    METRONOME_TEST_HOOK(hook_point::wheel_touch_after_unlock);
     lk.lock();
+    if (!enrolled(a, id)) return true;
     if (tick_of(now()) >= tick) break; // due: hand it over rather than touch the rest
   }
   return true;
@@ -96,7 +103,9 @@ wheel_engine::turn wheel_engine::take_turn(std::unique_lock<std::mutex>& lk, cha
     lk.lock();
     return enrolled(a, id) ? turn::again : turn::wheel_gone;
   }
-  if (touch_ahead && touch_next_tick(lk)) return turn::again; // the lock was let go: look again
+  // The lock was let go: look again - if the wheel is still there (as after a hand-over).
+  // Stop-here test: `a_wheel_destroyed_while_its_tick_walks_ahead_is_not_read_again`.
+  if (touch_ahead && touch_next_tick(lk)) return enrolled(a, id) ? turn::again : turn::wheel_gone;
   until = next_event(lk);
   if (arrived && elapsed_ + 1 < until) until = elapsed_ + 1;
   METRONOME_TEST_HOOK(hook_point::wheel_timer_before_sleep);

@@ -15,6 +15,7 @@
 #include <bit>
 #include <cassert>
 #include <stdexcept>
+#include <thread>
 #include <utility>
 
 namespace metronome::detail {
@@ -76,14 +77,23 @@ wheel_engine::wheel_engine(wheel_options opts, net::any_io_executor ex, pool_cor
   const bool timed_on_pool = pool_ != nullptr && engine(pool_)->time_source() == manual_;
   enrolled_.anchor->start_ns.store(start_.time_since_epoch().count(), std::memory_order_release);
   enrolled_.anchor->tick_ns.store(timed_on_pool ? opts_.tick.count() : 0, std::memory_order_release);
-  if (pool_) engine(pool_)->attach_wheel(this);
-  if (manual_) {
-    manual_->attach(this);
-  } else {
+  // Attached to its clock and pool last, and undone if an attachment throws (bad_alloc): a
+  // constructor that throws runs no destructor, and a pool or clock left holding the wheel
+  // would call into freed memory (its shutdown, an advance). Tested by
+  // `a_wheel_that_cannot_be_built_leaves_nothing_attached`.
+  if (!manual_) {
     assert(host != nullptr); // the engine of the executor's context (wheel_timer.hpp)
     tick_ = make_wheel_tick(*enrolled_.anchor, enrolled_.id);
     host_ = host;
     sleeping_until_.store(never, std::memory_order_relaxed); // nothing timed: any deadline asks
+  }
+  try {
+    if (manual_) manual_->attach(this);
+    if (pool_) engine(pool_)->attach_wheel(this);
+  } catch (...) {
+    if (manual_) manual_->detach(this); // finds nothing if it was the attach that threw
+    if (tick_) free_wheel_tick(tick_);
+    throw;
   }
 }
 
@@ -181,13 +191,22 @@ void wheel_engine::enter(wheel_entry* e, clock::duration delay) {
     throw rejected_execution("metronome: a wheel_timer of the parent process, in a forked child");
   if (e->is_wait() && pool_shut_down_.load(std::memory_order_seq_cst)) refuse_wait_of_shut_down_pool();
   if (delay <= clock::duration::zero()) {
-    // Due now: straight to the executor, never into the wheel.
-    if (inbox_.load(std::memory_order_acquire) == closed_inbox)
+    // Due now: straight to the executor, never into the wheel - a hand-over, counted
+    // without the mutex: its count raised, then its look at the inbox, against stop()'s
+    // inbox closed, then its look at the count (all seq_cst). Either the producer sees the
+    // wheel stopped, or stop() waits for this push (the pool may go once it returned).
+    // Stop-here test: `a_stop_waits_for_a_timeout_due_now_being_pushed` (producer_after_push).
+    wheel_anchor& a = *enrolled_.anchor;
+    a.handing_over.fetch_add(1, std::memory_order_seq_cst);
+    if (inbox_.load(std::memory_order_seq_cst) == closed_inbox) {
+      a.handing_over.fetch_sub(1, std::memory_order_release);
+      a.handing_over.notify_all();
       throw rejected_execution("metronome: wheel_timer is stopped");
+    }
     e->state_.store(wheel_entry::firing, std::memory_order_relaxed);
     chain fired;
     fired.push(e);
-    dispatch(fired);
+    dispatch_counted(a, pool_, &ex_, fired);
     return;
   }
   e->when_ = deadline_tick(now(), delay);
@@ -227,8 +246,8 @@ void wheel_engine::enter(wheel_entry* e, clock::duration delay) {
       const std::uint64_t linked = place(lk, e, fired, no_level);
       const bool earlier = linked < sleeping_until_.load(std::memory_order_relaxed);
       if (earlier && tick_) rearm_tick(lk, linked);
-      lk.unlock();
-      dispatch(fired);
+      // Fired at once (its tick has come): counted under the mutex, as a handle's is.
+      hand_over_unlocked(*enrolled_.anchor, lk, fired);
       return;
     }
   }
@@ -316,8 +335,19 @@ std::vector<wheel_entry*> wheel_core::stop(bool wait_for_hand_overs) {
   std::vector<wheel_entry*> left;
   {
     std::unique_lock lk(w.mtx_);
-    if (w.stopped_) return left;
+    if (w.stopped_) {
+      // Another stop() won (see the invariant below). Its own thread's again - from a
+      // dropped timeout's destructor - returns at once; any other waits until the winner
+      // has let go of the pool, then for the hand-overs, as the winner does.
+      const bool reentered = w.stopper_ == std::this_thread::get_id();
+      lk.unlock();
+      if (reentered) return left;
+      w.stop_done_.wait(false, std::memory_order_acquire);
+      if (wait_for_hand_overs) wheel_engine::wait_for_hand_overs_to_stop(*w.enrolled_.anchor);
+      return left;
+    }
     w.stopped_ = true;
+    w.stopper_ = std::this_thread::get_id();
     for (wheel_entry* e = w.inbox_.exchange(closed_inbox, std::memory_order_seq_cst); e;) {
       wheel_entry* next = wheel_engine::next_in_slot(e);
       e->next_.store(nullptr, std::memory_order_relaxed);
@@ -346,9 +376,20 @@ std::vector<wheel_entry*> wheel_core::stop(bool wait_for_hand_overs) {
   // (waits started later do not count on it either: pool() says none) - once the
   // hand-overs other threads started before the stop (a tick, an advance, a handle's
   // cancel or reset) have pushed what they took: they were counted under the mutex.
-  w.detached_.store(true, std::memory_order_release);
+  //
+  // Invariant (concurrent stops): every stop() returns after the one that stopped the
+  // wheel has delivered what it took (the drops above may post a P2300 operation's
+  // completion to the pool) and detached the wheel from its pool, so that the pool may go
+  // when any stop() returned ("All members are safe to call concurrently"). The winner
+  // sets stop_done_ after both; a later stop() blocks on it (atomic wait). Stop-here test:
+  // `a_second_stop_waits_until_the_first_has_let_go_of_the_pool` (hook
+  // wheel_stop_before_detach).
+  w.detached_.store(true, std::memory_order_seq_cst); // seq_cst: see wheel_core::pool_use
+  METRONOME_TEST_HOOK(hook_point::wheel_stop_before_detach);
   if (w.pool_) engine(w.pool_)->detach_wheel(&w);
-  if (wait_for_hand_overs) wheel_engine::wait_for_hand_overs(*w.enrolled_.anchor);
+  w.stop_done_.store(true, std::memory_order_release);
+  w.stop_done_.notify_all();
+  if (wait_for_hand_overs) wheel_engine::wait_for_hand_overs_to_stop(*w.enrolled_.anchor);
   return left;
 }
 

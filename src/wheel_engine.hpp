@@ -19,6 +19,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 namespace metronome::detail {
@@ -188,6 +189,15 @@ private:
   // After the wheel retired its anchor: waits for handles' hand-overs in flight, save
   // those of the calling thread (it may be destroying the wheel from inside one).
   static void wait_for_hand_overs(wheel_anchor& a) noexcept;
+  // The rest of a hand-over counted in a.handing_over (the mutex let go): hands `fired` to
+  // the pool or executor (read before), then lets the count fall.
+  static void dispatch_counted(wheel_anchor& a, pool_core* pool, const net::any_io_executor* ex,
+                               chain& fired) noexcept;
+  // stop()'s wait: as above, but none on a thread inside one of this wheel's hand-overs
+  // (a timeout's destructor, or its run by an executor that runs it inline): that thread's
+  // own push is still in flight, so it cannot let the pool go on return anyway, and two
+  // such stops on two threads would each wait for the other's hand-over.
+  static void wait_for_hand_overs_to_stop(wheel_anchor& a) noexcept;
 
 public:
   // fork(): in the child, this wheel of the parent refuses new timeouts (wheel_anchor.cpp).
@@ -244,6 +254,11 @@ private:
   std::size_t words_per_level_ = 1;
   std::uint64_t elapsed_ = 0;
   bool stopped_ = false;
+  // The thread whose stop() stopped the wheel (under mtx_), and whether that stop() has
+  // delivered what it took and let go of the pool: a concurrent stop() waits for it (see
+  // wheel_core::stop()).
+  std::thread::id stopper_;
+  std::atomic<bool> stop_done_{false};
   std::atomic<bool> forked_child_{false}; // a wheel of the parent, in a forked child: refuses timeouts
   // The pool shut down: waits are refused (written under mtx_, read by producers too).
   std::atomic<bool> pool_shut_down_{false};

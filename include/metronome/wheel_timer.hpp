@@ -165,8 +165,13 @@ public:
   /// Stops the wheel: later schedule() throws rejected_execution; returns every
   /// timeout that never fired (now cancelled). Idempotent (later calls return none).
   /// Returns once the due timeouts another thread was handing to the executor as it
-  /// stopped (a tick, an advance, a handle's `reset()`) are handed over: from then on the
-  /// wheel touches its pool no more, which may be destroyed.
+  /// stopped (a tick, an advance, a handle's `reset()`, a `schedule()` due now) are handed
+  /// over and the `async_wait`s starting meanwhile are done with the pool, and - for a call
+  /// that finds the wheel stopped by another thread's call - once that call has let go of
+  /// the pool: from then on the wheel touches its pool no more, which may be destroyed.
+  /// Called on a thread inside one of the wheel's hand-overs (a timeout's destructor, run
+  /// as its executor refuses it), it waits for no other thread's hand-over (that thread
+  /// cannot let the pool go before its own hand-over returns anyway).
   std::vector<timeout> stop() {
     std::vector<timeout> out;
     for (auto* e : core_->stop()) {

@@ -76,6 +76,9 @@ enum class hook_point {
   join_before_threads,         // join() saw the pool terminated and let go of the mutex; its threads not yet taken to be joined
   clock_before_tell,           // a manual clock's advance named a listener as the one it calls and let go of the clock's mutex; not called yet
   clock_deciding,              // a manual clock's decision (auto-advance, wait_idle()) holds the clock's mutex; nothing asked yet
+  wheel_stop_before_detach,    // the stop() that stopped a wheel delivered what it took; the wheel not yet detached from its pool
+  wheel_wait_read_pool,        // a wheel wait counted its use of the pool and read it; not yet counted on it nor inserted
+  wheel_touch_after_unlock,    // a wheel's tick walking the next tick's timeouts ahead let go of the mutex between groups
 };
 
 using hook_function = void (*)(hook_point);

@@ -144,6 +144,15 @@ public:
   bool no_handle_ = false;
 };
 
+struct wheel_anchor;
+
+// A hand-over in flight on this thread (see wheel_anchor::handing_over): a thread-local
+// stack of them tells stop() and the destructor which are the waiting thread's own.
+struct hand_over_frame {
+  const wheel_anchor* anchor;
+  hand_over_frame* outer;
+};
+
 class wheel_core {
 public:
   // pool: the metronome pool `ex` runs on, if any. host: else, the hosted timing core of
@@ -170,6 +179,25 @@ public:
   // The metronome pool the wheel fires onto, or nullptr (another executor, or the wheel
   // is stopped: the pool may be gone).
   pool_core* pool() const noexcept;
+  // A wait's use of the wheel's pool (async_wait, a P2300 operation's start(): the pool
+  // read, the wait counted on it and inserted, or refused and pushed there aborted),
+  // counted as a hand-over for its lifetime, so that a stop() on another thread waits
+  // for it before the pool may go. Its count raised, then the wheel's `detached_` read,
+  // against stop()'s store of `detached_`, then its look at the count (all seq_cst):
+  // either pool() is nullptr here, or stop() waits. Stop-here test:
+  // `a_stop_waits_for_an_async_wait_that_read_the_pool` (hook wheel_wait_read_pool).
+  class pool_use {
+  public:
+    explicit pool_use(const wheel_core& c) noexcept;
+    ~pool_use();
+    pool_use(const pool_use&) = delete;
+    pool_use& operator=(const pool_use&) = delete;
+    pool_core* pool() const noexcept { return pool_; }
+
+  private:
+    hand_over_frame frame_;
+    pool_core* pool_;
+  };
   clock::time_point now() const noexcept;
 
 protected:

@@ -265,7 +265,8 @@ public:
       stdexec::set_stopped(std::move(rcvr_));
       return;
     }
-    pool_ = wheel_->pool();
+    const wheel_core::pool_use use(*wheel_); // a stop() meanwhile waits for this use of the pool
+    pool_ = use.pool();
     if (!pool_) ex_.emplace(wheel_->executor());
     if (pool_) pool_->wheel_wait_started();
     add_ref(); // start()'s own: no completion before the release below

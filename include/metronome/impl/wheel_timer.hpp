@@ -180,8 +180,10 @@ inline auto wheel_timer::async_wait(std::chrono::duration<Rep, Period> delay, Co
         detail::wheel_entry* e;
         // On a metronome pool the handler's default executor is the pool's own (not
         // through any_io_executor, whose type erasure allocates to complete). A
-        // stopped wheel counts on no pool (it may be gone).
-        detail::pool_core* pool = core->pool();
+        // stopped wheel counts on no pool (it may be gone); a stop() meanwhile waits for
+        // this use of it to end.
+        const detail::wheel_core::pool_use use(*core);
+        detail::pool_core* pool = use.pool();
         const auto* pex = core->executor().template target<scheduled_thread_pool::executor_type>();
         if (pex && pool)
           e = detail::wheel_wait_op<H, scheduled_thread_pool::executor_type>::create(std::move(handler), *pex, pool);

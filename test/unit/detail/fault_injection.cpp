@@ -9,6 +9,7 @@
 #include <metronome/wheel_timer.hpp>
 #include <metronome/async_delay.hpp>
 #include <metronome/detail/node_cache.hpp>
+#include "wheel_engine.hpp" // wheel_ticks_alive()
 
 #include "common/poll_until.hpp"
 
@@ -177,6 +178,34 @@ BOOST_AUTO_TEST_CASE(a_pool_that_cannot_be_built_throws_and_leaves_nothing_runni
         pool.submit([] {}).wait();
       },
       [] {});
+}
+
+// A wheel whose construction fails leaves nothing attached to its pool or clock, and no
+// tick: the pool's shutdown and the clock's advances after the failures touch no freed
+// wheel (AddressSanitizer watches; a constructor that attached the wheel to its pool first
+// and then failed to make its tick or to attach to the clock left the pool a dangling
+// wheel - found by an outside reviewer).
+BOOST_AUTO_TEST_CASE(a_wheel_that_cannot_be_built_leaves_nothing_attached) {
+  const long ticks_before = metronome::detail::wheel_ticks_alive();
+  manual_clock clk;
+  metronome::pool_options po;
+  po.threads = 1;
+  po.time_source = &clk;
+  scheduled_thread_pool on_clock(po);
+  scheduled_thread_pool real(1);
+  metronome::wheel_options o;
+  o.time_source = &clk;
+  const int real_allocations = for_each_failure([&] { metronome::wheel_timer wheel(real); },
+                                                [&] { BOOST_CHECK_EQUAL(metronome::detail::wheel_ticks_alive(), ticks_before); });
+  const int clock_allocations = for_each_failure([&] { metronome::wheel_timer wheel(on_clock, o); }, [] {});
+  BOOST_TEST_MESSAGE("a wheel's construction met " << real_allocations << " / " << clock_allocations
+                                                   << " injected failures");
+  BOOST_CHECK_EQUAL(metronome::detail::wheel_ticks_alive(), ticks_before);
+  clk.advance(10ms); // tells the listeners: none may be a freed wheel
+  real.shutdown();   // tells its wheels: none may be a freed one
+  on_clock.shutdown();
+  real.join();
+  on_clock.join();
 }
 
 BOOST_AUTO_TEST_CASE(wheel_schedule_throws_bad_alloc_with_nothing_queued) {

@@ -323,6 +323,33 @@ BOOST_AUTO_TEST_CASE(a_stopped_wheel_may_outlive_its_pool) {
   wheel.reset(); // touches nothing of the pool (AddressSanitizer watches)
 }
 
+// A timeout whose callable stops its wheel when destroyed, destroyed by stop() itself: the
+// inner stop() runs on the thread of the stop() that stopped the wheel, before that one
+// has let go of the pool. It returns at once with nothing (a stop() on another thread
+// would wait for the first to finish: it would wait for itself here).
+BOOST_AUTO_TEST_CASE(a_timeout_destroyed_by_stop_may_stop_its_wheel_again) {
+  scheduled_thread_pool pool(1);
+  auto wheel = std::make_unique<wheel_timer>(pool);
+  struct stops_on_destroy {
+    wheel_timer* w;
+    std::size_t* inner;
+    bool armed = true;
+    stops_on_destroy(wheel_timer* x, std::size_t* n) : w(x), inner(n) {}
+    stops_on_destroy(stops_on_destroy&& o) noexcept : w(o.w), inner(o.inner) { o.armed = false; }
+    stops_on_destroy& operator=(stops_on_destroy&&) = delete;
+    ~stops_on_destroy() {
+      if (armed) *inner = w->stop().size() + 100; // 100: it ran, and returned that many
+    }
+    void operator()() const {}
+  };
+  std::size_t inner = 0, outer = 0;
+  wheel->schedule(stops_on_destroy(wheel.get(), &inner), 1h);
+  BOOST_REQUIRE(metronome::test::finishes_within(20s, [&] { outer = wheel->stop().size(); }));
+  BOOST_CHECK_EQUAL(outer, 1u);
+  BOOST_CHECK_EQUAL(inner, 100u); // the inner stop() ran and returned nothing
+  wheel.reset();
+}
+
 // A callable that cancels another timeout of the same wheel when it is destroyed (an
 // RAII session's timers, say).
 struct cancels_on_destroy {
