@@ -48,7 +48,7 @@ private:
 } // namespace
 
 wheel_engine::wheel_engine(wheel_options opts, net::any_io_executor ex, pool_core* pool, pool_core* host)
-    : enrolled_(this), mtx_(enrolled_.anchor->mtx), opts_(std::move(opts)), ex_(std::move(ex)), pool_(pool),
+    : enrolled_(this), mtx_(enrolled_.anchor->mtx), home_(*enrolled_.anchor), opts_(std::move(opts)), ex_(std::move(ex)), pool_(pool),
       manual_(opts_.time_source) {
   if (opts_.exception_handler)
     exception_handler_ =
@@ -98,8 +98,7 @@ wheel_engine::wheel_engine(wheel_options opts, net::any_io_executor ex, pool_cor
 }
 
 wheel_engine::~wheel_engine() {
-  auto left = stop(false); // waits for the hand-overs below, once the tick is settled
-  for (auto* e : left) e->release();
+  (void)stop(false, nullptr); // lets go of what it took; waits for the hand-overs below, once the tick is settled
   if (tick_) {
     std::lock_guard lk(mtx_);
     // Idle (stop() took it out of the heap, or it never went in): ours to free. Queued
@@ -330,48 +329,79 @@ bool wheel_engine::reset(const held_lock& lk, wheel_entry* e, clock::duration de
   return true;
 }
 
-std::vector<wheel_entry*> wheel_core::stop(bool wait_for_hand_overs) {
+std::vector<wheel_entry*> wheel_core::stop(bool wait_for_hand_overs, bool* unlisted) noexcept {
   wheel_engine& w = engine(*this);
   std::vector<wheel_entry*> left;
+  wheel_entry* taken = nullptr; // the entries taken, linked through next_ (nothing allocated)
+  std::size_t n = 0;
   {
     std::unique_lock lk(w.mtx_);
     if (w.stopped_) {
-      // Another stop() won (see the invariant below). Its own thread's again - from a
-      // dropped timeout's destructor - returns at once; any other waits until the winner
-      // has let go of the pool, then for the hand-overs, as the winner does.
-      const bool reentered = w.stopper_ == std::this_thread::get_id();
+      // Another stop() won (see the invariant below). Its own thread's again while it is
+      // still inside that stop() - from a dropped timeout's destructor - returns at once;
+      // any other waits until the winner has let go of the pool, then for the hand-overs,
+      // as the winner does. The anchor is found from the wheel's id (never freed), and a
+      // wheel its destructor retired meanwhile is left alone.
+      wheel_anchor& a = w.home_;
+      const bool reentered =
+          w.stopper_ == std::this_thread::get_id() && !w.stop_done_.load(std::memory_order_acquire);
+      const bool retired = !wheel_engine::enrolled(a, w.enrolled_.id);
       lk.unlock();
-      if (reentered) return left;
+      if (reentered || retired) return left;
       w.stop_done_.wait(false, std::memory_order_acquire);
-      if (wait_for_hand_overs) wheel_engine::wait_for_hand_overs_to_stop(*w.enrolled_.anchor);
+      if (wait_for_hand_overs) wheel_engine::wait_for_hand_overs_to_stop(a);
       return left;
     }
     w.stopped_ = true;
     w.stopper_ = std::this_thread::get_id();
+    auto take = [&](wheel_entry* e) {
+      e->state_.store(wheel_entry::cancelled, std::memory_order_release);
+      e->next_.store(taken, std::memory_order_relaxed);
+      taken = e;
+      ++n;
+    };
     for (wheel_entry* e = w.inbox_.exchange(closed_inbox, std::memory_order_seq_cst); e;) {
       wheel_entry* next = wheel_engine::next_in_slot(e);
-      e->next_.store(nullptr, std::memory_order_relaxed);
-      left.push_back(e);
+      take(e);
       e = next;
     }
     for (auto& list : w.slots_) {
       for (wheel_entry* e = list.head; e;) {
         wheel_entry* next = wheel_engine::next_in_slot(e);
         e->prev_ = nullptr;
-        e->next_.store(nullptr, std::memory_order_relaxed);
         e->slot_index_ = wheel_entry::no_slot;
-        left.push_back(e);
+        take(e);
         e = next;
       }
       list = wheel_engine::slot_list{};
     }
-    for (auto* e : left) e->state_.store(wheel_entry::cancelled, std::memory_order_release);
     for (auto& o : w.occupied_) o = 0;
     for (auto& m : w.marks_) m.clear();
-    w.count_removed(lk, left.size());
+    w.count_removed(lk, n);
     w.withdraw_tick(lk); // (if it is queued on the host already, it finds the wheel stopped)
   }
-  for (auto* e : left) e->drop();
+  // Nothing above allocates: a stop() that failed half-way would leave later ones waiting
+  // for it. The list is made here; without memory for it, the entries are stopped all the
+  // same and the wheel's references let go (`unlisted` tells the caller).
+  bool keep = unlisted != nullptr; // the caller takes the wheel's references
+  if (keep && n != 0) {
+    try {
+      left.reserve(n);
+    } catch (...) {
+      keep = false;
+      *unlisted = true;
+    }
+  }
+  while (taken) {
+    wheel_entry* e = taken;
+    taken = wheel_engine::next_in_slot(e);
+    e->next_.store(nullptr, std::memory_order_relaxed); // a dropped wait may be queued with it
+    e->drop();
+    if (keep)
+      left.push_back(e); // reserved: does not throw
+    else
+      e->release();
+  }
   // Stopped, the wheel hands nothing more to the pool: the pool may go first from here
   // (waits started later do not count on it either: pool() says none) - once the
   // hand-overs other threads started before the stop (a tick, an advance, a handle's

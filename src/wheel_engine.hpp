@@ -220,6 +220,7 @@ private:
 
   enrollment enrolled_;
   std::mutex& mtx_; // the anchor's
+  wheel_anchor& home_; // that anchor, still known after retire() cleared enrolled_.anchor (never freed)
   wheel_options opts_;
   // opts_.exception_handler, shared so that a worker calls it without holding mtx_.
   std::shared_ptr<const std::function<void(std::exception_ptr)>> exception_handler_;

@@ -13,6 +13,7 @@
 
 #include <chrono>
 #include <memory>
+#include <new>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -172,14 +173,25 @@ public:
   /// Called on a thread inside one of the wheel's hand-overs (a timeout's destructor, run
   /// as its executor refuses it), it waits for no other thread's hand-over (that thread
   /// cannot let the pool go before its own hand-over returns anyway).
+  /// @throws std::bad_alloc when the list cannot be made: the wheel is stopped and every
+  /// timeout cancelled all the same (none is lost or fires), only not returned.
   std::vector<timeout> stop() {
+    bool unlisted = false;
+    std::vector<detail::wheel_entry*> left = core_->stop(true, &unlisted);
     std::vector<timeout> out;
-    for (auto* e : core_->stop()) {
+    try {
+      out.reserve(left.size());
+    } catch (...) {
+      for (auto* e : left) e->release();
+      throw;
+    }
+    for (auto* e : left) {
       if (e->no_handle_)
         e->release(); // an operation: its stopped completion is on its way to the executor
       else
         out.push_back(timeout(e));
     }
+    if (unlisted) throw std::bad_alloc();
     return out;
   }
 

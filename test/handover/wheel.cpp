@@ -168,7 +168,9 @@ BOOST_AUTO_TEST_CASE(a_second_stop_waits_until_the_first_has_let_go_of_the_pool)
 // from inside one of its wheel's hand-overs does not wait for the other threads' (its own
 // push is still in flight, so its caller cannot let the pool go yet anyway): here each
 // would wait for the other's, for good. The first returns while the second thread is held
-// inside its hand-over; the second, released, returns too.
+// inside its hand-over; the second, released, returns too. A later stop() on the first
+// thread, outside any hand-over, is no re-entry: it waits for the other thread's hand-over
+// (it returned at once, seeing its own thread as the stopper).
 BOOST_AUTO_TEST_CASE(two_timeouts_dropped_in_two_hand_overs_may_each_stop_their_wheel) {
   struct stops_on_destroy {
     metronome::wheel_timer* w;
@@ -190,6 +192,7 @@ BOOST_AUTO_TEST_CASE(two_timeouts_dropped_in_two_hand_overs_may_each_stop_their_
     std::unique_ptr<metronome::wheel_timer> wheel;
     metronome::wheel_timer::timeout second; // reset(0) hands it over
     std::atomic<int> stops{0}, ended{0};
+    std::atomic<bool> advanced{false}, again{false};
   };
   auto sp = std::make_shared<state>(); // leaked if the two stops wait for each other
   state& st = *sp;
@@ -208,9 +211,14 @@ BOOST_AUTO_TEST_CASE(two_timeouts_dropped_in_two_hand_overs_may_each_stop_their_
   BOOST_REQUIRE(stop.arrived()); // inside its hand-over; the timeout not handed over yet
   std::thread a([&st] {
     st.clock.advance(10ms); // its hand-over drops the first timeout
+    st.advanced = true;
+    (void)st.wheel->stop(); // outside any hand-over now
+    st.again = true;
     st.ended.fetch_add(1);
   });
   BOOST_CHECK(poll_until([&] { return st.stops.load() == 1; }, 10s)); // returned, the other still inside
+  BOOST_CHECK(poll_until([&] { return st.advanced.load(); }, 10s));
+  BOOST_CHECK(!poll_until([&] { return st.again.load(); }, 50ms)); // waits for the other's hand-over
   stop.release();
   if (!poll_until([&] { return st.ended.load() == 2; }, 20s)) {
     BOOST_ERROR("the two stop() calls wait for each other");

@@ -170,19 +170,22 @@ public:
   // A timeout threw: to its wheel's exception handler, or (none, or the wheel is gone)
   // to the pool running it, else stderr.
   static void report(const wheel_entry* e, std::exception_ptr x) noexcept;
-  // Stops the wheel; returns the entries that never fired (cancelled; the caller
-  // takes the wheel's references). Then, unless told not to (the destructor, which waits
-  // later), waits for the hand-overs other threads began before it (the pool may go then).
-  std::vector<wheel_entry*> stop(bool wait_for_hand_overs = true);
+  // Stops the wheel; returns the entries that never fired (cancelled; the caller takes
+  // the wheel's references) - or, with `unlisted` null (the destructor) or no memory for
+  // the list (*unlisted set), none: their references are let go here. Then, unless told
+  // not to (the destructor, which waits later), waits for the hand-overs other threads
+  // began before it (the pool may go then). Allocates nothing before the wheel is stopped.
+  std::vector<wheel_entry*> stop(bool wait_for_hand_overs, bool* unlisted) noexcept;
   std::size_t pending() const noexcept;
   const net::any_io_executor& executor() const noexcept;
   // The metronome pool the wheel fires onto, or nullptr (another executor, or the wheel
   // is stopped: the pool may be gone).
   pool_core* pool() const noexcept;
   // A wait's use of the wheel's pool (async_wait, a P2300 operation's start(): the pool
-  // read, the wait counted on it and inserted, or refused and pushed there aborted),
-  // counted as a hand-over for its lifetime, so that a stop() on another thread waits
-  // for it before the pool may go. Its count raised, then the wheel's `detached_` read,
+  // read and the wait counted on it - wheel_wait_started(), after which the pool stays up
+  // until the wait completes), counted as a hand-over for its lifetime, so that a stop()
+  // on another thread waits for it before the pool may go. No user completion may run
+  // inside one (a stop() there does not wait for other threads' hand-overs). Its count raised, then the wheel's `detached_` read,
   // against stop()'s store of `detached_`, then its look at the count (all seq_cst):
   // either pool() is nullptr here, or stop() waits. Stop-here test:
   // `a_stop_waits_for_an_async_wait_that_read_the_pool` (hook wheel_wait_read_pool).

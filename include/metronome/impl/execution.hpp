@@ -265,10 +265,15 @@ public:
       stdexec::set_stopped(std::move(rcvr_));
       return;
     }
-    const wheel_core::pool_use use(*wheel_); // a stop() meanwhile waits for this use of the pool
-    pool_ = use.pool();
-    if (!pool_) ex_.emplace(wheel_->executor());
-    if (pool_) pool_->wheel_wait_started();
+    {
+      // A stop() meanwhile waits for this use of the pool, until the wait is counted on it
+      // (which then keeps the pool up until the operation completes). No completion runs
+      // inside the use: the receiver's may stop the wheel and destroy the pool.
+      const wheel_core::pool_use use(*wheel_);
+      pool_ = use.pool();
+      if (!pool_) ex_.emplace(wheel_->executor());
+      if (pool_) pool_->wheel_wait_started();
+    }
     add_ref(); // start()'s own: no completion before the release below
     try {
       wheel_->insert(this, due_.from(wheel_->now()));

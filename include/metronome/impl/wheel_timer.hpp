@@ -178,18 +178,22 @@ inline auto wheel_timer::async_wait(std::chrono::duration<Rep, Period> delay, Co
       [core = core_.get()](auto handler, clock::duration d) {
         using H = std::decay_t<decltype(handler)>;
         detail::wheel_entry* e;
-        // On a metronome pool the handler's default executor is the pool's own (not
-        // through any_io_executor, whose type erasure allocates to complete). A
-        // stopped wheel counts on no pool (it may be gone); a stop() meanwhile waits for
-        // this use of it to end.
-        const detail::wheel_core::pool_use use(*core);
-        detail::pool_core* pool = use.pool();
-        const auto* pex = core->executor().template target<scheduled_thread_pool::executor_type>();
-        if (pex && pool)
-          e = detail::wheel_wait_op<H, scheduled_thread_pool::executor_type>::create(std::move(handler), *pex, pool);
-        else
-          e = detail::wheel_wait_op<H, net::any_io_executor>::create(std::move(handler), core->executor(),
-                                                                             pool);
+        {
+          // On a metronome pool the handler's default executor is the pool's own (not
+          // through any_io_executor, whose type erasure allocates to complete). A
+          // stopped wheel counts on no pool (it may be gone); a stop() meanwhile waits
+          // for this use of it, until the wait is counted on the pool (which then keeps
+          // the pool up until it completes). No completion runs inside the use.
+          const detail::wheel_core::pool_use use(*core);
+          detail::pool_core* pool = use.pool();
+          const auto* pex = core->executor().template target<scheduled_thread_pool::executor_type>();
+          if (pex && pool)
+            e = detail::wheel_wait_op<H, scheduled_thread_pool::executor_type>::create(std::move(handler), *pex,
+                                                                                        pool);
+          else
+            e = detail::wheel_wait_op<H, net::any_io_executor>::create(std::move(handler), core->executor(),
+                                                                               pool);
+        }
         try {
           core->insert(e, d);
         } catch (...) {

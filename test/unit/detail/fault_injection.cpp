@@ -11,6 +11,7 @@
 #include <metronome/detail/node_cache.hpp>
 #include "wheel_engine.hpp" // wheel_ticks_alive()
 
+#include "common/accounting.hpp"
 #include "common/poll_until.hpp"
 
 #include <metronome/detail/asio.hpp>
@@ -24,6 +25,8 @@
 #include <cstdlib>
 #include <deque>
 #include <new>
+#include <thread>
+#include <vector>
 
 using metronome::test::fail_countdown;
 
@@ -206,6 +209,40 @@ BOOST_AUTO_TEST_CASE(a_wheel_that_cannot_be_built_leaves_nothing_attached) {
   on_clock.shutdown();
   real.join();
   on_clock.join();
+}
+
+// stop() with no memory for the list it returns: it throws bad_alloc with the wheel
+// stopped all the same - every timeout cancelled and its callable destroyed, none lost or
+// fired - and a later stop() on another thread returns (nothing allocates before the
+// wheel is stopped: one that threw half-way left the next waiting for it for good).
+BOOST_AUTO_TEST_CASE(a_stop_without_memory_for_its_list_stops_the_wheel_all_the_same) {
+  scheduled_thread_pool pool(1);
+  std::atomic<int> runs{0};
+  const long live_before = tracked::live.load();
+  for (long n = 0; n < 2; ++n) { // the core's list, then the handles' list
+    metronome::wheel_timer wheel(pool);
+    std::vector<metronome::wheel_timer::timeout> handles;
+    for (int k = 0; k < 3; ++k) handles.push_back(wheel.schedule(tracked(&runs), 1h));
+    bool threw = false;
+    fail_countdown = n;
+    try {
+      (void)wheel.stop();
+    } catch (const std::bad_alloc&) {
+      threw = true;
+    }
+    fail_countdown = -1;
+    BOOST_CHECK_MESSAGE(threw, "allocation " << n << " failed and stop() went through");
+    for (auto& h : handles) BOOST_CHECK(h.is_cancelled());
+    BOOST_CHECK_EQUAL(wheel.pending(), 0u);
+    BOOST_CHECK_EQUAL(tracked::live.load(), live_before);
+    std::size_t again = 99;
+    BOOST_CHECK(metronome::test::finishes_within(10s, [&] {
+      std::thread other([&] { again = wheel.stop().size(); });
+      other.join();
+    }));
+    BOOST_CHECK_EQUAL(again, 0u);
+  }
+  BOOST_CHECK_EQUAL(runs.load(), 0);
 }
 
 BOOST_AUTO_TEST_CASE(wheel_schedule_throws_bad_alloc_with_nothing_queued) {
