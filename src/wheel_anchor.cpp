@@ -248,7 +248,7 @@ void wheel_engine::wait_for_hand_overs(wheel_anchor& a) noexcept {
     a.handing_over.wait(n, std::memory_order_acquire);
 }
 
-wheel_core::pool_use::pool_use(const wheel_core& c) noexcept : frame_{nullptr, hand_overs}, pool_(nullptr) {
+wheel_core::pool_use::pool_use(const wheel_core& c) noexcept : frame_{nullptr, hand_overs} {
   const wheel_engine& w = engine(c);
   wheel_anchor& a = *w.enrolled_.anchor;
   frame_.anchor = &a;

@@ -340,8 +340,9 @@ std::vector<wheel_entry*> wheel_core::stop(bool wait_for_hand_overs, bool* unlis
       // Another stop() won (see the invariant below). Its own thread's again while it is
       // still inside that stop() - from a dropped timeout's destructor - returns at once;
       // any other waits until the winner has let go of the pool, then for the hand-overs,
-      // as the winner does. The anchor is found from the wheel's id (never freed), and a
-      // wheel its destructor retired meanwhile is left alone.
+      // as the winner does. The anchor is the one the engine kept (home_: never freed,
+      // while enrolled_.anchor is cleared by retire()), and a wheel its destructor retired
+      // meanwhile is left alone.
       wheel_anchor& a = w.home_;
       const bool reentered =
           w.stopper_ == std::this_thread::get_id() && !w.stop_done_.load(std::memory_order_acquire);

@@ -199,7 +199,7 @@ public:
 
   private:
     hand_over_frame frame_;
-    pool_core* pool_;
+    pool_core* pool_ = nullptr;
   };
   clock::time_point now() const noexcept;
 
